@@ -1,0 +1,180 @@
+"""Per-job scheduler decision file shared by the gimbal daemon and gimbal-run.
+
+THE AGREED PLACE: the daemon writes ``$GIMBAL_STATE_DIR/decisions/<SLURM_JOB_ID>.json``
+(``GIMBAL_STATE_DIR`` defaults to ``/var/spool/gimbal``) with
+:func:`write_decision`; gimbal-run reads it with :func:`read_decision` at
+launch and polls it for changes of the MPS share (seed 004 §4.1 LGRR: a
+running MPS client's share cannot change, so a squeeze/swell is a
+checkpoint + relaunch).
+
+Schema (version 1), all fields but ``version``/``job_id`` optional::
+
+    {"version": 1, "job_id": "123", "policy": "sjf-bsbf",
+     "sub_batch": 16, "accum_steps": 4, "global_batch": 64,
+     "mps_thread_pct": 50, "mps_mem_limit_mb": 8000,
+     "stealing": true, "share_with": "122", "written_at": "2024-01-01T00:00:00+00:00"}
+
+Unknown keys are ignored (forward compatible); a newer ``version`` is an error.
+This module's public API (``LauncherDecision``, ``read_decision``,
+``write_decision``, ``decision_path``, ``DecisionError``) is imported by the
+daemon: keep it stable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Union
+
+SCHEMA_VERSION = 1
+DEFAULT_STATE_DIR = "/var/spool/gimbal"
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class DecisionError(ValueError):
+    """A decision file or decision value is invalid (message names file and field)."""
+
+
+def state_dir(env: Optional[Mapping[str, str]] = None) -> str:
+    env = os.environ if env is None else env
+    return env.get("GIMBAL_STATE_DIR") or DEFAULT_STATE_DIR
+
+
+def decision_path(job_id: Union[str, int], root: Optional[str] = None) -> str:
+    """``<root or $GIMBAL_STATE_DIR>/decisions/<job_id>.json``."""
+    return os.path.join(root or state_dir(), "decisions", f"{job_id}.json")
+
+
+@dataclass(frozen=True)
+class LauncherDecision:
+    job_id: str
+    policy: Optional[str] = None
+    sub_batch: Optional[int] = None
+    accum_steps: Optional[int] = None
+    global_batch: Optional[int] = None
+    mps_thread_pct: Optional[int] = None
+    mps_mem_limit_mb: Optional[int] = None
+    stealing: Optional[bool] = None
+    share_with: Optional[str] = None
+    written_at: Optional[str] = None
+    version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        _validate(self, where="LauncherDecision")
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready dict; ``None`` fields are left out."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        d["version"] = self.version
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "<dict>") -> "LauncherDecision":
+        if not isinstance(data, Mapping):
+            raise DecisionError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        if "version" not in data:
+            raise DecisionError(f"{where}: field 'version' is missing")
+        if "job_id" not in data:
+            raise DecisionError(f"{where}: field 'job_id' is missing")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        # JSON producers may write the job id as a number
+        if isinstance(kwargs.get("job_id"), int) and not isinstance(kwargs["job_id"], bool):
+            kwargs["job_id"] = str(kwargs["job_id"])
+        if isinstance(kwargs.get("share_with"), int) and not isinstance(kwargs["share_with"], bool):
+            kwargs["share_with"] = str(kwargs["share_with"])
+        try:
+            return cls(**kwargs)
+        except DecisionError as exc:
+            raise DecisionError(str(exc).replace("LauncherDecision", where, 1)) from None
+
+    def merged(self, **overrides: Any) -> "LauncherDecision":
+        """Copy with every non-``None`` override applied (CLI flags win)."""
+        return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _check_int(where: str, name: str, value: Any, lo: int, hi: Optional[int] = None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DecisionError(f"{where}: field {name!r} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise DecisionError(f"{where}: field {name!r} must be {rng}, got {value}")
+
+
+def _validate(d: LauncherDecision, where: str) -> None:
+    if isinstance(d.version, bool) or not isinstance(d.version, int):
+        raise DecisionError(f"{where}: field 'version' must be an integer, got {d.version!r}")
+    if d.version > SCHEMA_VERSION or d.version < 1:
+        raise DecisionError(f"{where}: field 'version' is {d.version}; this launcher "
+                            f"understands version {SCHEMA_VERSION}")
+    if not isinstance(d.job_id, str) or not d.job_id.strip():
+        raise DecisionError(f"{where}: field 'job_id' must be a non-empty string, got {d.job_id!r}")
+    for name in ("policy", "share_with", "written_at"):
+        v = getattr(d, name)
+        if v is not None and not isinstance(v, str):
+            raise DecisionError(f"{where}: field {name!r} must be a string, got {v!r}")
+    _check_int(where, "sub_batch", d.sub_batch, 1)
+    _check_int(where, "accum_steps", d.accum_steps, 1)
+    _check_int(where, "global_batch", d.global_batch, 1)
+    _check_int(where, "mps_thread_pct", d.mps_thread_pct, 1, 100)
+    _check_int(where, "mps_mem_limit_mb", d.mps_mem_limit_mb, 1)
+    if d.stealing is not None and not isinstance(d.stealing, bool):
+        raise DecisionError(f"{where}: field 'stealing' must be true/false, got {d.stealing!r}")
+    if d.written_at is not None:
+        try:
+            _dt.datetime.fromisoformat(d.written_at.replace("Z", "+00:00"))
+        except ValueError:
+            raise DecisionError(f"{where}: field 'written_at' must be an ISO-8601 time, "
+                                f"got {d.written_at!r}") from None
+    if d.sub_batch and d.global_batch and d.sub_batch > d.global_batch:
+        raise DecisionError(f"{where}: field 'sub_batch' ({d.sub_batch}) exceeds "
+                            f"'global_batch' ({d.global_batch})")
+
+
+def read_decision(path: PathLike) -> LauncherDecision:
+    """Parse and validate a decision file; errors name the file and the field.
+
+    Raises ``FileNotFoundError`` when the file does not exist (callers decide
+    whether that is fine) and :class:`DecisionError` for bad content."""
+    path = os.fspath(path)
+    with open(path, "r", encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DecisionError(f"{path}: not valid JSON ({exc})") from None
+    return LauncherDecision.from_dict(data, where=path)
+
+
+def write_decision(path: PathLike, decision: LauncherDecision) -> None:
+    """Atomically write ``decision`` to ``path`` (temp file in the same
+    directory + fsync + ``os.replace``); fills ``written_at`` when unset.
+    Readers never observe a partial file."""
+    if not isinstance(decision, LauncherDecision):
+        raise TypeError(f"write_decision expects a LauncherDecision, got {type(decision).__name__}")
+    if decision.written_at is None:
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        decision = dataclasses.replace(decision, written_at=now)
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".decision-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(decision.to_dict(), fh, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

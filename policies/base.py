@@ -1,0 +1,176 @@
+"""Shared pieces of the policy contract: the Policy base class, GPU choice and
+the two generic disciplines most baselines are made of.
+
+* :func:`pick_consolidated` — choose GPUs on as few nodes as possible.
+* :func:`exclusive_config` — per-GPU sub-batch and accumulation steps for a job
+  running alone (accumulation only when the per-GPU batch does not fit).
+* :func:`schedule_nonpreemptive` — start waiting jobs in a given order.
+* :func:`schedule_preemptive` — keep the highest-priority set running, pre-empt
+  the rest (Tiresias, SRTF, SRSF).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+from .model import ClusterSnapshot, Gpu, Job
+from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
+
+
+class Policy:
+    """Base class: subclasses set ``name`` (by ``@register``) and implement
+    :meth:`schedule`.  ``preemptive`` tells the simulator it must call the
+    policy periodically even when nothing arrives or ends."""
+
+    name = "base"
+    preemptive = False
+    needs_lengths = False  # True: uses total_iters / duration estimates
+
+    def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
+        raise NotImplementedError
+
+
+def pick_consolidated(free: Iterable[Gpu], n: int, node_order: Iterable[str] = ()) -> Optional[tuple[Gpu, ...]]:
+    """Pick ``n`` GPUs from ``free`` on as few nodes as possible.
+
+    If one node can hold the job, the node with the fewest free GPUs that still
+    suffices is used (best fit keeps large holes for large jobs); otherwise the
+    nodes with most free GPUs are filled first.  Ties break by node order.
+    Returns ``None`` if fewer than ``n`` GPUs are free.
+    """
+    by_node: dict[str, list[Gpu]] = {}
+    for g in free:
+        by_node.setdefault(g.node, []).append(g)
+    if sum(len(v) for v in by_node.values()) < n:
+        return None
+    rank = {name: i for i, name in enumerate(node_order)}
+    nodes = sorted(by_node, key=lambda x: (rank.get(x, len(rank)), x))
+    fitting = [x for x in nodes if len(by_node[x]) >= n]
+    if fitting:
+        best = min(fitting, key=lambda x: len(by_node[x]))
+        return tuple(sorted(by_node[best])[:n])
+    chosen: list[Gpu] = []
+    for x in sorted(nodes, key=lambda x: -len(by_node[x])):
+        take = min(n - len(chosen), len(by_node[x]))
+        chosen.extend(sorted(by_node[x])[:take])
+        if len(chosen) == n:
+            break
+    return tuple(chosen)
+
+
+def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None) -> tuple[int, int]:
+    """(sub_batch, accum_steps) for ``job`` alone on ``job.num_gpus`` GPUs.
+
+    The per-GPU share ``B = ceil(global/num_gpus)``; accumulation steps double
+    (powers of two, as seed 000 Alg. 2 searches) until the micro-batch fits the
+    profiled maximum and the memory model (if known).
+    """
+    local = -(-job.global_batch // max(job.num_gpus, 1))
+    prof = snap.profiles.get(job.app)
+    mem = snap.memory.get(job.app)
+    if mem_limit_mb is None and snap.nodes:
+        mem_limit_mb = min(n.gpu_mem_mb for n in snap.nodes)
+    s = 1
+    while True:
+        b = -(-local // s)
+        fits_prof = prof is None or b <= prof.max_local_batch
+        fits_mem = mem is None or mem_limit_mb is None or mem.mem_mb(b) <= mem_limit_mb
+        if (fits_prof and fits_mem) or b <= 1:
+            return b, s
+        s *= 2
+
+
+def node_order(snap: ClusterSnapshot) -> list[str]:
+    return [n.name for n in snap.nodes]
+
+
+def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
+                           backfill: bool = False,
+                           numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
+    """Start waiting jobs in ``order`` on free GPUs, consolidated.
+
+    Without ``backfill`` the first job that does not fit blocks all behind it
+    (strict order); with it, later jobs that fit may start.
+    """
+    free = list(snap.free_gpus)
+    total = snap.total_gpus
+    actions, reasons, out_order, infeasible = [], {}, [], []
+    blocked = False
+    for job in order:
+        nums = numbers(job)
+        if job.num_gpus > total:
+            infeasible.append(job.id)
+            reasons[job.id] = reason(ReasonCode.INFEASIBLE,
+                                     f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
+            continue
+        if blocked and not backfill:
+            out_order.append(job.id)
+            reasons[job.id] = reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting", **nums)
+            continue
+        gpus = pick_consolidated(free, job.num_gpus, node_order(snap))
+        if gpus is None:
+            blocked = True
+            out_order.append(job.id)
+            reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                     f"needs {job.num_gpus} GPUs, {len(free)} free",
+                                     free_gpus=len(free), **nums)
+            continue
+        taken = set(gpus)
+        free = [g for g in free if g not in taken]
+        b, s = exclusive_config(snap, job)
+        actions.append(StartJob(job.id, gpus, b, s))
+        reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
+    for job in snap.running():
+        reasons.setdefault(job.id, reason(ReasonCode.KEEP_RUNNING))
+    return make_plan(policy, actions, out_order, reasons, infeasible)
+
+
+def schedule_preemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
+                        numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
+    """Run the jobs that fit greedily in ``order`` (all active jobs, highest
+    priority first); pre-empt running jobs that fall outside that set.
+
+    Admission counts GPUs only (gang: all of a job's GPUs or none); running jobs
+    keep their GPUs, starting jobs take consolidated GPUs from what is free
+    after the pre-emptions.
+    """
+    total = snap.total_gpus
+    capacity = total
+    admitted: set[str] = set()
+    reasons, infeasible = {}, []
+    for job in order:
+        if job.num_gpus > total:
+            infeasible.append(job.id)
+            reasons[job.id] = reason(ReasonCode.INFEASIBLE,
+                                     f"asks {job.num_gpus} GPUs, cluster has {total}", **numbers(job))
+            continue
+        if job.num_gpus <= capacity:
+            admitted.add(job.id)
+            capacity -= job.num_gpus
+    actions: list = []
+    free = list(snap.free_gpus)
+    for job in snap.running():
+        if job.id not in admitted:
+            actions.append(PreemptJob(job.id))
+            reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
+                                     **numbers(job))
+            free.extend(job.allocation.gpus if job.allocation else ())
+        else:
+            reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, **numbers(job))
+    out_order = []
+    for job in order:
+        if job.running or job.id in infeasible:
+            continue
+        if job.id in admitted:
+            gpus = pick_consolidated(free, job.num_gpus, node_order(snap))
+            assert gpus is not None, "admission guarantees enough GPUs"
+            taken = set(gpus)
+            free = [g for g in free if g not in taken]
+            b, s = exclusive_config(snap, job)
+            actions.append(StartJob(job.id, gpus, b, s))
+            code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
+            reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
+        else:
+            out_order.append(job.id)
+            reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                     "higher-priority jobs hold the GPUs", **numbers(job))
+    return make_plan(policy, actions, out_order, reasons, infeasible)

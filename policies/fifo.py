@@ -1,0 +1,18 @@
+"""First-in first-out: start jobs in submit order, non-preemptive."""
+from __future__ import annotations
+
+from .base import Policy, schedule_nonpreemptive
+from .registry import register
+
+
+@register("fifo")
+class Fifo(Policy):
+    """FIFO: submit order, non-preemptive; strict order unless backfill=True."""
+
+    def __init__(self, backfill: bool = False):
+        self.backfill = backfill
+
+    def schedule(self, snap):
+        order = list(snap.pending())  # already (submit_time, id)
+        return schedule_nonpreemptive(snap, self.name, order, self.backfill,
+                                      lambda j: {"submit_time": j.submit_time})

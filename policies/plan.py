@@ -1,0 +1,121 @@
+"""The Plan a policy returns: typed actions plus a machine-readable reason per job.
+
+Modelled on a scheduling reply: every job the policy looked at gets a
+:class:`Reason` (an enum code, a short text and the numbers used), jobs that can
+never run are listed as infeasible, and ``order`` is the policy's queue order
+(what ordering mode turns into Slurm priorities).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional, Union
+
+from .model import Gpu
+
+
+class ReasonCode(str, enum.Enum):
+    STARTED = "started"  # exclusive GPUs
+    STARTED_SHARED = "started_shared"  # co-located with another job
+    KEEP_RUNNING = "keep_running"
+    RESUMED = "resumed"
+    PREEMPTED = "preempted"
+    RESIZED = "resized"
+    WAIT_RESOURCES = "wait_resources"  # not enough GPUs now
+    WAIT_ORDER = "wait_order"  # a job ahead in the order is waiting
+    WAIT_NO_SHARE_BENEFIT = "wait_no_share_benefit"  # seed 000 Thm 1 says run after
+    WAIT_MEMORY = "wait_memory"  # no sub-batch fits beside the running job
+    INFEASIBLE = "infeasible"  # asks for more than the cluster has
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: ReasonCode
+    text: str = ""
+    numbers: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def as_dict(self) -> dict:
+        return {"code": self.code.value, "text": self.text, "numbers": dict(self.numbers)}
+
+
+def reason(code: ReasonCode, text: str = "", **numbers: float) -> Reason:
+    return Reason(code, text, MappingProxyType(dict(numbers)))
+
+
+@dataclass(frozen=True)
+class StartJob:
+    """Start (or resume) ``job_id`` on ``gpus``.
+
+    ``sub_batch`` × ``accum_steps`` per GPU covers the global batch (seed 000
+    eq. 7); ``share_with`` names the job(s) already on those GPUs; ``mps_pct``
+    is an MPS thread percentage (seed 004 LGRR) or ``None``.
+    """
+
+    job_id: str
+    gpus: tuple[Gpu, ...]
+    sub_batch: int
+    accum_steps: int = 1
+    share_with: tuple[str, ...] = ()
+    mps_pct: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PreemptJob:
+    """Stop ``job_id`` (checkpoint) and return it to the queue with its progress."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class ResizeJob:
+    """Change a running job's GPU set / share (elastic policies)."""
+
+    job_id: str
+    gpus: tuple[Gpu, ...]
+    sub_batch: int
+    accum_steps: int = 1
+    mps_pct: Optional[int] = None
+
+
+Action = Union[StartJob, PreemptJob, ResizeJob]
+
+
+@dataclass(frozen=True)
+class Plan:
+    policy: str
+    actions: tuple[Action, ...] = ()
+    order: tuple[str, ...] = ()  # waiting jobs, first = next to run
+    reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}))
+    infeasible: tuple[str, ...] = ()
+
+    def starts(self) -> tuple[StartJob, ...]:
+        return tuple(a for a in self.actions if isinstance(a, StartJob))
+
+    def preempts(self) -> tuple[PreemptJob, ...]:
+        return tuple(a for a in self.actions if isinstance(a, PreemptJob))
+
+    def resizes(self) -> tuple[ResizeJob, ...]:
+        return tuple(a for a in self.actions if isinstance(a, ResizeJob))
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (the dry run prints this)."""
+        acts = []
+        for a in self.actions:
+            d = {"action": type(a).__name__, "job_id": a.job_id}
+            if isinstance(a, (StartJob, ResizeJob)):
+                d.update(gpus=[f"{g.node}:{g.index}" for g in a.gpus],
+                         sub_batch=a.sub_batch, accum_steps=a.accum_steps,
+                         mps_pct=a.mps_pct)
+            if isinstance(a, StartJob):
+                d["share_with"] = list(a.share_with)
+            acts.append(d)
+        return {"policy": self.policy, "actions": acts, "order": list(self.order),
+                "infeasible": list(self.infeasible),
+                "reasons": {k: v.as_dict() for k, v in sorted(self.reasons.items())}}
+
+
+def make_plan(policy: str, actions: list, order: list, reasons: dict,
+              infeasible: list = ()) -> Plan:
+    return Plan(policy, tuple(actions), tuple(order), MappingProxyType(dict(reasons)),
+                tuple(infeasible))

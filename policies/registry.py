@@ -1,0 +1,61 @@
+"""Name → policy registry.  ``get_policy`` on an unknown name raises an error
+listing the valid ones."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+_REGISTRY: dict[str, type] = {}
+
+# One module per policy; importing a module registers its policy.
+_MODULES = (
+    "policies.fifo", "policies.sjf", "policies.srtf", "policies.srsf",
+    "policies.tiresias", "policies.sjf_bsbf",
+)
+
+
+class UnknownPolicyError(KeyError):
+    def __init__(self, name: str, valid: list[str]):
+        self.name, self.valid = name, valid
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return f"unknown policy {self.name!r}; valid policies: {', '.join(self.valid)}"
+
+
+def register(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"policy name {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def _load_all() -> None:
+    for mod in _MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:  # a policy module not written yet
+            if e.name != mod:
+                raise
+
+
+def names() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def describe() -> dict[str, str]:
+    """Policy name → one-line description (first docstring line)."""
+    _load_all()
+    return {n: (c.__doc__ or "").strip().splitlines()[0] for n, c in sorted(_REGISTRY.items())}
+
+
+def get_policy(name: str, **options):
+    _load_all()
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise UnknownPolicyError(name, sorted(_REGISTRY))
+    return cls(**options)

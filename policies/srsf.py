@@ -1,0 +1,24 @@
+"""Shortest remaining service first: remaining time × GPUs, preemptive.
+
+Seed 001 §5 (baselines): SRSF orders jobs by remaining service, the product of
+remaining run time and the number of GPUs the job holds.
+"""
+from __future__ import annotations
+
+from .base import Policy, schedule_preemptive
+from .registry import register
+
+
+@register("srsf")
+class Srsf(Policy):
+    """SRSF: least remaining time x GPUs first, preemptive (needs lengths)."""
+
+    preemptive = True
+    needs_lengths = True
+
+    def schedule(self, snap):
+        def service(j):
+            r = snap.remaining_time(j)
+            return float("inf") if r is None else r * j.num_gpus
+        jobs = sorted(snap.jobs.values(), key=lambda j: (service(j), j.submit_time, j.id))
+        return schedule_preemptive(snap, self.name, jobs, lambda j: {"remaining_service_gpus": service(j)})

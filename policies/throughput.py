@@ -1,0 +1,96 @@
+"""Throughput, memory and interference models (pure functions of fitted parameters).
+
+Seed 000 (Luo et al.) §III-C:
+
+* eq. 3 — compute time of one forward/backward pass on a per-GPU batch ``B``:
+  ``t_comp(B) = α_comp + β_comp · B``
+* eq. 4 — all-reduce time ``t_comm = α_comm + β_comm · M``.  The message size
+  ``M`` (gradient bytes) is fixed per application, so for one application
+  ``t_comm`` depends only on how many GPUs take part and whether the ring
+  crosses nodes.  We use the form measured in the Pollux profiles (our choice,
+  documented): ``t_comm = 0`` on one GPU, ``a_intra + b_intra·(K−2)`` on ``K``
+  GPUs of one node, ``a_inter + b_inter·(K−2)`` across nodes.
+* eq. 7 — iteration time with ``s`` accumulation steps of sub-batch ``B/s``:
+  ``t_iter = (s−1)·t_comp(B/s) + (t_comp(B/s)^δ + t_comm^δ)^(1/δ)``
+  where δ is the compute/communication overlap degree (Pollux's γ).
+* eq. 5–6 — sharing a GPU set slows each job by its interference ratio ξ:
+  ``t̂_A = ξ_A·t_A``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ThroughputProfile:
+    """Fitted eq. 3/4/7 parameters of one application (times in seconds)."""
+
+    app: str
+    alpha_comp: float
+    beta_comp: float
+    alpha_intra: float
+    beta_intra: float
+    alpha_inter: float
+    beta_inter: float
+    delta: float = 1.0
+    max_local_batch: int = 1 << 30  # largest per-GPU batch profiled
+
+    def t_comp(self, local_batch: float) -> float:
+        """Seed 000 eq. 3."""
+        return self.alpha_comp + self.beta_comp * local_batch
+
+    def t_comm(self, num_gpus: int, num_nodes: int) -> float:
+        """Seed 000 eq. 4 with M fixed per application (see module doc)."""
+        if num_gpus <= 1:
+            return 0.0
+        if num_nodes <= 1:
+            return self.alpha_intra + self.beta_intra * (num_gpus - 2)
+        return self.alpha_inter + self.beta_inter * (num_gpus - 2)
+
+    def iter_time(self, local_batch: float, num_gpus: int, num_nodes: int,
+                  accum_steps: int = 1) -> float:
+        """Seed 000 eq. 7: ``local_batch`` is the per-GPU share of the global
+        batch (``B``); each of ``accum_steps`` micro-steps runs ``B/s``."""
+        s = max(1, int(accum_steps))
+        tc = self.t_comp(local_batch / s)
+        tm = self.t_comm(num_gpus, num_nodes)
+        d = self.delta
+        overlap = (tc ** d + tm ** d) ** (1.0 / d) if tm > 0 else tc
+        return (s - 1) * tc + overlap
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """GPU memory (MiB) of one worker: ``base_mb + per_sample_mb · b`` for a
+    per-GPU micro-batch ``b``.  See gimbalctl/profiles.py for the source."""
+
+    app: str
+    base_mb: float
+    per_sample_mb: float
+
+    def mem_mb(self, micro_batch: float) -> float:
+        return self.base_mb + self.per_sample_mb * micro_batch
+
+
+@dataclass(frozen=True)
+class InterferenceTable:
+    """ξ per ordered application pair (seed 000 eq. 5-6).
+
+    ``ratio(a, b)`` is the slowdown of ``a`` while co-located with ``b``.
+    ``override`` (the ``--xi`` sweep, seed 000 Fig. 6(b)) replaces every pair.
+    """
+
+    pairs: Mapping[tuple[str, str], float] = field(
+        default_factory=lambda: MappingProxyType({}))
+    default: float = 1.5
+    override: float | None = None
+
+    def ratio(self, app: str, other: str) -> float:
+        if self.override is not None:
+            return self.override
+        return self.pairs.get((app, other), self.default)
+
+    def with_override(self, xi: float | None) -> "InterferenceTable":
+        return InterferenceTable(self.pairs, self.default, xi)
