@@ -1,0 +1,119 @@
+"""Environment contract between gimbal-run and the training processes.
+
+gimbal-run exports the scheduler's decision (see ``launcher.decision``) to
+every training process; the training side reads it with :func:`config`
+(also available as ``launcher.config()``).
+
+==========================  =====================================================
+variable                    meaning
+==========================  =====================================================
+GIMBAL_JOB_ID               Slurm job id (or ``--job-id`` / ``standalone``)
+GIMBAL_STATE_DIR            root of decisions/ and reports/
+GIMBAL_REPORT_PATH          throughput report file (JSON lines), rank 0 appends
+GIMBAL_CHECKPOINT_DIR       where ``launcher.checkpoint`` saves / resumes
+GIMBAL_SUB_BATCH            micro-batch size for gradient accumulation
+GIMBAL_ACCUM_STEPS          number of micro-batches per global batch
+GIMBAL_GLOBAL_BATCH         global batch size (all ranks, one optimizer step)
+GIMBAL_STEALING             ``1``/``0``: LISS input-sample stealing on/off
+GIMBAL_RESTART_COUNT        how many times gimbal-run relaunched (0 = first run)
+GIMBAL_RUN_DIR              per-launch scratch dir (worker pid/exit files)
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  (LGRR)
+==========================  =====================================================
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+JOB_ID = "GIMBAL_JOB_ID"
+STATE_DIR = "GIMBAL_STATE_DIR"
+REPORT_PATH = "GIMBAL_REPORT_PATH"
+CHECKPOINT_DIR = "GIMBAL_CHECKPOINT_DIR"
+SUB_BATCH = "GIMBAL_SUB_BATCH"
+ACCUM_STEPS = "GIMBAL_ACCUM_STEPS"
+GLOBAL_BATCH = "GIMBAL_GLOBAL_BATCH"
+STEALING = "GIMBAL_STEALING"
+RESTART_COUNT = "GIMBAL_RESTART_COUNT"
+RUN_DIR = "GIMBAL_RUN_DIR"
+MPS_THREAD = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEM = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _opt_int(env: Mapping[str, str], name: str) -> Optional[int]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        val = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+    if val < 1:
+        raise ConfigError(f"{name}: must be >= 1, got {val}")
+    return val
+
+
+def _opt_bool(env: Mapping[str, str], name: str) -> Optional[bool]:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}: expected 1/0, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """What gimbal-run decided for this training process (all optional)."""
+    job_id: Optional[str] = None
+    state_dir: Optional[str] = None
+    report_path: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    sub_batch: Optional[int] = None
+    accum_steps: Optional[int] = None
+    global_batch: Optional[int] = None
+    stealing: bool = False
+    restart_count: int = 0
+    mps_thread_pct: Optional[str] = None
+    mps_mem_limit: Optional[str] = None
+
+    @property
+    def resumed(self) -> bool:
+        return self.restart_count > 0
+
+    def resolve_batch(self, default_global: int, default_sub: Optional[int] = None):
+        """(global_batch, sub_batch) with the decision applied over defaults.
+
+        ``accum_steps`` is turned into a sub-batch of ``ceil(global/accum)``."""
+        gb = self.global_batch or default_global
+        sb = self.sub_batch or default_sub
+        if sb is None and self.accum_steps:
+            sb = -(-gb // self.accum_steps)
+        return gb, min(sb or gb, gb)
+
+
+def config(env: Optional[Mapping[str, str]] = None) -> TrainingConfig:
+    """Read the launcher's decision from the environment (``os.environ`` by default)."""
+    env = os.environ if env is None else env
+    rc = env.get(RESTART_COUNT, "0").strip() or "0"
+    if not rc.isdigit():
+        raise ConfigError(f"{RESTART_COUNT}: expected an integer, got {rc!r}")
+    return TrainingConfig(
+        job_id=env.get(JOB_ID) or None,
+        state_dir=env.get(STATE_DIR) or None,
+        report_path=env.get(REPORT_PATH) or None,
+        checkpoint_dir=env.get(CHECKPOINT_DIR) or None,
+        sub_batch=_opt_int(env, SUB_BATCH),
+        accum_steps=_opt_int(env, ACCUM_STEPS),
+        global_batch=_opt_int(env, GLOBAL_BATCH),
+        stealing=bool(_opt_bool(env, STEALING)),
+        restart_count=int(rc),
+        mps_thread_pct=env.get(MPS_THREAD) or None,
+        mps_mem_limit=env.get(MPS_MEM) or None,
+    )

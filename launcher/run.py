@@ -1,0 +1,458 @@
+"""``gimbal-run``: start torchrun inside a Slurm allocation (or standalone)
+with the scheduler's decision applied, forward signals, pass the training's
+exit code through, and relaunch after a checkpoint exit (squeeze/swell).
+
+Slurm usage (one launcher task per node; torchrun starts the GPU workers)::
+
+    srun --ntasks-per-node=1 gimbal-run [options] -- train.py --lr 0.1
+
+Standalone (no Slurm)::
+
+    gimbal-run --standalone --nproc 2 -- train.py
+
+The command it runs (``--dry-run`` prints it with the variables it sets)::
+
+    python -m torch.distributed.run --nnodes=N --nproc-per-node=G \
+        --rdzv-backend=c10d --rdzv-endpoint=<first host>:<20000 + jobid % 20000> \
+        --rdzv-id=<jobid> --rdzv-conf=is_host=<1 on node 0 else 0> --max-restarts=0 \
+        -m launcher.worker train.py ...
+
+See ``docs/launcher.md`` for the protocol details (decision file, reports,
+checkpoint exit code 75, signals).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional
+
+import click
+
+from . import envvars as ev
+from .checkpoint import EXIT_CHECKPOINT
+from .decision import DecisionError, LauncherDecision, decision_path, read_decision, state_dir
+from .mps import MPSConfigError, mps_env
+from .slurm import SlurmEnvError, count_visible_gpus, in_slurm, parse_allocation
+
+log = logging.getLogger("gimbal.run")
+EXIT_USAGE = 2
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class LaunchError(Exception):
+    """Bad configuration detected before starting anything (exit status 2)."""
+
+
+@dataclass
+class Options:
+    script: str
+    script_args: List[str]
+    standalone: bool = False
+    nproc: Optional[int] = None
+    job_id: Optional[str] = None
+    state_dir: Optional[str] = None
+    decision_file: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    overrides: Dict[str, object] = field(default_factory=dict)
+    python: str = sys.executable
+    torchrun_args: List[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchPlan:
+    mode: str
+    argv: List[str]
+    env: Dict[str, str]
+    job_id: str
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    rdzv_endpoint: Optional[str]
+    rdzv_id: Optional[str]
+    is_host: bool
+    decision_file: str
+    decision: Optional[LauncherDecision]
+    run_dir: str
+
+    def to_json(self) -> Dict[str, object]:
+        return {
+            "mode": self.mode, "argv": self.argv, "command": shlex.join(self.argv),
+            "env": self.env, "job_id": self.job_id, "nnodes": self.nnodes,
+            "node_rank": self.node_rank, "nproc_per_node": self.nproc_per_node,
+            "rdzv_endpoint": self.rdzv_endpoint, "rdzv_id": self.rdzv_id,
+            "is_host": self.is_host, "decision_file": self.decision_file,
+            "decision": self.decision.to_dict() if self.decision else None,
+            "run_dir": self.run_dir,
+        }
+
+
+def load_decision(path: str, job_id: str) -> Optional[LauncherDecision]:
+    """The daemon's decision for this job, ``None`` when there is none yet."""
+    try:
+        dec = read_decision(path)
+    except FileNotFoundError:
+        return None
+    if dec.job_id != str(job_id):
+        raise DecisionError(f"{path}: field 'job_id' is {dec.job_id!r}, expected {job_id!r}")
+    return dec
+
+
+def effective_decision(opts: Options, job_id: str, path: str) -> Optional[LauncherDecision]:
+    dec = load_decision(path, job_id)
+    overrides = {k: v for k, v in opts.overrides.items() if v is not None}
+    if dec is None and not overrides:
+        return None
+    base = dec or LauncherDecision(job_id=str(job_id))
+    return base.merged(**overrides)  # CLI flags win
+
+
+def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping[str, str]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    if dec is None:
+        return out
+    for var, val in ((ev.SUB_BATCH, dec.sub_batch), (ev.ACCUM_STEPS, dec.accum_steps),
+                     (ev.GLOBAL_BATCH, dec.global_batch)):
+        if val is not None:
+            out[var] = str(val)
+    if dec.stealing is not None:
+        out[ev.STEALING] = "1" if dec.stealing else "0"
+    out.update(mps_env(dec.mps_thread_pct, dec.mps_mem_limit_mb, nproc, inherited))
+    return out
+
+
+def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
+               restart_count: int = 0, pid: Optional[int] = None) -> LaunchPlan:
+    """Work out the torchrun command line and environment (no side effects)."""
+    env = dict(os.environ if env is None else env)
+    pid = os.getpid() if pid is None else pid
+    if opts.standalone:
+        mode = "standalone"
+        job_id = opts.job_id or env.get("SLURM_JOB_ID") or "standalone"
+        nnodes, node_rank, is_host = 1, 0, True
+        gpus = count_visible_gpus(env)
+        nproc = opts.nproc if opts.nproc is not None else (gpus or 1)
+        rdzv_endpoint = rdzv_id = None
+    else:
+        if not in_slurm(env):
+            raise SlurmEnvError("SLURM_JOB_ID", "is not set: not inside a Slurm allocation "
+                                                "(use --standalone to run without Slurm)")
+        alloc = parse_allocation(env)
+        mode = "slurm"
+        job_id = alloc.job_id
+        if opts.job_id and opts.job_id != job_id:
+            raise LaunchError(f"--job-id {opts.job_id} contradicts SLURM_JOB_ID={job_id}")
+        nnodes, node_rank, is_host = alloc.nnodes, alloc.node_rank, alloc.is_host
+        if opts.nproc is not None:
+            nproc = opts.nproc
+        elif alloc.gpus_on_node:
+            nproc = alloc.gpus_on_node
+        else:
+            log.warning("no GPUs in the allocation (SLURM_GPUS_ON_NODE/CUDA_VISIBLE_DEVICES); "
+                        "starting 1 process per node (use --nproc-per-node to change)")
+            nproc = 1
+        rdzv_endpoint = f"{alloc.rdzv_host}:{alloc.rdzv_port}"
+        rdzv_id = job_id if restart_count == 0 else f"{job_id}-r{restart_count}"
+    if nproc < 1:
+        raise LaunchError(f"--nproc-per-node must be >= 1, got {nproc}")
+
+    sdir = opts.state_dir or state_dir(env)
+    dpath = opts.decision_file or decision_path(job_id, sdir)
+    dec = effective_decision(opts, job_id, dpath)
+    ckpt = opts.checkpoint_dir or env.get(ev.CHECKPOINT_DIR) or os.path.join(sdir, "checkpoints", str(job_id))
+    run_dir = os.path.join(tempfile.gettempdir(), f"gimbal-run.{job_id}.{node_rank}.{pid}.{restart_count}")
+
+    set_env: Dict[str, str] = {
+        "PYTHONUNBUFFERED": "1",
+        ev.JOB_ID: str(job_id),
+        ev.STATE_DIR: sdir,
+        ev.REPORT_PATH: os.path.join(sdir, "reports", f"{job_id}.jsonl"),
+        ev.CHECKPOINT_DIR: ckpt,
+        ev.RESTART_COUNT: str(restart_count),
+        ev.RUN_DIR: run_dir,
+    }
+    set_env.update(decision_env(dec, nproc, env))
+    # the workers run ``-m launcher.worker``: make this package importable
+    pp = env.get("PYTHONPATH", "")
+    if _PKG_ROOT not in pp.split(os.pathsep):
+        set_env["PYTHONPATH"] = _PKG_ROOT + (os.pathsep + pp if pp else "")
+
+    argv = [opts.python, "-m", "torch.distributed.run"]
+    if mode == "standalone":
+        argv += ["--standalone", "--nnodes=1", f"--nproc-per-node={nproc}"]
+    else:
+        argv += [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}",
+                 f"--rdzv-conf=is_host={1 if is_host else 0}"]
+    argv += ["--max-restarts=0", *opts.torchrun_args, "-m", "launcher.worker",
+             opts.script, *opts.script_args]
+    return LaunchPlan(mode=mode, argv=argv, env=set_env, job_id=str(job_id), nnodes=nnodes,
+                      node_rank=node_rank, nproc_per_node=nproc, rdzv_endpoint=rdzv_endpoint,
+                      rdzv_id=rdzv_id, is_host=is_host, decision_file=dpath, decision=dec,
+                      run_dir=run_dir)
+
+
+# --------------------------------------------------------------------------- running
+
+def _read_int_files(run_dir: str, suffix: str) -> Dict[int, int]:
+    out: Dict[int, int] = {}
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return out
+    for name in names:
+        parts = name.split(".")
+        if len(parts) == 3 and parts[0] == "worker" and parts[2] == suffix and parts[1].isdigit():
+            try:
+                with open(os.path.join(run_dir, name)) as fh:
+                    out[int(parts[1])] = int(fh.read().strip())
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def classify_exit(torchrun_rc: int, worker_codes: Dict[int, int], terminated_by: Optional[int]) -> int:
+    """Exit status of gimbal-run for one launch.
+
+    0 when torchrun succeeded; :data:`EXIT_CHECKPOINT` when some worker exited
+    with 75 and none failed otherwise; else the first failing worker's own
+    code (rank order); else 128+signal when gimbal-run was told to stop;
+    else torchrun's status."""
+    if torchrun_rc == 0:
+        return 0
+    failing = {r: c for r, c in worker_codes.items() if c != 0}
+    if failing and all(c == EXIT_CHECKPOINT for c in failing.values()):
+        return EXIT_CHECKPOINT
+    real = [failing[r] for r in sorted(failing) if failing[r] != EXIT_CHECKPOINT]
+    if real:
+        return real[0]
+    if terminated_by is not None:
+        return 128 + int(terminated_by)
+    return torchrun_rc if torchrun_rc > 0 else 128 + (-torchrun_rc)
+
+
+class Supervisor:
+    """Runs one torchrun at a time, forwards signals, watches the decision file."""
+
+    def __init__(self, opts: Options, max_relaunches: int = 10, poll_interval: float = 5.0,
+                 kill_timeout: float = 60.0):
+        self.opts = opts
+        self.max_relaunches = max_relaunches
+        self.poll_interval = poll_interval
+        self.kill_timeout = kill_timeout
+        self.proc: Optional[subprocess.Popen] = None
+        self.terminated_by: Optional[int] = None
+        self.term_time: Optional[float] = None
+        self.usr2_pending = False
+        self.usr2_sent: set = set()
+        self.plan: Optional[LaunchPlan] = None
+
+    # signal handlers run in the main thread between bytecodes
+    def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGUSR2:
+            log.info("SIGUSR2: asking the training to checkpoint")
+            self.usr2_pending = True
+            self._deliver_usr2()
+            return
+        if self.terminated_by is None:
+            self.terminated_by = signum
+            self.term_time = time.monotonic()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _deliver_usr2(self) -> None:
+        if not self.usr2_pending or self.plan is None:
+            return
+        done = _read_int_files(self.plan.run_dir, "exit")
+        for rank, pid in _read_int_files(self.plan.run_dir, "pid").items():
+            if rank in self.usr2_sent or rank in done:
+                continue
+            try:
+                os.kill(pid, signal.SIGUSR2)
+                self.usr2_sent.add(rank)
+            except ProcessLookupError:
+                pass
+
+    def _mps_of(self, dec: Optional[LauncherDecision]):
+        return (dec.mps_thread_pct, dec.mps_mem_limit_mb) if dec else (None, None)
+
+    def _check_decision(self, state: dict) -> None:
+        plan = self.plan
+        try:
+            st = os.stat(plan.decision_file)
+            sig = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = None
+        if sig == state.get("sig"):
+            return
+        state["sig"] = sig
+        try:
+            new = effective_decision(self.opts, plan.job_id, plan.decision_file)
+        except (DecisionError, OSError) as exc:
+            log.warning("ignoring unreadable decision update: %s", exc)
+            return
+        if self._mps_of(new) != self._mps_of(plan.decision) and not self.usr2_pending:
+            log.info("MPS share changed %s -> %s: checkpoint and relaunch",
+                     self._mps_of(plan.decision), self._mps_of(new))
+            self.usr2_pending = True
+
+    def _launch_once(self, restart_count: int) -> int:
+        self.plan = plan = build_plan(self.opts, restart_count=restart_count)
+        os.makedirs(plan.run_dir, exist_ok=True)
+        self.usr2_pending, self.usr2_sent = False, set()
+        env = dict(os.environ)
+        env.update(plan.env)
+        log.info("launch %d: %s", restart_count, shlex.join(plan.argv))
+
+        def _child_setup():  # torchrun must not die of SIGUSR2 (default action)
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+        self.proc = subprocess.Popen(plan.argv, env=env, start_new_session=True,
+                                     preexec_fn=_child_setup)
+        dstate: dict = {}
+        try:
+            st = os.stat(plan.decision_file)
+            dstate["sig"] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            dstate["sig"] = None
+        next_poll = time.monotonic() + self.poll_interval
+        while True:
+            try:
+                rc = self.proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if self.poll_interval > 0 and now >= next_poll and self.terminated_by is None:
+                next_poll = now + self.poll_interval
+                self._check_decision(dstate)
+            self._deliver_usr2()
+            if self.term_time is not None and now - self.term_time > self.kill_timeout:
+                log.warning("training did not stop %.0fs after signal %d: killing it",
+                            self.kill_timeout, self.terminated_by)
+                for pid in list(_read_int_files(plan.run_dir, "pid").values()) + [self.proc.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self.term_time = None
+        codes = _read_int_files(plan.run_dir, "exit")
+        self.proc = None
+        result = classify_exit(rc, codes, self.terminated_by)
+        log.info("torchrun exited %d, worker codes %s -> %d", rc, codes, result)
+        _cleanup(plan.run_dir)
+        return result
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
+        try:
+            restart = 0
+            while True:
+                code = self._launch_once(restart)
+                if code != EXIT_CHECKPOINT or self.terminated_by is not None:
+                    return code
+                if restart >= self.max_relaunches:
+                    log.warning("checkpoint exit but --max-relaunches=%d reached", self.max_relaunches)
+                    return code
+                restart += 1
+                log.info("training checkpointed (exit %d): relaunching (%d)", code, restart)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def _cleanup(run_dir: str) -> None:
+    try:
+        for name in os.listdir(run_dir):
+            os.unlink(os.path.join(run_dir, name))
+        os.rmdir(run_dir)
+    except OSError:
+        pass
+
+
+def format_dry_run(plan: LaunchPlan) -> str:
+    lines = [f"# gimbal-run {plan.mode}: node {plan.node_rank}/{plan.nnodes}"
+             f"{' (rendezvous host)' if plan.is_host else ''}, {plan.nproc_per_node} processes"
+             f", decision file {plan.decision_file}"
+             f"{'' if plan.decision else ' (none)'}"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())]
+    lines.append(shlex.join(plan.argv))
+    return "\n".join(lines)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--standalone", is_flag=True, help="Run outside Slurm on this machine only.")
+@click.option("--nproc", "--nproc-per-node", "nproc", type=click.IntRange(min=1), default=None,
+              help="Processes per node (default: GPUs in the allocation, SLURM_GPUS_ON_NODE / "
+                   "CUDA_VISIBLE_DEVICES, else 1).")
+@click.option("--job-id", default=None, help="Job id in standalone mode (default SLURM_JOB_ID or 'standalone').")
+@click.option("--state-dir", default=None, help="Default $GIMBAL_STATE_DIR or /var/spool/gimbal.")
+@click.option("--decision-file", default=None, help="Default <state-dir>/decisions/<jobid>.json.")
+@click.option("--checkpoint-dir", default=None, help="Default $GIMBAL_CHECKPOINT_DIR or <state-dir>/checkpoints/<jobid>.")
+@click.option("--sub-batch", type=click.IntRange(min=1), default=None)
+@click.option("--accum-steps", type=click.IntRange(min=1), default=None)
+@click.option("--global-batch", type=click.IntRange(min=1), default=None)
+@click.option("--mps-thread-pct", type=click.IntRange(1, 100), default=None)
+@click.option("--mps-mem-limit-mb", type=click.IntRange(min=1), default=None)
+@click.option("--stealing/--no-stealing", default=None, help="LISS input-sample stealing.")
+@click.option("--max-relaunches", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--poll-interval", type=float, default=5.0, show_default=True,
+              help="Seconds between decision-file checks (0: never).")
+@click.option("--kill-timeout", type=float, default=60.0, show_default=True,
+              help="SIGKILL the training this long after forwarding SIGTERM/SIGINT.")
+@click.option("--torchrun-arg", "torchrun_args", multiple=True, help="Extra torchrun argument (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print the command and variables, run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON.")
+@click.option("-v", "--verbose", is_flag=True)
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def cli(standalone, nproc, job_id, state_dir, decision_file, checkpoint_dir, sub_batch, accum_steps,
+        global_batch, mps_thread_pct, mps_mem_limit_mb, stealing, max_relaunches, poll_interval,
+        kill_timeout, torchrun_args, dry_run, as_json, verbose, script, script_args):
+    """Launch SCRIPT with torchrun under gimbal's scheduling decision.
+
+    Use ``--`` before the script: gimbal-run [OPTIONS] -- script.py [ARGS]..."""
+    logging.basicConfig(level=logging.INFO if verbose or not dry_run else logging.WARNING,
+                        format="gimbal-run: %(message)s", stream=sys.stderr)
+    opts = Options(script=script, script_args=list(script_args), standalone=standalone, nproc=nproc,
+                   job_id=job_id, state_dir=state_dir, decision_file=decision_file,
+                   checkpoint_dir=checkpoint_dir, torchrun_args=list(torchrun_args),
+                   overrides=dict(sub_batch=sub_batch, accum_steps=accum_steps,
+                                  global_batch=global_batch, mps_thread_pct=mps_thread_pct,
+                                  mps_mem_limit_mb=mps_mem_limit_mb, stealing=stealing))
+    try:
+        plan = build_plan(opts)
+    except (SlurmEnvError, DecisionError, MPSConfigError, LaunchError) as exc:
+        click.echo(f"gimbal-run: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    if dry_run:
+        click.echo(json.dumps(plan.to_json(), indent=2, sort_keys=True) if as_json else format_dry_run(plan))
+        sys.exit(0)
+    sup = Supervisor(opts, max_relaunches=max_relaunches, poll_interval=poll_interval,
+                     kill_timeout=kill_timeout)
+    try:
+        code = sup.run()
+    except (SlurmEnvError, DecisionError, MPSConfigError, LaunchError) as exc:
+        click.echo(f"gimbal-run: error: {exc}", err=True)
+        code = EXIT_USAGE
+    sys.exit(code)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Console-script entry point (``gimbal-run = launcher.run:main``)."""
+    cli.main(args=argv, prog_name="gimbal-run")
+
+
+if __name__ == "__main__":
+    main()
