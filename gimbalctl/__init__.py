@@ -1,0 +1,1 @@
+"""gimbalctl: CLI, simulator, Slurm backend, daemon, state store, traces and reports."""

@@ -1,0 +1,164 @@
+"""``gimbalctl`` command line (click)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import click
+
+import policies
+from policies.registry import UnknownPolicyError
+
+from .cluster import ClusterSpecError, parse_cluster
+from .profiles import default_models
+from .traces import REQUIRED, TraceError, load_trace
+
+DEMO_POLICIES = ("fifo", "sjf", "tiresias", "sjf-ffs", "sjf-bsbf")
+
+
+def bundled_trace(name: str = "pollux/workload-1.csv") -> Path:
+    return Path(str(resources.files("gimbalctl").joinpath("data/traces/" + name)))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gimbal", message="gimbal %(version)s")
+def main() -> None:
+    """gimbal: deep-learning-aware scheduling for Slurm GPU clusters."""
+
+
+@main.command("policies")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def list_policies(as_json: bool) -> None:
+    """List the scheduling policies."""
+    desc = policies.describe()
+    if as_json:
+        click.echo(json.dumps(desc, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("policy", "description")
+    for name, d in desc.items():
+        table.add_row(name, d)
+    Console().print(table)
+
+
+def _parse_policies(names: tuple[str, ...]) -> list:
+    valid = policies.names()
+    chosen = list(names) if names else [p for p in DEMO_POLICIES if p in valid]
+    out = []
+    for n in chosen:
+        try:
+            out.append(policies.get_policy(n))
+        except UnknownPolicyError as e:
+            raise click.BadParameter(str(e), param_hint="--policy") from None
+    return out
+
+
+@main.command()
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="trace CSV (default: the bundled Pollux workload-1, 160 jobs)")
+@click.option("--kind", type=click.Choice(sorted(REQUIRED)), default=None,
+              help="trace format (default: detected from the header)")
+@click.option("--policy", "policy_names", multiple=True,
+              help="policy to run (repeatable; default: " + ", ".join(DEMO_POLICIES) + ")")
+@click.option("--cluster", default="16x4", show_default=True, help="NODESxGPUS[:TYPE[:MEM_MB]][,...]")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1e-3),
+              help="seconds between scheduling rounds while jobs wait")
+@click.option("--xi", type=click.FloatRange(min=1.0), default=None,
+              help="override every co-location interference ratio ξ")
+@click.option("--preempt-cost", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="seconds to checkpoint/restore on each pre-emption")
+@click.option("--unknown-lengths", is_flag=True, help="hide job lengths from policies")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write per-job CSV, timeline, summary.json and plots here")
+@click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
+def simulate(trace, kind, policy_names, cluster, seed, interval, xi, preempt_cost,
+             unknown_lengths, limit, out, as_json) -> None:
+    """Run policies over a trace in the simulator and compare them."""
+    from .sim import SimConfig, simulate as run_sim
+
+    pols = _parse_policies(policy_names)
+    try:
+        nodes = parse_cluster(cluster)
+    except ClusterSpecError as e:
+        raise click.BadParameter(str(e), param_hint="--cluster") from None
+    trace = trace or bundled_trace()
+    models = default_models()
+    try:
+        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit)
+    except TraceError as e:
+        raise click.ClickException(f"bad trace: {e}") from None
+    cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
+                    reveal_lengths=not unknown_lengths)
+    results = []
+    show_progress = not as_json and sys.stderr.isatty() and len(jobs) >= 1000
+    for pol in pols:
+        t0 = time.perf_counter()
+        if show_progress:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"{pol.name}", total=len(jobs))
+                res = run_sim(jobs, nodes, pol, models, cfg,
+                              progress=lambda done, total: bar.update(task, completed=done))
+        else:
+            res = run_sim(jobs, nodes, pol, models, cfg)
+        res.summary["wall_s"] = time.perf_counter() - t0
+        results.append(res)
+    written = []
+    if out is not None:
+        from .report import write_outputs
+
+        written = write_outputs(results, out)
+    if as_json:
+        click.echo(json.dumps({"trace": str(trace), "cluster": cluster, "jobs": len(jobs),
+                               "seed": seed, "results": {r.policy: r.summary for r in results},
+                               "files": [str(p) for p in written]}, indent=1))
+        return
+    _print_table(results, trace, cluster, len(jobs))
+    if written:
+        click.echo(f"wrote {len(written)} files to {out}")
+
+
+def _print_table(results, trace, cluster, njobs) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{njobs} jobs from {Path(trace).name} on {cluster}")
+    for col in ("policy", "avg JCT (h)", "p50 JCT (h)", "p99 JCT (h)", "avg queue (h)",
+                "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    for r in results:
+        s = r.summary
+        t.add_row(r.policy, f"{s['avg_jct'] / 3600:.2f}", f"{s['median_jct'] / 3600:.2f}",
+                  f"{s['p99_jct'] / 3600:.2f}", f"{s['avg_queueing'] / 3600:.2f}",
+                  f"{s['makespan'] / 3600:.1f}", f"{s['gpu_utilization']:.0%}",
+                  f"{s['avg_ce']:.2f}", str(s["shared_jobs"]), str(s["preemptions"]),
+                  f"{s['wall_s']:.1f}")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=150)
+    console.print(t)
+
+
+def _register_optional() -> None:
+    """Attach command groups that live in their own modules (Slurm side)."""
+    import importlib
+    import importlib.util
+
+    name = f"{__package__}.cli_slurm"
+    if importlib.util.find_spec(name) is None:
+        return
+    importlib.import_module(name).register(main)
+
+
+_register_optional()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,68 @@
+"""Reports of simulation results: per-job CSV, timeline CSV, summary JSON and
+matplotlib plots (JCT CDF, queue length over time)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .sim.result import SimResult
+
+
+def write_outputs(results: Sequence[SimResult], out: Path) -> list[Path]:
+    """Write every result's files under ``out``; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in results:
+        p = out / f"jobs-{r.policy}.csv"
+        r.jobs.to_csv(p, index=False)
+        written.append(p)
+        p = out / f"timeline-{r.policy}.csv"
+        r.timeline.to_csv(p, index=False)
+        written.append(p)
+    p = out / "summary.json"
+    p.write_text(json.dumps({r.policy: r.summary for r in results}, indent=1) + "\n")
+    written.append(p)
+    written += plot(results, out)
+    return written
+
+
+def plot(results: Sequence[SimResult], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        jct = np.sort(r.jobs.jct.to_numpy(float)) / 3600.0
+        ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("JCT (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "jct_cdf.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        tl = r.timeline
+        ax.step(tl.t / 3600.0, tl.queue_length, where="post", label=r.policy)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("waiting jobs (QL)")
+    ax.set_title("Queue length over time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "queue_length.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

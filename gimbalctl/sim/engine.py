@@ -1,0 +1,367 @@
+"""Event-driven simulator: applies a policy's Plans to a modelled cluster.
+
+Events are job arrivals, job completions and scheduling ticks.  The policy is
+called (with a fresh :class:`~policies.model.ClusterSnapshot`) after every
+arrival or completion and every ``interval`` seconds while jobs wait; its Plan
+is validated and applied.  Between events, running jobs progress at the rate
+given by the throughput model (seed 000 eq. 7), divided by the interference
+ratio ξ while they share a GPU with another job (eq. 5-6).  A job resumed after
+a pre-emption first spends ``preempt_cost`` seconds restoring (no progress).
+
+Progress is settled lazily (only for jobs whose state or rate changes), so the
+cost grows with the number of events, not with simulated seconds.  The
+simulator is deterministic: no randomness, ties broken by event sequence.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Iterable, Optional, Sequence
+
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
+
+from ..profiles import Models
+from .result import JobRecord, SimResult, TimelineSample
+
+ARRIVAL, COMPLETION, TICK = 0, 1, 2
+EPS = 1e-6
+
+
+class PlanError(ValueError):
+    """A policy returned a plan the cluster cannot carry out (a policy bug)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    interval: float = 60.0  # seconds between scheduling ticks while jobs wait
+    seed: int = 0
+    xi: Optional[float] = None  # override every pair's interference ratio
+    preempt_cost: float = 0.0  # seconds of restore after a pre-emption
+    reveal_lengths: bool = True  # policies see total_iters
+    sample_every: Optional[float] = None  # timeline sampling; default adaptive
+    max_jobs_per_gpu: int = 2
+
+
+class _Rec:
+    """Mutable simulator-side state of one job."""
+
+    __slots__ = ("spec", "state", "alloc", "as_of", "done_iters", "service", "executed",
+                 "rate", "overhead", "preemptions", "first_start", "end", "version",
+                 "view", "shared", "partners")
+
+    def __init__(self, spec: Job):
+        self.spec = spec
+        self.state = JobState.PENDING
+        self.alloc: Optional[Allocation] = None
+        self.as_of = spec.submit_time
+        self.done_iters = 0.0
+        self.service = 0.0
+        self.executed = 0.0
+        self.rate = 0.0
+        self.overhead = 0.0
+        self.preemptions = 0
+        self.first_start: Optional[float] = None
+        self.end: Optional[float] = None
+        self.version = 0
+        self.view: Optional[Job] = None
+        self.shared = False
+        self.partners: frozenset[str] = frozenset()
+
+
+class Simulator:
+    def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
+                 config: SimConfig = SimConfig(),
+                 progress: Optional[Callable[[int, int], None]] = None):
+        ids = [j.id for j in jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("job ids must be unique")
+        for j in jobs:
+            if j.total_iters is None or j.total_iters <= 0:
+                raise ValueError(f"job {j.id}: the simulator needs total_iters > 0")
+            if j.app not in models.profiles:
+                raise ValueError(f"job {j.id}: no throughput profile for application {j.app!r}")
+        self.nodes = tuple(nodes)
+        self.policy = policy
+        self.models = models.with_xi(config.xi) if config.xi is not None else models
+        self.cfg = config
+        self.progress = progress
+        self.recs = {j.id: _Rec(j) for j in jobs}
+        self.gpu_mem = {n.name: n.gpu_mem_mb for n in self.nodes}
+        self.gpu_jobs: dict[Gpu, tuple[str, ...]] = {}
+        self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
+        self.total_gpus = sum(n.num_gpus for n in self.nodes)
+        self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
+        self.active: dict[str, _Rec] = {}
+        self.waiting = 0
+        self.events: list = []
+        self.seq = 0
+        self.now = 0.0
+        self.tick_pending = False
+        self.busy_gpu_seconds = 0.0
+        self.busy_gpus = 0
+        self.last_busy_t = 0.0
+        self.timeline: list[TimelineSample] = []
+        self.policy_calls = 0
+        self.n_done = 0
+        arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
+        for j in arrivals:
+            self._push(j.submit_time, ARRIVAL, j.id, 0)
+        span = (arrivals[-1].submit_time - arrivals[0].submit_time) if arrivals else 0.0
+        self.sample_every = config.sample_every or max(config.interval, span / 2000.0, 1.0)
+        self.next_sample = arrivals[0].submit_time if arrivals else 0.0
+
+    # ------------------------------------------------------------ events
+    def _push(self, t: float, kind: int, jid: str, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, jid, version))
+
+    def run(self) -> SimResult:
+        total = len(self.recs)
+        while self.events:
+            t = self.events[0][0]
+            self._advance_busy(t)
+            self.now = t
+            changed = False
+            tick = False
+            while self.events and self.events[0][0] <= t:
+                _, kind, _, jid, version = heapq.heappop(self.events)
+                if kind == ARRIVAL:
+                    rec = self.recs[jid]
+                    self.active[jid] = rec
+                    self.waiting += 1
+                    changed = True
+                elif kind == COMPLETION:
+                    rec = self.recs[jid]
+                    if rec.version == version and rec.state is JobState.RUNNING:
+                        self._complete(rec)
+                        changed = True
+                else:
+                    self.tick_pending = False
+                    tick = True
+            if (changed or tick) and self.waiting:
+                self._schedule()
+            if self.waiting and not self.tick_pending:
+                self._push(self.now + self.cfg.interval, TICK, "", 0)
+                self.tick_pending = True
+            if self.now >= self.next_sample:
+                self._sample()
+                self.next_sample = self.now + self.sample_every
+            if self.progress:
+                self.progress(self.n_done, total)
+        unfinished = [r.spec.id for r in self.recs.values() if r.end is None]
+        if unfinished:
+            raise RuntimeError(f"simulation ended with unfinished jobs: {unfinished[:5]}")
+        return SimResult.build(self)
+
+    def _advance_busy(self, t: float) -> None:
+        self.busy_gpu_seconds += self.busy_gpus * (t - self.last_busy_t)
+        self.last_busy_t = t
+
+    # ------------------------------------------------------------ progress
+    def _settle(self, rec: _Rec) -> None:
+        if rec.state is JobState.RUNNING:
+            dt = self.now - rec.as_of
+            o = min(rec.overhead, dt)
+            rec.overhead -= o
+            rec.done_iters += rec.rate * (dt - o)
+            rec.service += rec.spec.num_gpus * dt
+            rec.executed += dt
+        rec.as_of = self.now
+        rec.view = None
+
+    def _rate(self, rec: _Rec) -> float:
+        spec, alloc = rec.spec, rec.alloc
+        prof = self.models.profiles[spec.app]
+        k = len(alloc.gpus)
+        t_iter = prof.iter_time(spec.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+        xi = 1.0
+        for other in rec.partners:
+            xi = max(xi, self.models.interference.ratio(spec.app, self.recs[other].spec.app))
+        if alloc.mps_pct is not None:  # an MPS share caps compute (seed 004 LGRR)
+            t_iter /= max(alloc.mps_pct, 1) / 100.0
+        return 1.0 / (t_iter * xi)
+
+    def _reschedule(self, rec: _Rec) -> None:
+        """Recompute rate and completion event of a running job (after settling)."""
+        rec.rate = self._rate(rec)
+        rec.version += 1
+        left = max(rec.spec.total_iters - rec.done_iters, 0.0)
+        self._push(self.now + rec.overhead + left / rec.rate, COMPLETION, rec.spec.id, rec.version)
+
+    def _partners_of(self, gpus: Iterable[Gpu], jid: str) -> frozenset[str]:
+        out = set()
+        for g in gpus:
+            out.update(self.gpu_jobs.get(g, ()))
+        out.discard(jid)
+        return frozenset(out)
+
+    def _release(self, rec: _Rec) -> set[str]:
+        """Take ``rec`` off its GPUs; return the partners whose rate changes."""
+        affected: set[str] = set()
+        for g in rec.alloc.gpus:
+            rest = tuple(x for x in self.gpu_jobs.get(g, ()) if x != rec.spec.id)
+            if rest:
+                self.gpu_jobs[g] = rest
+                affected.update(rest)
+            else:
+                self.gpu_jobs.pop(g, None)
+                self.free_by_node[g.node].add(g.index)
+                self.busy_gpus -= 1
+        return affected
+
+    def _refresh(self, jids: Iterable[str]) -> None:
+        for jid in jids:
+            other = self.recs[jid]
+            if other.state is JobState.RUNNING:
+                self._settle(other)
+                other.partners = self._partners_of(other.alloc.gpus, jid)
+                self._reschedule(other)
+
+    def _complete(self, rec: _Rec) -> None:
+        self._settle(rec)
+        rec.done_iters = rec.spec.total_iters
+        rec.state = JobState.PENDING  # leaves the active set
+        rec.end = self.now
+        affected = self._release(rec)
+        del self.active[rec.spec.id]
+        self.n_done += 1
+        self._refresh(affected)
+
+    # ------------------------------------------------------------ scheduling
+    def snapshot(self) -> ClusterSnapshot:
+        jobs = {jid: self._view(r) for jid, r in self.active.items()}
+        free = tuple(Gpu(n.name, i) for n in self.nodes for i in sorted(self.free_by_node[n.name]))
+        return ClusterSnapshot(
+            now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
+            gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
+            profiles=self.models.profiles, memory=self.models.memory,
+            interference=self.models.interference, seed=self.cfg.seed,
+            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu)
+
+    def _view(self, rec: _Rec) -> Job:
+        if rec.view is None:
+            rec.view = dataclasses.replace(
+                rec.spec,
+                total_iters=rec.spec.total_iters if self.cfg.reveal_lengths else None,
+                state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
+                as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
+                executed_time=rec.executed,
+                iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
+                preemptions=rec.preemptions)
+        return rec.view
+
+    def _schedule(self) -> None:
+        snap = self.snapshot()
+        plan = self.policy.schedule(snap)
+        self.policy_calls += 1
+        self.apply(plan)
+
+    def apply(self, plan: Plan) -> None:
+        if not isinstance(plan, Plan):
+            raise PlanError(f"policy returned {type(plan).__name__}, not a Plan")
+        affected: set[str] = set()
+        for act in plan.actions:
+            if act.job_id not in self.active:
+                raise PlanError(f"plan names job {act.job_id!r}, which is not active")
+        for act in plan.preempts():
+            rec = self.active[act.job_id]
+            if rec.state is not JobState.RUNNING:
+                raise PlanError(f"cannot pre-empt job {act.job_id}: it is not running")
+            self._settle(rec)
+            affected |= self._release(rec)
+            rec.state, rec.alloc, rec.rate = JobState.SUSPENDED, None, 0.0
+            rec.partners = frozenset()
+            rec.preemptions += 1
+            rec.version += 1
+            self.waiting += 1
+        for act in plan.resizes():
+            rec = self.active[act.job_id]
+            if rec.state is not JobState.RUNNING:
+                raise PlanError(f"cannot resize job {act.job_id}: it is not running")
+            self._settle(rec)
+            affected |= self._release(rec)
+            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct, resize=True)
+            affected |= set(rec.partners)
+        for act in plan.starts():
+            rec = self.active[act.job_id]
+            if rec.state is JobState.RUNNING:
+                raise PlanError(f"cannot start job {act.job_id}: it is already running")
+            if len(act.gpus) != rec.spec.num_gpus:
+                raise PlanError(f"gang violation: job {act.job_id} needs {rec.spec.num_gpus} GPUs,"
+                                f" plan gives {len(act.gpus)}")
+            self._settle(rec)
+            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct)
+            self.waiting -= 1
+            affected |= set(rec.partners)
+        self._refresh(affected)
+
+    def _place(self, rec: _Rec, gpus, sub_batch, accum, mps_pct, resize=False) -> None:
+        jid = rec.spec.id
+        if len(set(gpus)) != len(gpus):
+            raise PlanError(f"job {jid}: the same GPU listed twice")
+        for g in gpus:
+            if g not in self.valid_gpus:
+                raise PlanError(f"job {jid}: no such GPU {g}")
+            on = self.gpu_jobs.get(g, ())
+            if len(on) >= self.cfg.max_jobs_per_gpu:
+                raise PlanError(f"job {jid}: GPU {g} already holds {len(on)} jobs")
+            if on:
+                mem = self.models.memory
+                need = sum(mem[self.recs[x].spec.app].mem_mb(self.recs[x].alloc.sub_batch)
+                           for x in on if self.recs[x].spec.app in mem)
+                if rec.spec.app in mem:
+                    need += mem[rec.spec.app].mem_mb(sub_batch)
+                if need > self.gpu_mem[g.node] + EPS:
+                    raise PlanError(f"job {jid}: GPU {g} memory over capacity ({need:.0f} MiB)")
+        for g in gpus:
+            if g not in self.gpu_jobs:
+                self.busy_gpus += 1  # GPUs holding at least one job
+            self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
+            self.free_by_node[g.node].discard(g.index)
+        rec.alloc = Allocation(tuple(gpus), int(sub_batch), int(accum), mps_pct)
+        rec.partners = self._partners_of(gpus, jid)
+        if rec.partners:
+            rec.shared = True
+        if not resize:
+            if rec.first_start is None:
+                rec.first_start = self.now
+            elif rec.preemptions:
+                rec.overhead += self.cfg.preempt_cost
+        rec.state = JobState.RUNNING
+        self._reschedule(rec)
+
+    # ------------------------------------------------------------ metrics
+    def _sample(self) -> None:
+        """QL, CE and BI at ``now`` (seed 001 §2.2) and GPU use."""
+        ce = 0.0
+        bi_sum, n_wait = 0.0, 0
+        for rec in self.active.values():
+            prof = self.models.profiles[rec.spec.app]
+            one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, _one_gpu_accum(prof, rec.spec))
+            if rec.state is JobState.RUNNING:
+                ce += rec.rate / one
+            else:
+                n_wait += 1
+                left = rec.spec.total_iters - rec.done_iters
+                pending = self.now - (rec.as_of if rec.preemptions else rec.spec.submit_time)
+                bi_sum += pending / max(left / one, EPS)
+        self.timeline.append(TimelineSample(
+            self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
+            self.busy_gpus / max(self.total_gpus, 1)))
+
+
+def _one_gpu_accum(prof, spec: Job) -> int:
+    s = 1
+    while spec.global_batch / s > prof.max_local_batch:
+        s *= 2
+    return s
+
+
+def simulate(jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
+             config: SimConfig = SimConfig(), progress=None) -> SimResult:
+    """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator`."""
+    return Simulator(jobs, nodes, policy, models, config, progress).run()

@@ -1,0 +1,249 @@
+"""Trace loaders (pandas) → lists of pending :class:`~policies.model.Job`.
+
+Formats (``kind``; auto-detected from the header when omitted):
+
+* ``pollux`` — ``name,time,application,num_replicas,batch_size``.  Length:
+  iterations for the app to reach its target at that batch
+  (:meth:`Models.iterations_for`, from Pollux's validation profiles).
+* ``philly`` — ``timestamp,duration,num_gpus,gpu_time,cluster``.
+* ``tiresias`` — ``job_id,num_gpu,submit_time,iterations,model_name,duration,...``
+  (seconds); ``muri`` — the same columns with times in milliseconds.
+* ``generic`` — ``id,submit_time,num_gpus`` plus ``duration`` or
+  ``iterations``; optional ``app``, ``batch_size``, ``user``, ``deadline``,
+  ``group``.  Times in seconds.  Other names map with ``columns={"mine": "id"}``.
+
+Where a trace has no Pollux application (seed 000 §VI-A annotates the Philly
+trace with Pollux's six applications), one is drawn uniformly with
+``numpy.random.default_rng(seed)`` in row order (model names that clearly
+match an application are mapped instead, ``MODEL_TO_APP``).  The global batch
+is the app's base batch (smallest batch Pollux profiled) × GPUs, capped at the
+largest profiled batch, and the iteration count is chosen so the job's
+exclusive run time on its requested GPUs equals the trace's duration.
+Submit times are shifted so the first job arrives at 0.
+
+Malformed input raises :class:`TraceError` naming file, line and column;
+nothing is returned half-loaded.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+import pandas as pd
+
+from policies.model import Job
+
+from .profiles import APPS, Models, default_models
+
+BASE_BATCH = {"bert": 12, "cifar10": 128, "deepspeech2": 20, "imagenet": 200, "ncf": 256,
+              "yolov3": 8}
+MODEL_TO_APP = [(re.compile(p, re.I), app) for p, app in (
+    (r"bert|transformer", "bert"), (r"cifar|resnet-?18\b", "cifar10"),
+    (r"deepspeech|lstm|rnn|speech", "deepspeech2"), (r"imagenet|resnet|vgg|inception|alexnet",
+                                                    "imagenet"),
+    (r"ncf|recommend", "ncf"), (r"yolo", "yolov3"))]
+REQUIRED = {
+    "pollux": ["name", "time", "application", "num_replicas", "batch_size"],
+    "philly": ["timestamp", "duration", "num_gpus"],
+    "tiresias": ["job_id", "num_gpu", "submit_time", "duration"],
+    "muri": ["job_id", "num_gpu", "submit_time", "duration"],
+    "generic": ["id", "submit_time", "num_gpus"],
+}
+
+
+class TraceError(ValueError):
+    def __init__(self, path, line: Optional[int], column: Optional[str], problem: str):
+        where = str(path) + (f":{line}" if line is not None else "")
+        where += f": column {column!r}" if column else ""
+        super().__init__(f"{where}: {problem}")
+
+
+def detect_kind(columns) -> str:
+    cols = set(columns)
+    if {"iteration_time", "resource_time_0"} <= cols:
+        return "muri"
+    for kind in ("pollux", "philly", "tiresias", "generic"):
+        if set(REQUIRED[kind]) <= cols:
+            return kind
+    raise ValueError("unrecognised trace header " + ",".join(columns))
+
+
+def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) -> pd.Series:
+    vals = pd.to_numeric(df[col], errors="coerce")
+    bad = vals.isna() | ~np.isfinite(vals.fillna(0))
+    if positive:
+        bad |= vals <= 0
+    elif not bad.all():
+        bad |= vals < 0
+    if integer:
+        bad |= (vals.fillna(0) % 1) != 0
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        want = "a positive " if positive else "a non-negative "
+        want += "integer" if integer else "number"
+        raise TraceError(path, i + 2, col, f"expected {want}, got {df[col].iloc[i]!r}")
+    return vals
+
+
+def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional[Models] = None,
+               columns: Optional[Mapping[str, str]] = None, limit: Optional[int] = None) -> list[Job]:
+    path = Path(path)
+    models = models or default_models()
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except FileNotFoundError:
+        raise TraceError(path, None, None, "file not found") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise TraceError(path, None, None, f"not a readable CSV ({e})") from None
+    except pd.errors.EmptyDataError:
+        raise TraceError(path, None, None, "empty file") from None
+    if columns:
+        df = df.rename(columns=dict(columns))
+    if kind is None:
+        try:
+            kind = detect_kind(df.columns)
+        except ValueError as e:
+            raise TraceError(path, 1, None, f"{e}; expected one of: " + "; ".join(
+                f"{k}: {','.join(v)}" for k, v in REQUIRED.items())) from None
+    if kind not in REQUIRED:
+        raise TraceError(path, None, None, f"unknown trace kind {kind!r}; valid: {', '.join(REQUIRED)}")
+    missing = [c for c in REQUIRED[kind] if c not in df.columns]
+    if missing:
+        raise TraceError(path, 1, missing[0], f"missing column for a {kind} trace")
+    if len(df) == 0:
+        raise TraceError(path, None, None, "no jobs in trace")
+    if limit is not None:
+        df = df.iloc[:limit]
+    jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models)
+    jobs.sort(key=lambda j: (j.submit_time, j.id))
+    return jobs
+
+
+def _assign_app(model_name: str, rng) -> str:
+    for pat, app in MODEL_TO_APP:
+        if model_name and pat.search(model_name):
+            return app
+    return APPS[int(rng.integers(len(APPS)))]
+
+
+def _batch_for(app: str, gpus: int, models: Models) -> int:
+    table = models.iters_table[app]
+    return int(min(BASE_BATCH[app] * gpus, table[-1][0]))
+
+
+def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
+                        gpus_per_node: int = 4) -> float:
+    prof = models.profiles[app]
+    s = 1
+    while batch / gpus / s > prof.max_local_batch:
+        s *= 2
+    t = prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
+    return max(duration / t, 1.0)
+
+
+def _from_durations(ids, submits, gpus, durations, model_names, rng, models, users=None,
+                    apps=None, batches=None, extra=None) -> list[Job]:
+    jobs = []
+    t0 = float(np.min(submits))
+    for k in range(len(ids)):
+        g = int(gpus[k])
+        app = apps[k] if apps is not None and apps[k] else _assign_app(
+            model_names[k] if model_names is not None else "", rng)
+        batch = int(batches[k]) if batches is not None and batches[k] else _batch_for(app, g, models)
+        iters = _iters_for_duration(app, g, batch, float(durations[k]), models)
+        kw = extra[k] if extra else {}
+        jobs.append(Job(id=str(ids[k]), submit_time=float(submits[k]) - t0, num_gpus=g, app=app,
+                        global_batch=batch, total_iters=iters,
+                        user=str(users[k]) if users is not None else "user", **kw))
+    return jobs
+
+
+def _pollux(df, path, rng, models) -> list[Job]:
+    t = _numeric(df, path, "time")
+    g = _numeric(df, path, "num_replicas", positive=True, integer=True)
+    b = _numeric(df, path, "batch_size", positive=True, integer=True)
+    jobs = []
+    for i, app in enumerate(df.application):
+        if app not in models.iters_table:
+            raise TraceError(path, i + 2, "application",
+                             f"unknown application {app!r}; known: {', '.join(sorted(models.iters_table))}")
+        jobs.append(Job(id=str(df.name.iloc[i]), submit_time=float(t.iloc[i]), num_gpus=int(g.iloc[i]),
+                        app=app, global_batch=int(b.iloc[i]),
+                        total_iters=models.iterations_for(app, int(b.iloc[i]))))
+    return jobs
+
+
+def _philly(df, path, rng, models) -> list[Job]:
+    ts = pd.to_datetime(df.timestamp, errors="coerce", format="%Y-%m-%d %H:%M:%S")
+    if ts.isna().any():
+        i = int(np.flatnonzero(ts.isna().to_numpy())[0])
+        raise TraceError(path, i + 2, "timestamp",
+                         f"expected YYYY-MM-DD HH:MM:SS, got {df.timestamp.iloc[i]!r}")
+    dur = _numeric(df, path, "duration", positive=True)
+    g = _numeric(df, path, "num_gpus", positive=True, integer=True)
+    submits = (ts - ts.min()).dt.total_seconds().to_numpy()
+    order = np.argsort(submits, kind="stable")  # apps are drawn in submit order
+    ids = [f"philly-{i}" for i in range(len(df))]
+    jobs = _from_durations([ids[i] for i in order], submits[order], g.to_numpy()[order],
+                           dur.to_numpy()[order], None, rng, models,
+                           users=df.cluster.to_numpy()[order] if "cluster" in df else None)
+    return jobs
+
+
+def _tiresias_like(scale: float):
+    def load(df, path, rng, models) -> list[Job]:
+        sub = _numeric(df, path, "submit_time") / scale
+        dur = _numeric(df, path, "duration", positive=True) / scale
+        g = _numeric(df, path, "num_gpu", positive=True, integer=True)
+        names = df.model_name.to_numpy() if "model_name" in df else None
+        return _from_durations(df.job_id.to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(),
+                               names, rng, models)
+    return load
+
+
+def _generic(df, path, rng, models) -> list[Job]:
+    sub = _numeric(df, path, "submit_time")
+    g = _numeric(df, path, "num_gpus", positive=True, integer=True)
+    apps = df.app.to_numpy() if "app" in df else None
+    if apps is not None:
+        for i, a in enumerate(apps):
+            if a and a not in models.profiles:
+                raise TraceError(path, i + 2, "app", f"unknown application {a!r}; known: "
+                                 + ", ".join(sorted(models.profiles)))
+    batches = _numeric(df, path, "batch_size", positive=True, integer=True).to_numpy() \
+        if "batch_size" in df else None
+    extra = [{} for _ in range(len(df))]
+    if "deadline" in df:
+        dl = pd.to_numeric(df.deadline.replace("", np.nan), errors="coerce")
+        for i, v in enumerate(dl):
+            if not (isinstance(v, float) and math.isnan(v)):
+                extra[i]["deadline"] = float(v) - float(sub.min())
+    if "group" in df:
+        for i, v in enumerate(df.group):
+            extra[i]["group_id"] = v or None
+    users = df.user.to_numpy() if "user" in df else None
+    if "iterations" in df:
+        it = _numeric(df, path, "iterations", positive=True)
+        t0 = float(sub.min())
+        jobs = []
+        for i in range(len(df)):
+            app = (apps[i] if apps is not None and apps[i] else _assign_app("", rng))
+            gi = int(g.iloc[i])
+            batch = int(batches[i]) if batches is not None else _batch_for(app, gi, models)
+            jobs.append(Job(id=str(df["id"].iloc[i]), submit_time=float(sub.iloc[i]) - t0,
+                            num_gpus=gi, app=app, global_batch=batch,
+                            total_iters=float(it.iloc[i]),
+                            user=str(users[i]) if users is not None else "user", **extra[i]))
+        return jobs
+    if "duration" not in df:
+        raise TraceError(path, 1, "duration", "a generic trace needs 'duration' or 'iterations'")
+    dur = _numeric(df, path, "duration", positive=True)
+    return _from_durations(df["id"].to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(), None,
+                           rng, models, users=users, apps=apps, batches=batches, extra=extra)
+
+
+_LOADERS = {"pollux": _pollux, "philly": _philly, "tiresias": _tiresias_like(1.0),
+            "muri": _tiresias_like(1000.0), "generic": _generic}
