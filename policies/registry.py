@@ -10,7 +10,7 @@ _REGISTRY: dict[str, type] = {}
 # One module per policy; importing a module registers its policy.
 _MODULES = (
     "policies.fifo", "policies.sjf", "policies.srtf", "policies.srsf",
-    "policies.tiresias", "policies.sjf_bsbf",
+    "policies.tiresias", "policies.sjf_bsbf", "policies.sjf_ffs",
 )
 
 
