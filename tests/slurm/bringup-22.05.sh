@@ -1,0 +1,50 @@
+#!/bin/bash
+# Bring up the gimbal test cluster on Slurm 22.05 (Debian bookworm packages) on this host,
+# loopback only. Idempotent: installs what is missing, keeps running daemons, waits until every
+# node is idle, and fails loudly (with the daemons' log tails) otherwise.
+#
+#   sudo bash tests/slurm/bringup-22.05.sh          # cluster "lab": gpu1-3 (4 GPUs, 16 shards
+#                                                    # each) + mps1 (2 GPUs, mps:200); port 6817
+#   sudo VARIANT=mps bash tests/slurm/bringup-22.05.sh
+#                                                    # cluster "labmps": m1, m2 (2 GPUs, mps:200
+#                                                    # each, NO shard) on port 6827, next to "lab";
+#                                                    # use SLURM_CONF=/etc/slurm-mps/slurm.conf
+#   FRESH=1 ...                                      # forget saved jobs / node state
+#   bash tests/slurm/bringup-22.05.sh stop           # stop (VARIANT=mps: that cluster only)
+#
+# Why a variant: Slurm gives MPS jobs CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=0 when GresTypes lists
+# both shard and mps (22.05 and 26.05), so MPS percentages are tested on "labmps".
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
+VARIANT=${VARIANT:-main}
+case "$VARIANT" in
+  main) CONF=$HERE/conf-22.05; INSTANCE=gimbal ;;
+  mps)  CONF=$HERE/conf-22.05-mps; INSTANCE=gimbal-mps ;;
+  *) echo "bringup-22.05: unknown VARIANT=$VARIANT (main|mps)" >&2; exit 2 ;;
+esac
+export INSTANCE DEBIAN_FRONTEND=noninteractive
+T0=$SECONDS
+t() { local s=$SECONDS rc=0; "$@" || rc=$?; echo "[timing] $(echo "$*" | cut -c1-100): $((SECONDS-s)) s" >&2; return $rc; }
+die() { echo "bringup-22.05: ERROR: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root (apt-get, daemons, mknod)"
+if [ "${1:-}" = stop ]; then
+  [ -x /usr/sbin/slurmctld ] || exit 0
+  exec bash "$HERE/lib/clusterctl.sh" stop
+fi
+
+PKGS="munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins"
+missing=""
+for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  t apt-get update -qq || die "apt-get update failed"
+  # slurm-wlm-basic-plugins pulls liblua5.1 for job_submit/lua
+  t apt-get install -y -qq --no-install-recommends $PKGS >/dev/null || die "apt-get install$missing failed"
+fi
+release=$(dpkg-query -W -f='${Version}' slurmctld)
+case "$release" in 22.05.*) ;; *) echo "bringup-22.05: warning: slurmctld is $release, not 22.05" >&2 ;; esac
+[ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || ls /usr/lib/*/slurm-wlm/job_submit_lua.so >/dev/null 2>&1 \
+  || die "job_submit_lua.so not installed"
+id alice >/dev/null 2>&1 || useradd -m -s /bin/bash alice       # an unprivileged test user
+t bash "$HERE/lib/clusterctl.sh" install "$CONF" "$REPO/slurm_hooks" || die "config install failed"
+t bash "$HERE/lib/clusterctl.sh" start || die "cluster start failed"
+echo "[timing] bringup-22.05 ($VARIANT) total: $((SECONDS-T0)) s" >&2
