@@ -1,0 +1,352 @@
+"""Slurm-side CLI commands: ``queue``, ``explain``, ``daemon``, ``revert``, ``db upgrade``.
+
+``register(group)`` adds them to the lead's ``gimbalctl`` click group.
+Common flags: ``--config etc/gimbal.toml`` (TOML; CLI flags win), ``--db URL``,
+``--json``, ``--dry-run`` on everything that mutates.  Errors name the input
+and exit with the codes of :class:`gimbalctl.daemon.Exit`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Optional
+
+import click
+
+from .config import BACKENDS, KNOBS, MODES, ConfigError, load
+from .daemon import Exit
+
+log = logging.getLogger("gimbal.cli")
+
+
+def _common(f):
+    f = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                     help="TOML config file (e.g. etc/gimbal.toml); flags win")(f)
+    f = click.option("--db", default=None, help="state store URL or SQLite path "
+                     "(default $GIMBAL_DB or ./gimbal.db)")(f)
+    f = click.option("--backend", type=click.Choice(BACKENDS), default=None,
+                     help="Slurm access: auto (pyslurm if it matches the release), cli, pyslurm")(f)
+    f = click.option("--json", "as_json", is_flag=True, help="machine-readable output")(f)
+    return f
+
+
+def _fail(msg: str, code: int) -> None:
+    click.echo(f"gimbalctl: error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _setup(config_path, **overrides):
+    try:
+        return load(config_path, overrides)
+    except ConfigError as e:
+        _fail(str(e), Exit.USAGE)
+
+
+def _policy(name: str, options: dict):
+    from policies.registry import UnknownPolicyError, get_policy
+    try:
+        return get_policy(name, **options)
+    except UnknownPolicyError as e:
+        _fail(f"--policy: {e}", Exit.USAGE)
+    except TypeError as e:
+        _fail(f"--policy {name}: bad policy_options ({e})", Exit.USAGE)
+
+
+def _backend(cfg):
+    from .slurm import SlurmError, get_backend
+    try:
+        return get_backend(cfg.backend, timeout=cfg.timeout, prefix=cfg.command_prefix,
+                           partition=cfg.partition)
+    except SlurmError as e:
+        _fail(str(e), Exit.SLURM_UNAVAILABLE)
+
+
+def _store(cfg, upgrade: bool = True):
+    from .store import Store, StoreError
+    try:
+        st = Store(cfg.db)
+        if upgrade:
+            st.ensure_schema()
+        return st
+    except StoreError as e:
+        _fail(str(e), Exit.STORE)
+
+
+def _print_changes(changes, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        return
+    for c in changes:
+        tag = "would run" if dry_run else ("FAILED" if c.error else "ran")
+        click.echo(f"  {tag}: {json.dumps(list(c.argv))}" + (f"  ({c.error})" if c.error else ""))
+
+
+# ---------------------------------------------------------------- daemon
+@click.command("daemon")
+@_common
+@click.option("--once", is_flag=True, help="run one cycle and exit (for cron/systemd timers)")
+@click.option("--policy", default=None, help="policy name (see `gimbalctl policies`)")
+@click.option("--mode", type=click.Choice(MODES), default=None, help="ordering or gate")
+@click.option("--knob", type=click.Choice(KNOBS), default=None,
+              help="ordering mode: Slurm priority (fixed) or site factor")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=None, help="seconds between cycles")
+@click.option("--state-dir", default=None, help="launcher decisions/reports root ($GIMBAL_STATE_DIR)")
+@click.option("--lock-file", default=None, help="lock file (default <state-dir>/daemon.lock)")
+@click.option("--dry-run", is_flag=True, help="print the plan and the exact Slurm changes; change nothing")
+def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, interval, state_dir,
+               lock_file, dry_run):
+    """Schedule: snapshot -> policy -> plan -> apply -> audit.
+
+    \b
+    Exit codes (--once): 0 done or skipped (another cycle holds the lock),
+    1 unexpected error, 2 bad input, 3 Slurm unavailable (DB untouched),
+    4 state store error, 5 some Slurm changes failed (see the audit).
+    """
+    cfg = _setup(config_path, db=db, backend=backend, policy=policy, mode=mode, knob=knob,
+                 interval=interval, state_dir=state_dir, lock_file=lock_file)
+    pol = _policy(cfg.policy, cfg.policy_options)
+    from .daemon import loop
+    if once or dry_run:
+        sys.exit(_one_cycle(cfg, pol, as_json, dry_run))
+    sys.exit(loop(cfg, lambda: _one_cycle(cfg, pol, as_json, False)))
+
+
+def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
+    import filelock
+
+    from .daemon import run_cycle
+    from .slurm import SlurmError, SlurmUnavailable
+    from .store import StoreError
+    lock = None
+    if not dry_run:
+        os.makedirs(os.path.dirname(os.path.abspath(cfg.lock_path)), exist_ok=True)
+        lock = filelock.FileLock(cfg.lock_path, timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            msg = f"another gimbalctl daemon cycle holds {cfg.lock_path}; skipping this one"
+            click.echo(json.dumps({"status": "skipped", "reason": msg}) if as_json else msg)
+            return Exit.OK
+    try:
+        be = _backend(cfg)
+        try:
+            be.version()
+        except SlurmUnavailable as e:
+            click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
+            return Exit.SLURM_UNAVAILABLE
+        st = _store(cfg)
+        try:
+            res = run_cycle(cfg, be, st, pol, dry_run=dry_run)
+        except SlurmUnavailable as e:
+            click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
+            return Exit.SLURM_UNAVAILABLE
+        except SlurmError as e:
+            click.echo(f"gimbalctl daemon: Slurm error: {e}", err=True)
+            return Exit.ERROR
+        except StoreError as e:
+            click.echo(f"gimbalctl daemon: state store error: {e}", err=True)
+            return Exit.STORE
+        for w in res.warnings:
+            click.echo(f"warning: {w}", err=True)
+        if as_json:
+            click.echo(json.dumps(res.as_dict(), default=str))
+        else:
+            head = "dry run" if dry_run else f"cycle {res.cycle_id}"
+            click.echo(f"{head}: policy {res.plan.policy}, mode {cfg.mode}"
+                       + (f"/{cfg.knob}" if cfg.mode == "ordering" else "")
+                       + f", backend {be.name} (Slurm {be.release}); "
+                       f"{len(res.queue)} pending, {len(res.changes)} change(s)")
+            if dry_run:
+                click.echo("plan: " + json.dumps(res.plan.as_dict()))
+            _print_changes(res.changes, as_json, dry_run)
+        return Exit.PARTIAL if res.status == "partial" else Exit.OK
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+# ---------------------------------------------------------------- queue / explain
+@click.command("queue")
+@_common
+@click.option("--policy", default=None, help="compute the order live with this policy "
+              "(default: the last decision in the DB, else the configured policy live)")
+@click.option("--live", is_flag=True, help="compute live even if the DB has a decision")
+def queue_cmd(config_path, db, backend, as_json, policy, live):
+    """Pending jobs in gimbal's order, with the reason for each."""
+    cfg = _setup(config_path, db=db, backend=backend, policy=policy)
+    rows, source = _queue_rows(cfg, live or policy is not None)
+    if as_json:
+        click.echo(json.dumps({"source": source, "jobs": rows}, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"gimbal queue ({source})")
+    for col in ("#", "job", "gpus", "app", "est (s)", "slurm prio", "reason"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(str(r["position"] + 1) if r["position"] is not None else "-", r["job_id"],
+                  str(r.get("num_gpus", "")), str(r.get("app", "")),
+                  f"{r['duration_estimate']:.0f}" if r.get("duration_estimate") else "-",
+                  str(r.get("slurm_priority", "")), f"{r['reason_code']}: {r['reason_text']}")
+    Console().print(t)
+
+
+def _live(cfg):
+    from .daemon import compute_targets
+    from .profiles import default_models
+    from .slurm import SlurmError
+    from .snapshot import build_snapshot
+    be = _backend(cfg)
+    try:
+        jobs, nodes = be.jobs(), be.nodes()
+    except SlurmError as e:
+        _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
+    snap = build_snapshot(jobs, nodes, default_models(), default_app=cfg.default_app,
+                          default_batch=cfg.default_batch)
+    plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)
+    order, _ = compute_targets(cfg, plan, snap, nodes, [])
+    return snap, plan, order
+
+
+def _queue_rows(cfg, live: bool):
+    if not live:
+        from .store import Store
+        st = Store(cfg.db)
+        if os.path.exists(st.url.replace("sqlite:///", "")) or not st.url.startswith("sqlite"):
+            st.ensure_schema()
+            last = st.last_plan()
+            if last is not None:
+                cyc, d = last
+                from .store.models import JobDecisionRow
+                from sqlalchemy import select
+                with st.tx() as s:
+                    jds = list(s.scalars(select(JobDecisionRow).where(
+                        JobDecisionRow.cycle_id == cyc.id)))
+                rows = []
+                for jd in jds:
+                    if jd.position is None:
+                        continue
+                    inp = d["inputs"].get(jd.job_id, {})
+                    rows.append(dict(job_id=jd.job_id, position=jd.position,
+                                     reason_code=jd.reason_code, reason_text=jd.reason_text,
+                                     numbers=jd.numbers, target=jd.target, **inp))
+                rows.sort(key=lambda r: r["position"])
+                return rows, f"cycle {cyc.id}, policy {cyc.policy}, {cyc.started_at:%Y-%m-%d %H:%M:%S}"
+    snap, plan, order = _live(cfg)
+    rows = []
+    for i, jid in enumerate(order):
+        r = plan.reasons.get(jid)
+        rows.append(dict(job_id=jid, position=i, reason_code=r.code.value if r else "none",
+                         reason_text=r.text if r else "", numbers=dict(r.numbers) if r else {},
+                         **snap.inputs[jid]))
+    return rows, f"live, policy {plan.policy}"
+
+
+@click.command("explain")
+@click.argument("job_id")
+@_common
+@click.option("--live", is_flag=True, help="compute now instead of reading the last decision")
+@click.option("--policy", default=None, help="policy for --live")
+def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
+    """Why JOB_ID has its position or placement: policy, inputs, numbers."""
+    cfg = _setup(config_path, db=db, backend=backend, policy=policy)
+    out = None
+    if not live:
+        st = _store(cfg)
+        found = st.last_decision(job_id)
+        if found is not None:
+            cyc, jd, d = found
+            out = {"source": f"cycle {cyc.id} ({cyc.started_at:%Y-%m-%d %H:%M:%S})",
+                   "policy": cyc.policy, "mode": cyc.mode, "knob": cyc.knob, "job_id": job_id,
+                   "position": jd.position, "reason": {"code": jd.reason_code, "text": jd.reason_text,
+                                                       "numbers": jd.numbers},
+                   "action": jd.action, "slurm_target": jd.target,
+                   "inputs": d["inputs"].get(job_id, {}),
+                   "audit": [dict(field=a.field, before=a.before, after=a.after, status=a.status,
+                                  cycle=a.cycle_id) for a in st.audit_rows(job_id=job_id)]}
+    if out is None:
+        snap, plan, order = _live(cfg)
+        if job_id not in snap.inputs:
+            known = ", ".join(sorted(snap.inputs)) or "none"
+            _fail(f"JOB {job_id!r}: not a pending/running GPU job gimbal knows "
+                  f"(jobs now: {known})", Exit.USAGE)
+        r = plan.reasons.get(job_id)
+        act = next((a for a in plan.actions if a.job_id == job_id), None)
+        from .daemon import _action_dict
+        out = {"source": "live", "policy": plan.policy, "job_id": job_id,
+               "position": order.index(job_id) if job_id in order else None,
+               "reason": r.as_dict() if r else None, "action": _action_dict(act),
+               "inputs": dict(snap.inputs[job_id])}
+    if as_json:
+        click.echo(json.dumps(out, default=str))
+        return
+    pos = out["position"]
+    click.echo(f"job {job_id}: {'position ' + str(pos + 1) if pos is not None else 'not waiting'}"
+               f" under policy {out['policy']} ({out['source']})")
+    if out.get("reason"):
+        r = out["reason"]
+        click.echo(f"  reason: {r['code']} - {r['text']}")
+        for k, v in (r.get("numbers") or {}).items():
+            click.echo(f"    {k} = {v}")
+    if out.get("action"):
+        click.echo(f"  action: {json.dumps(out['action'])}")
+    click.echo("  inputs: " + json.dumps(out["inputs"], default=str))
+    for a in out.get("audit", []):
+        click.echo(f"  audit cycle {a['cycle']}: {a['field']} {a['before']} -> {a['after']} [{a['status']}]")
+
+
+# ---------------------------------------------------------------- revert / db
+@click.command("revert")
+@_common
+@click.option("--job", "jobs", multiple=True, help="only these job ids")
+@click.option("--dry-run", is_flag=True, help="print the Slurm changes; change nothing")
+def revert_cmd(config_path, db, backend, as_json, jobs, dry_run):
+    """Undo gimbal's changes to pending jobs (from the audit log), restoring Slurm's own ordering."""
+    cfg = _setup(config_path, db=db, backend=backend)
+    from .daemon import revert
+    from .slurm import SlurmError, SlurmUnavailable
+    be = _backend(cfg)
+    st = _store(cfg)
+    try:
+        changes = revert(be, st, dry_run=dry_run, job_ids=list(jobs) or None)
+    except SlurmUnavailable as e:
+        _fail(f"Slurm unavailable: {e}", Exit.SLURM_UNAVAILABLE)
+    except SlurmError as e:
+        _fail(f"Slurm: {e}", Exit.ERROR)
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, "changes": [c.as_dict() for c in changes]},
+                              default=str))
+    else:
+        click.echo(f"revert: {len(changes)} change(s)" + (" (dry run)" if dry_run else ""))
+        _print_changes(changes, False, dry_run)
+    if any(c.error for c in changes):
+        sys.exit(Exit.PARTIAL)
+
+
+@click.group("db")
+def db_group():
+    """State store maintenance."""
+
+
+@db_group.command("upgrade")
+@click.option("--db", default=None, help="state store URL or SQLite path")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(db, config_path, revision):
+    """Create or migrate the state store schema (alembic)."""
+    cfg = _setup(config_path, db=db)
+    st = _store(cfg, upgrade=False)
+    from .store import StoreError
+    try:
+        rev = st.upgrade(revision)
+    except StoreError as e:
+        _fail(str(e), Exit.STORE)
+    from .store.db import _redact
+    click.echo(f"{_redact(st.url)}: schema at revision {rev}")
+
+
+def register(group: click.Group) -> None:
+    """Add the Slurm-side commands to the ``gimbalctl`` group."""
+    for cmd in (daemon_cmd, queue_cmd, explain_cmd, revert_cmd, db_group):
+        group.add_command(cmd)

@@ -1,0 +1,160 @@
+"""Daemon configuration: defaults < config file (TOML, ``--config``) < CLI flags.
+
+Example ``etc/gimbal.toml``::
+
+    [daemon]
+    policy = "sjf"
+    mode = "ordering"          # ordering | gate
+    knob = "priority"          # priority | site_factor
+    backend = "auto"           # auto | cli | pyslurm
+    interval = 30              # seconds between cycles (loop mode)
+    db = "/var/lib/gimbal/gimbal.db"   # or postgresql+psycopg2://...
+    state_dir = "/var/spool/gimbal"
+    lock_file = "/run/gimbal/daemon.lock"
+
+    [slurm]
+    timeout = 20
+    partition = "gpu"
+    command_prefix = []        # e.g. ["chroot", "/srv/sid", "env", "-i", "PATH=/usr/bin:/bin"]
+
+    [ordering]
+    priority_base = 100000     # fixed priority of the last job in the plan's order
+    priority_step = 10
+    site_step = 0              # 0: derived from the spread of Slurm's own priorities
+
+    [gate]
+    preempt_grace = 10         # seconds between USR2 and requeue
+    share_fraction = 0.5       # GPU share of a share=yes job started alone
+
+    [defaults]                 # for jobs without (valid) gimbal metadata
+    app = "cifar10"
+    batch = 128
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+MODES = ("ordering", "gate")
+KNOBS = ("priority", "site_factor")
+BACKENDS = ("auto", "cli", "pyslurm")
+
+
+class ConfigError(ValueError):
+    """Bad configuration value (message names the file/flag and the key)."""
+
+
+@dataclass
+class Config:
+    policy: str = "fifo"
+    mode: str = "ordering"
+    knob: str = "priority"
+    backend: str = "auto"
+    interval: float = 30.0
+    db: Optional[str] = None
+    state_dir: str = field(default_factory=lambda: os.environ.get("GIMBAL_STATE_DIR", "/var/spool/gimbal"))
+    lock_file: Optional[str] = None  # default: <state_dir>/daemon.lock
+    dry_run: bool = False
+    # slurm
+    timeout: float = 20.0
+    partition: Optional[str] = None
+    command_prefix: tuple[str, ...] = ()
+    # ordering
+    priority_base: int = 100000
+    priority_step: int = 10
+    site_step: int = 0
+    # gate
+    preempt_grace: float = 10.0
+    share_fraction: float = 0.5
+    # defaults for jobs without metadata
+    default_app: str = "cifar10"
+    default_batch: int = 128
+    policy_options: dict = field(default_factory=dict)
+
+    @property
+    def lock_path(self) -> str:
+        return self.lock_file or os.path.join(self.state_dir, "daemon.lock")
+
+    def validate(self, where: str = "config") -> "Config":
+        if self.mode not in MODES:
+            raise ConfigError(f"{where}: mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.knob not in KNOBS:
+            raise ConfigError(f"{where}: knob {self.knob!r} is not one of {', '.join(KNOBS)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"{where}: backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        for name in ("interval", "timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 < self.share_fraction <= 1:
+            raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
+        if self.priority_step < 1 or self.priority_base < 1:
+            raise ConfigError(f"{where}: ordering.priority_base/priority_step must be >= 1")
+        return self
+
+
+# TOML section.key -> Config attribute
+_KEYS = {
+    ("daemon", "policy"): "policy", ("daemon", "mode"): "mode", ("daemon", "knob"): "knob",
+    ("daemon", "backend"): "backend", ("daemon", "interval"): "interval", ("daemon", "db"): "db",
+    ("daemon", "state_dir"): "state_dir", ("daemon", "lock_file"): "lock_file",
+    ("slurm", "timeout"): "timeout", ("slurm", "partition"): "partition",
+    ("slurm", "command_prefix"): "command_prefix",
+    ("ordering", "priority_base"): "priority_base", ("ordering", "priority_step"): "priority_step",
+    ("ordering", "site_step"): "site_step",
+    ("gate", "preempt_grace"): "preempt_grace", ("gate", "share_fraction"): "share_fraction",
+    ("defaults", "app"): "default_app", ("defaults", "batch"): "default_batch",
+}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    default = getattr(Config(), name)
+    want = type(default) if default is not None else str
+    if name == "command_prefix":
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise ConfigError(f"{where}: slurm.command_prefix must be a list of strings")
+        return tuple(value)
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if want is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if want is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: {name} must be {want.__name__}, got {value!r}")
+
+
+def load(path: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
+    """Config from ``path`` (may be None) with non-None ``overrides`` (CLI flags) on top."""
+    cfg = Config()
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"--config {path}: file not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"--config {path}: invalid TOML ({e})") from None
+        for section, body in doc.items():
+            if section == "policy_options" and isinstance(body, dict):
+                cfg.policy_options = dict(body)
+                continue
+            if not isinstance(body, dict):
+                raise ConfigError(f"{path}: top-level key {section!r} must be a [section]")
+            for key, value in body.items():
+                attr = _KEYS.get((section, key))
+                if attr is None:
+                    raise ConfigError(f"{path}: unknown setting {section}.{key}")
+                setattr(cfg, attr, _coerce(attr, value, f"{path}: {section}.{key}"))
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        if not hasattr(cfg, k):
+            raise ConfigError(f"unknown setting {k!r}")
+        setattr(cfg, k, v)
+    return cfg.validate(path or "config")
+
+
+def as_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)

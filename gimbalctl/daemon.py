@@ -1,0 +1,481 @@
+"""The gimbal daemon: snapshot -> policy -> plan -> apply -> audit, once or in a loop.
+
+Apply modes
+-----------
+*ordering* (any Slurm job): the plan's queue order (jobs the plan starts first,
+then ``plan.order``, infeasible last) becomes a fixed Slurm ``priority`` or a
+``site_factor`` per pending, non-held job; Slurm's own scheduler then places
+jobs.  The site factor adds to Slurm's multifactor priority and survives
+hold/release; a fixed priority is undone by hold+release (that is how
+``revert`` restores Slurm's own priority).
+
+*gate* (jobs submitted with ``gsbatch --gate``: held and tagged ``gate=yes``):
+for each ``StartJob`` of a gated held job, set its GRES (``gpu:N``, or
+``shard``/``mps`` units when it shares a GPU), its ``ReqNodeList``, write the
+launcher decision (``$GIMBAL_STATE_DIR/decisions/<job>.json``) and release it.
+``PreemptJob``/``ResizeJob`` of a gated running job: ``USR2`` (gimbal-run
+checkpoints), wait ``preempt_grace``, ``requeuehold``; the next cycle gates it
+again.  Non-gated pending jobs are ordered as in ordering mode.
+
+Crash safety
+------------
+The cycle and its plan are committed (status ``planned``) before Slurm is
+touched; every change gets a ``pending`` audit row *before* it runs and its
+result after.  A cycle that died leaves ``planned``/``applying`` and pending
+rows; the next cycle re-reads Slurm and marks each pending row ``reconciled``
+(Slurm has the intended value) or ``abandoned``, then computes changes from the
+current state, so nothing is lost or applied twice.
+
+Exit codes of ``gimbalctl daemon --once``: see :class:`Exit`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal as _signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
+
+from .config import Config
+from .slurm.backend import FIELDS, Backend, _same
+from .slurm.errors import SlurmError, SlurmUnavailable
+from .slurm.types import SlurmJob, SlurmNode
+from .snapshot import SnapshotResult, build_snapshot
+
+log = logging.getLogger("gimbal.daemon")
+
+
+class Exit:
+    """``gimbalctl daemon --once`` exit statuses."""
+
+    OK = 0  # cycle done (also: skipped because another cycle holds the lock)
+    ERROR = 1  # unexpected error
+    USAGE = 2  # bad flag / config / policy name
+    SLURM_UNAVAILABLE = 3  # controller unreachable or Slurm tools missing; DB untouched
+    STORE = 4  # the state store cannot be opened/written
+    PARTIAL = 5  # the cycle ran but some Slurm changes failed (see the audit)
+
+
+@dataclass
+class Target:
+    """One desired change: set ``field`` of ``job_id`` to ``value``."""
+
+    job_id: str
+    field: str
+    value: Any
+    why: str = ""
+
+
+@dataclass
+class CycleResult:
+    cycle_id: Optional[int]
+    plan: Plan
+    snapshot: SnapshotResult
+    queue: list[str]
+    targets: list[Target]
+    changes: list = field(default_factory=list)  # slurm.types.Change
+    reconciled: dict = field(default_factory=dict)  # status -> count
+    warnings: list[str] = field(default_factory=list)
+    status: str = "done"
+
+    def as_dict(self) -> dict:
+        return {"cycle_id": self.cycle_id, "status": self.status, "plan": self.plan.as_dict(),
+                "queue": self.queue, "changes": [c.as_dict() for c in self.changes],
+                "reconciled": self.reconciled, "warnings": self.warnings}
+
+
+# ---------------------------------------------------------------- planning
+def queue_order(plan: Plan, pending: list[str]) -> list[str]:
+    """Gimbal's order of the pending jobs: started now, then ``plan.order``, then the rest."""
+    out: list[str] = []
+    for a in plan.starts():
+        if a.job_id not in out:
+            out.append(a.job_id)
+    for j in plan.order:
+        if j not in out:
+            out.append(j)
+    for j in pending:  # jobs the policy did not order (infeasible last)
+        if j not in out and j not in plan.infeasible:
+            out.append(j)
+    out.extend(j for j in plan.infeasible if j not in out)
+    return [j for j in out if j in set(pending)]
+
+
+def site_step(jobs: list[SlurmJob], configured: int) -> int:
+    """Gap between consecutive site factors: larger than the spread of Slurm's
+    own priorities, rounded up to a power of ten so it is stable across cycles."""
+    if configured > 0:
+        return configured
+    base = [j.priority - (j.site_factor or 0) for j in jobs] or [0]
+    spread = max(base) - min(base)
+    return max(1000, 10 ** math.ceil(math.log10(2 * (spread + 1))))
+
+
+def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob]) -> list[Target]:
+    ids = [j for j in order if j in sjobs and sjobs[j].pending and not sjobs[j].held]
+    n = len(ids)
+    out = []
+    if cfg.knob == "priority":
+        for rank, jid in enumerate(ids):
+            out.append(Target(jid, "priority", cfg.priority_base + (n - 1 - rank) * cfg.priority_step,
+                              f"position {rank + 1} of {n}"))
+    else:
+        step = site_step([sjobs[j] for j in ids], cfg.site_step)
+        for rank, jid in enumerate(ids):
+            out.append(Target(jid, "site_factor", (n - 1 - rank) * step, f"position {rank + 1} of {n}"))
+    return out
+
+
+def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: Config,
+              warnings: list[str]) -> str:
+    """GRES per node for a gated start: ``gpu:N`` alone, ``shard``/``mps`` units when sharing."""
+    per_node: dict[str, int] = {}
+    for g in action.gpus:
+        per_node[g.node] = per_node.get(g.node, 0) + 1
+    count = max(per_node.values()) if per_node else max(sj.num_gpus, 1)
+    if len(set(per_node.values())) > 1:
+        warnings.append(f"job {sj.job_id}: uneven GPUs per node {per_node}; asking {count} per node")
+    wants_share = bool(action.share_with) or action.mps_pct is not None or \
+        (bool(sj.meta.share) and sj.num_gpus == 1)
+    if not wants_share:
+        return f"gpu:{count}"
+    frac = action.mps_pct / 100.0 if action.mps_pct is not None else cfg.share_fraction
+    node = nodes.get(next(iter(per_node), ""))
+    shares = node.shares_per_gpu if node else {}
+    if "mps" in shares:
+        return f"mps:{max(1, round(shares['mps'] * frac)) * count}"
+    if "shard" in shares:
+        return f"shard:{max(1, round(shares['shard'] * frac)) * count}"
+    warnings.append(f"job {sj.job_id}: node {node.name if node else '?'} has no shard/mps GRES; "
+                    f"starting on whole GPUs")
+    return f"gpu:{count}"
+
+
+def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
+                 nodes: dict[str, SlurmNode], warnings: list[str]) -> list[Target]:
+    out: list[Target] = []
+    for a in plan.actions:
+        sj = sjobs.get(a.job_id)
+        if sj is None or not sj.gated:
+            continue
+        if isinstance(a, StartJob):
+            if not (sj.pending and sj.held):
+                continue
+            gres = gate_gres(a, sj, nodes, cfg, warnings)
+            hosts = sorted({g.node for g in a.gpus})
+            out.append(Target(sj.job_id, "gres", gres, "plan: start"))
+            out.append(Target(sj.job_id, "req_nodes", ",".join(hosts), "plan: start"))
+            out.append(Target(sj.job_id, "decision", a, "plan: start"))
+            out.append(Target(sj.job_id, "release", True, "plan: start"))
+        elif isinstance(a, (PreemptJob, ResizeJob)) and sj.running:
+            out.append(Target(sj.job_id, "signal", "USR2", f"plan: {type(a).__name__}"))
+            out.append(Target(sj.job_id, "requeue_hold", "PENDING", f"plan: {type(a).__name__}"))
+    return out
+
+
+def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
+                    warnings: list[str]) -> tuple[list[str], list[Target]]:
+    sjobs = dict(snap.slurm_jobs)
+    pending = [j for j, sj in sjobs.items() if sj.pending]
+    order = queue_order(plan, pending)
+    node_map = {n.name: n for n in nodes}
+    if cfg.mode == "ordering":
+        ignored = [a for a in plan.actions if isinstance(a, (PreemptJob, ResizeJob))]
+        if ignored:
+            warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
+                            f"(use --mode gate with gsbatch --gate jobs)")
+        return order, ordering_targets(cfg, order, sjobs)
+    gated = gate_targets(cfg, plan, sjobs, node_map, warnings)
+    rest = [j for j in order if not sjobs[j].gated]
+    return order, gated + ordering_targets(cfg, rest, sjobs)
+
+
+# ---------------------------------------------------------------- apply
+def _crash_point(name: str) -> None:
+    """Test hook: ``GIMBAL_TEST_CRASH=<name>`` kills the process at that point."""
+    if os.environ.get("GIMBAL_TEST_CRASH") == name:
+        log.error("GIMBAL_TEST_CRASH=%s: exiting abruptly", name)
+        os._exit(137)
+
+
+def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: str) -> dict[str, int]:
+    """Resolve audit rows left ``pending`` by a cycle that died; close such cycles."""
+    from .store.db import loads
+    counts: dict[str, int] = {}
+    for row in store.audit_rows(status="pending"):
+        sj = sjobs.get(row.job_id)
+        intended = loads(row.after)
+        if row.field in FIELDS and sj is not None:
+            cur = FIELDS[row.field](sj)
+            done = _same(row.field, cur, intended) if row.field not in ("signal", "requeue_hold") \
+                else sj.pending
+        elif row.field == "decision":
+            from launcher.decision import decision_path
+            cur = None
+            done = os.path.exists(decision_path(row.job_id, root=state_dir))
+        else:
+            cur, done = None, False
+        status = "reconciled" if done else "abandoned"
+        store.audit_result(row.id, status, read_back=cur,
+                           error=None if done else "cycle died before this change was confirmed")
+        counts[status] = counts.get(status, 0) + 1
+    for cyc in store.unfinished_cycles():
+        store.finish_cycle(cyc.id, "interrupted", error="the daemon stopped during this cycle",
+                           n_changes=cyc.n_changes)
+        counts["cycles"] = counts.get("cycles", 0) + 1
+    return counts
+
+
+def _decision_for(a: StartJob, sj: SlurmJob, snap: SnapshotResult, policy: str):
+    from launcher.decision import LauncherDecision
+    job = snap.snapshot.jobs.get(sj.job_id)
+    gb = job.global_batch if job else None
+    sub = a.sub_batch if not gb or a.sub_batch <= gb else gb
+    return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=max(1, sub),
+                            accum_steps=max(1, a.accum_steps), global_batch=gb,
+                            mps_thread_pct=a.mps_pct, share_with=",".join(a.share_with) or None,
+                            stealing=bool(a.share_with) or None)
+
+
+def describe_target(backend: Backend, t: Target, cfg: Config) -> list[str]:
+    if t.field == "decision":
+        from launcher.decision import decision_path
+        return ["write", decision_path(t.job_id, root=cfg.state_dir)]
+    return list(backend.describe(t.job_id, t.field, t.value))
+
+
+def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
+                  targets: list[Target], snap: SnapshotResult, policy: str,
+                  dry_run: bool) -> list:
+    """Change only what differs; record intent before and result after each change."""
+    from launcher.decision import decision_path, read_decision, write_decision
+    from .slurm.types import Change
+    changes = []
+    failed_jobs: set[str] = set()
+    n = 0
+    for t in targets:
+        sj = snap.slurm_jobs[t.job_id]
+        if t.job_id in failed_jobs:  # an earlier step for this job failed: do not release it
+            continue
+        if t.field == "decision":
+            dec = _decision_for(t.value, sj, snap, policy)
+            path = decision_path(t.job_id, root=cfg.state_dir)
+            try:
+                old = read_decision(path).to_dict()
+                old.pop("written_at", None)
+            except (FileNotFoundError, ValueError):
+                old = None
+            new = dec.to_dict()
+            if old == new:
+                continue
+            ch = Change(t.job_id, "decision", old, new, ("write", path))
+            if dry_run:
+                changes.append(ch)
+                continue
+            aid = store.audit_intent(cycle_id, t.job_id, "decision", old, new, list(ch.argv))
+            try:
+                write_decision(path, dec)
+                ch = dataclasses.replace(ch, applied=True, read_back=read_decision(path).to_dict())
+                store.audit_result(aid, "applied", ch.read_back)
+            except (OSError, ValueError) as e:
+                ch = dataclasses.replace(ch, error=f"{path}: {e}")
+                store.audit_result(aid, "failed", None, ch.error)
+                failed_jobs.add(t.job_id)
+            changes.append(ch)
+            continue
+        cur = FIELDS[t.field](sj)
+        if t.field not in ("signal", "requeue_hold") and _same(t.field, cur, t.value):
+            continue
+        if dry_run:
+            changes.append(backend.change(t.job_id, t.field, t.value, before=sj, dry_run=True,
+                                          force=True))
+            continue
+        argv = list(backend.describe(t.job_id, t.field, t.value))
+        aid = store.audit_intent(cycle_id, t.job_id, t.field, cur, t.value, argv)
+        n += 1
+        if n == 1:
+            _crash_point("after_first_intent")
+        ch = backend.change(t.job_id, t.field, t.value, before=sj, force=True)
+        if ch.error:
+            store.audit_result(aid, "failed", ch.read_back, ch.error)
+            failed_jobs.add(t.job_id)
+        else:
+            store.audit_result(aid, "applied", ch.read_back)
+        changes.append(ch)
+        if t.field == "signal" and not ch.error and cfg.preempt_grace > 0:
+            time.sleep(cfg.preempt_grace)
+        if t.field == "requeue_hold" and not ch.error:
+            store.bump_preemptions(t.job_id)
+    return changes
+
+
+# ---------------------------------------------------------------- cycle
+def read_slurm(backend: Backend) -> tuple[list[SlurmJob], list[SlurmNode]]:
+    backend.version()
+    return backend.jobs(), backend.nodes()
+
+
+def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
+              dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
+    """One cycle.  Slurm is read before the DB is written, so an unreachable
+    controller raises :class:`SlurmUnavailable` with the DB unchanged."""
+    if models is None:
+        from .profiles import default_models
+        models = default_models()
+    jobs, nodes = read_slurm(backend)
+    sjobs = {j.job_id: j for j in jobs}
+    reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
+    if not dry_run:
+        store.ingest_reports(os.path.join(cfg.state_dir, "reports"))
+    snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
+                          history=store.job_rows(), reports=store.latest_reports(),
+                          default_app=cfg.default_app, default_batch=cfg.default_batch)
+    plan = policy.schedule(snap.snapshot)
+    warnings = list(snap.warnings)
+    order, targets = compute_targets(cfg, plan, snap, nodes, warnings)
+    pos = {j: i for i, j in enumerate(order)}
+    tmap: dict[str, dict] = {}
+    for t in targets:
+        tmap.setdefault(t.job_id, {})[t.field] = t.value if t.field != "decision" else "write"
+    acts = {a.job_id: a for a in plan.actions}
+    job_decisions = []
+    for jid in snap.inputs:
+        r = plan.reasons.get(jid)
+        a = acts.get(jid)
+        job_decisions.append(dict(
+            job_id=jid, position=pos.get(jid), reason_code=r.code.value if r else "none",
+            reason_text=r.text if r else "", numbers=dict(r.numbers) if r else {},
+            action=_action_dict(a), target=tmap.get(jid)))
+    cycle_id = None
+    if not dry_run:
+        seen = [dict(job_id=sj.job_id, name=sj.name, user=sj.user, app=sj.meta.app,
+                     batch=sj.meta.batch, iters=sj.meta.iters, est_s=sj.meta.est,
+                     gate=int(sj.gated), num_gpus=sj.num_gpus, submit_time=sj.submit_time,
+                     state=sj.state, meta_warnings="\n".join(sj.meta.warnings) or None)
+                for sj in snap.slurm_jobs.values()]
+        cycle_id = store.begin_cycle(
+            policy=plan.policy, mode=cfg.mode, knob=cfg.knob, backend=backend.name,
+            release=backend.release, dry_run=False, jobs=seen, plan=plan.as_dict(),
+            inputs={k: dict(v) for k, v in snap.inputs.items()}, job_decisions=job_decisions)
+        _crash_point("after_plan")
+        store.set_cycle_status(cycle_id, "applying")
+    changes = apply_targets(cfg, backend, store, cycle_id, targets, snap, plan.policy, dry_run)
+    status = "dry_run" if dry_run else ("partial" if any(c.error for c in changes) else "done")
+    if not dry_run:
+        store.finish_cycle(cycle_id, status, n_changes=sum(1 for c in changes if c.applied))
+    return CycleResult(cycle_id, plan, snap, order, targets, changes, reconciled, warnings, status)
+
+
+def _action_dict(a) -> Optional[dict]:
+    if a is None:
+        return None
+    d = {"action": type(a).__name__}
+    if isinstance(a, (StartJob, ResizeJob)):
+        d.update(gpus=[f"{g.node}:{g.index}" for g in a.gpus], sub_batch=a.sub_batch,
+                 accum_steps=a.accum_steps, mps_pct=a.mps_pct)
+    if isinstance(a, StartJob):
+        d["share_with"] = list(a.share_with)
+    return d
+
+
+# ---------------------------------------------------------------- revert
+def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[list[str]] = None) -> list:
+    """Undo gimbal's changes to still-pending jobs, from the audit log.
+
+    * priority: hold + release (Slurm recomputes its own priority);
+    * site_factor / nice / req_nodes / gres: back to the value before gimbal's first change;
+    * release of a gate job that is still pending: hold it again.
+    Running/ended jobs are left alone.  Reverted rows get status ``reverted``.
+    """
+    from .store.db import loads
+    rows = [r for r in store.audit_rows() if r.status in ("applied", "reconciled")
+            and (not job_ids or r.job_id in job_ids)]
+    first: dict[tuple[str, str], Any] = {}
+    ids: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        key = (r.job_id, r.field)
+        first.setdefault(key, loads(r.before))
+        ids.setdefault(key, []).append(r.id)
+    sjobs = {j.job_id: j for j in backend.jobs()}
+    plan_steps: list[tuple[str, str, Any, tuple]] = []
+    for (jid, fld), before in first.items():
+        sj = sjobs.get(jid)
+        if sj is None or not sj.pending:
+            continue
+        if fld == "priority":
+            if sj.held:
+                continue
+            plan_steps.append((jid, "hold", True, (jid, fld)))
+            plan_steps.append((jid, "release", True, (jid, fld)))
+        elif fld in ("site_factor", "nice"):
+            plan_steps.append((jid, fld, int(before or 0), (jid, fld)))
+        elif fld in ("req_nodes", "gres"):
+            plan_steps.append((jid, fld, before or "", (jid, fld)))
+        elif fld == "release":
+            plan_steps.append((jid, "hold", True, (jid, fld)))
+    changes = []
+    if dry_run:
+        from .slurm.types import Change
+        return [Change(j, f, FIELDS[f](sjobs[j]), v, tuple(backend.describe(j, f, v)))
+                for j, f, v, _ in plan_steps]
+    cycle_id = store.begin_cycle(policy="revert", mode="revert", knob="-", backend=backend.name,
+                                 release=backend.release, dry_run=False, jobs=[], plan={},
+                                 inputs={}, job_decisions=[]) if plan_steps else None
+    done_keys: dict[tuple, bool] = {}
+    for jid, fld, val, key in plan_steps:
+        sj = backend.job(jid)
+        cur = FIELDS[fld](sj)
+        if _same(fld, cur, val) and fld not in ("hold", "release"):
+            done_keys.setdefault(key, True)
+            continue
+        if fld == "hold" and sj.held:
+            continue
+        argv = list(backend.describe(jid, fld, val))
+        aid = store.audit_intent(cycle_id, jid, f"revert:{fld}" if fld in ("hold", "release")
+                                 and key[1] == "priority" else fld, cur, val, argv)
+        ch = backend.change(jid, fld, val, before=sj, force=True)
+        store.audit_result(aid, "failed" if ch.error else "applied", ch.read_back, ch.error)
+        done_keys[key] = done_keys.get(key, True) and not ch.error
+        changes.append(ch)
+    for key, ok in done_keys.items():
+        if ok:
+            for rid in ids[key]:
+                store.audit_result(rid, "reverted", None)
+    if cycle_id is not None:
+        store.finish_cycle(cycle_id, "partial" if any(c.error for c in changes) else "done",
+                           n_changes=len(changes))
+    return changes
+
+
+# ---------------------------------------------------------------- loop
+def loop(cfg: Config, make_cycle: Callable[[], int], sleep: Callable[[float], None] = time.sleep,
+         max_cycles: Optional[int] = None) -> int:
+    """Run cycles every ``cfg.interval`` s until SIGTERM/SIGINT.  A failed
+    cycle (Slurm down, ...) is logged and retried next interval."""
+    stop = {"flag": False}
+
+    def _stop(signum, _frame):
+        log.info("signal %d: stopping after this cycle", signum)
+        stop["flag"] = True
+
+    old = {s: _signal.signal(s, _stop) for s in (_signal.SIGTERM, _signal.SIGINT)}
+    n = 0
+    rc = Exit.OK
+    try:
+        while not stop["flag"]:
+            rc = make_cycle()
+            n += 1
+            if max_cycles is not None and n >= max_cycles:
+                break
+            t_end = time.monotonic() + cfg.interval
+            while not stop["flag"] and time.monotonic() < t_end:
+                sleep(min(1.0, max(0.0, t_end - time.monotonic())))
+    finally:
+        for s, h in old.items():
+            _signal.signal(s, h)
+    return rc

@@ -1,0 +1,114 @@
+"""gimbal job metadata carried in Slurm comments.
+
+Two spellings are read (the first one found wins):
+
+* ``AdminComment``: ``gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes``
+  (written by ``slurm_hooks/job_submit.lua``; users cannot change it);
+* ``Comment``: ``gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes``
+  (what ``gsbatch`` / the user passes with ``--comment``).
+
+Other text around the tag (``;jsl:submitted`` appended by a site's lua, for
+example) is ignored.  Values that cannot be parsed are dropped and reported in
+``warnings``; the snapshot builder then uses defaults.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline")
+_TRUE = ("1", "yes", "true", "on", "y")
+_FALSE = ("0", "no", "false", "off", "n")
+_TAG = re.compile(r"gimbal:(?:v(\d+))?")
+
+
+@dataclass(frozen=True)
+class GimbalMeta:
+    app: Optional[str] = None
+    batch: Optional[int] = None
+    iters: Optional[float] = None
+    est: Optional[float] = None  # expected duration, seconds
+    share: Optional[bool] = None
+    gate: bool = False
+    gpus: Optional[int] = None  # GPUs wanted (gate jobs are submitted without GRES)
+    deadline: Optional[float] = None  # epoch seconds
+    source: Optional[str] = None  # "admin_comment" | "comment" | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def tagged(self) -> bool:
+        return self.source is not None
+
+    def as_dict(self) -> dict:
+        return {"app": self.app, "batch": self.batch, "iters": self.iters, "est": self.est,
+                "share": self.share, "gate": self.gate, "gpus": self.gpus, "source": self.source,
+                "warnings": list(self.warnings)}
+
+
+def _extract(text: str) -> Optional[list[tuple[str, str]]]:
+    """Key/value pairs following a ``gimbal:`` tag, or None without a tag."""
+    if not text:
+        return None
+    m = _TAG.search(text)
+    if not m:
+        return None
+    rest = text[m.end():]
+    if m.group(1):  # admin form: gimbal:v1;k=v;k=v
+        parts = [p for p in rest.split(";") if p.strip()]
+    else:  # comment form: gimbal:k=v,k=v[;other tag]
+        parts = [p for p in rest.split(";", 1)[0].split(",") if p.strip()]
+    pairs = []
+    for p in parts:
+        if "=" not in p:
+            if ":" in p:  # the next foreign tag (e.g. jsl:submitted)
+                break
+            pairs.append((p.strip(), ""))
+            continue
+        k, v = p.split("=", 1)
+        pairs.append((k.strip().lower(), v.strip()))
+    return pairs
+
+
+def parse_meta(admin_comment: str = "", comment: str = "") -> GimbalMeta:
+    """Parse gimbal metadata from a job's admin comment or comment."""
+    for source, text in (("admin_comment", admin_comment), ("comment", comment)):
+        pairs = _extract(text or "")
+        if pairs is None:
+            continue
+        vals: dict = {}
+        warns: list[str] = []
+        for k, v in pairs:
+            try:
+                if k == "app":
+                    if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+                        raise ValueError("not a name")
+                    vals["app"] = v
+                elif k in ("batch", "gpus"):
+                    b = int(v)
+                    if b < 1:
+                        raise ValueError("must be >= 1")
+                    vals[k] = b
+                elif k in ("iters", "est", "deadline"):
+                    x = float(v)
+                    if not x > 0 or x == float("inf"):
+                        raise ValueError("must be > 0")
+                    vals[k] = x
+                elif k in ("share", "gate"):
+                    if v.lower() in _TRUE:
+                        vals[k] = True
+                    elif v.lower() in _FALSE:
+                        vals[k] = False
+                    else:
+                        raise ValueError("must be yes/no")
+                else:
+                    warns.append(f"{source}: unknown gimbal key {k!r} ignored")
+            except ValueError as e:
+                warns.append(f"{source}: bad value {k}={v!r} ({e}); using the default")
+        return GimbalMeta(app=vals.get("app"), batch=vals.get("batch"), iters=vals.get("iters"),
+                          est=vals.get("est"), share=vals.get("share"),
+                          gate=bool(vals.get("gate", False)), gpus=vals.get("gpus"),
+                          deadline=vals.get("deadline"),
+                          source=source,
+                          warnings=tuple(warns))
+    return GimbalMeta()

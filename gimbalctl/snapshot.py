@@ -1,0 +1,173 @@
+"""Slurm state + gimbal DB + fitted models -> the ``ClusterSnapshot`` policies see.
+
+The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
+
+* nodes: usable Slurm nodes with GPUs (GPU count from their configured GRES);
+* jobs: pending/running Slurm jobs that want GPUs (GRES, or gimbal metadata
+  ``gpus`` for gate jobs submitted without GRES).  ``app``/``batch``/``iters``
+  come from gimbal metadata; missing or malformed values fall back to the
+  configured defaults and produce a warning;
+* expected duration (length-aware policies): metadata ``iters`` (→
+  ``total_iters``) and ``est`` (→ ``duration_estimate``), else the Slurm time
+  limit;
+* allocations: the GPU indices Slurm reports (``IDX`` / per-GPU detail);
+  shard/mps jobs on the same GPU index share it (``gpu_jobs``);
+* progress: launcher throughput reports (latest step) and the DB's
+  pre-emption counts;
+* profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Mapping, Optional
+
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.throughput import MemoryProfile, ThroughputProfile
+
+from .slurm.types import SlurmJob, SlurmNode
+
+log = logging.getLogger("gimbal.snapshot")
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    snapshot: ClusterSnapshot
+    inputs: Mapping[str, dict]  # per job: what the policy was given and where it came from
+    warnings: tuple[str, ...] = ()
+    slurm_jobs: Mapping[str, SlurmJob] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # Slurm jobs left out (no GPUs, ended)
+
+
+def merged_models(models, db_profiles: Optional[Mapping] = None):
+    """(profiles, memory) from ``models`` with DB rows (``ProfileRow``) on top."""
+    profiles = dict(models.profiles)
+    memory = dict(models.memory)
+    for app, row in (db_profiles or {}).items():
+        params = dict(row.params)
+        params.setdefault("app", app)
+        profiles[app] = ThroughputProfile(**params)
+        if row.memory:
+            mem = dict(row.memory)
+            mem.setdefault("app", app)
+            memory[app] = MemoryProfile(**mem)
+    return profiles, memory
+
+
+def _job_gpus(sj: SlurmJob) -> tuple[tuple[Gpu, ...], dict[Gpu, str]]:
+    """GPUs a running job uses and the GRES kind on each (gpu/shard/mps)."""
+    kinds: dict[Gpu, str] = {}
+    for use in sj.gres_alloc:
+        for idx in use.indices:
+            kinds.setdefault(Gpu(use.node, idx), use.name)
+    return tuple(sorted(kinds)), kinds
+
+
+def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models, *,
+                   now: Optional[float] = None, db_profiles: Optional[Mapping] = None,
+                   history: Optional[Mapping] = None, reports: Optional[Mapping] = None,
+                   default_app: str = "cifar10", default_batch: int = 128,
+                   seed: int = 0) -> SnapshotResult:
+    """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
+    ``reports``: job id -> newest ``ReportRow``."""
+    now = time.time() if now is None else float(now)
+    profiles, memory = merged_models(models, db_profiles)
+    if default_app not in profiles:
+        raise ValueError(f"default app {default_app!r} has no throughput profile; known: "
+                         f"{', '.join(sorted(profiles))}")
+    node_objs = tuple(Node(n.name, n.num_gpus) for n in sorted(nodes, key=lambda n: n.name)
+                      if n.usable and n.num_gpus > 0)
+    valid = {g for n in node_objs for g in n.gpus()}
+    warnings: list[str] = []
+    out_jobs: dict[str, Job] = {}
+    inputs: dict[str, dict] = {}
+    by_id: dict[str, SlurmJob] = {}
+    skipped: list[str] = []
+    gpu_jobs: dict[Gpu, list[str]] = {}
+    history = history or {}
+    reports = reports or {}
+
+    for sj in sorted(jobs, key=lambda j: (j.submit_time, _idkey(j.job_id))):
+        if sj.state not in ("PENDING", "RUNNING", "SUSPENDED"):
+            skipped.append(sj.job_id)
+            continue
+        n = sj.num_gpus
+        if n <= 0:
+            skipped.append(sj.job_id)
+            continue
+        meta = sj.meta
+        for w in meta.warnings:
+            warnings.append(f"job {sj.job_id}: {w}")
+        app = meta.app
+        if app is None or app not in profiles:
+            if app is not None or meta.tagged:
+                why = "no app given" if app is None else f"unknown app {app!r}"
+                warnings.append(f"job {sj.job_id}: {why}; using default app {default_app!r}")
+            app = default_app
+        batch = meta.batch or default_batch
+        if meta.tagged and meta.batch is None:
+            warnings.append(f"job {sj.job_id}: no batch given; using default batch {batch}")
+        est = meta.est if meta.est is not None else sj.time_limit_s
+        est_src = "meta.est" if meta.est is not None else ("time_limit" if sj.time_limit_s else None)
+        hist = history.get(sj.job_id)
+        rep = reports.get(sj.job_id)
+        state = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING,
+                 "SUSPENDED": JobState.SUSPENDED}[sj.state]
+        preempts = int(getattr(hist, "preemptions", 0) or 0)
+        if state is JobState.PENDING and (sj.restarts or preempts):
+            state = JobState.SUSPENDED  # requeued: keeps its progress
+        alloc = None
+        executed = 0.0
+        completed = float(rep.step) if rep is not None else 0.0
+        rate = 0.0
+        if sj.running:
+            gpus, kinds = _job_gpus(sj)
+            gpus = tuple(g for g in gpus if g in valid)
+            if not gpus:
+                warnings.append(f"job {sj.job_id}: running but Slurm reports no GPU indices")
+            local = -(-batch // max(len(gpus) or n, 1))
+            shared = any(k in ("shard", "mps") for k in kinds.values())
+            alloc = Allocation(gpus, local, 1, None)
+            for g in gpus:
+                gpu_jobs.setdefault(g, []).append(sj.job_id)
+            executed = max(0.0, now - (sj.start_time or now))
+            if rep is not None and rep.step_time_s:
+                rate = 1.0 / rep.step_time_s
+            inputs_alloc = [f"{g.node}:{g.index}" for g in gpus]
+        else:
+            inputs_alloc = []
+            shared = False
+        total_iters = meta.iters
+        out_jobs[sj.job_id] = Job(
+            id=sj.job_id, submit_time=sj.submit_time, num_gpus=n, app=app, global_batch=batch,
+            user=sj.user, total_iters=total_iters, duration_estimate=est, state=state,
+            allocation=alloc, start_time=sj.start_time, as_of=now,
+            completed_iters=min(completed, total_iters) if total_iters else completed,
+            attained_service=executed * n, executed_time=executed, iter_rate=rate,
+            preemptions=max(preempts, sj.restarts))
+        by_id[sj.job_id] = sj
+        inputs[sj.job_id] = {
+            "state": state.value, "num_gpus": n, "app": app, "batch": batch,
+            "iters": total_iters, "duration_estimate": est, "duration_source": est_src,
+            "time_limit_s": sj.time_limit_s, "submit_time": sj.submit_time,
+            "slurm_priority": sj.priority, "site_factor": sj.site_factor, "gate": sj.gated,
+            "gpus": inputs_alloc, "shared": shared, "meta_source": meta.source,
+            "partition": sj.partition, "reason": sj.reason}
+
+    used = set(gpu_jobs)
+    free = tuple(g for node in node_objs for g in node.gpus() if g not in used)
+    snap = ClusterSnapshot(
+        now=now, nodes=node_objs, jobs=MappingProxyType(out_jobs),
+        gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
+        free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
+        interference=models.interference, seed=seed)
+    for w in warnings:
+        log.warning("%s", w)
+    return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
+                          MappingProxyType(by_id), tuple(skipped))
+
+
+def _idkey(job_id: str):
+    return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)
