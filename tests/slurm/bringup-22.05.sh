@@ -24,7 +24,8 @@ case "$VARIANT" in
 esac
 export INSTANCE DEBIAN_FRONTEND=noninteractive
 T0=$SECONDS
-t() { local s=$SECONDS rc=0; "$@" || rc=$?; echo "[timing] $(echo "$*" | cut -c1-100): $((SECONDS-s)) s" >&2; return $rc; }
+# t LABEL CMD...: run CMD, print how long it took
+t() { local l=$1 s=$SECONDS rc=0; shift; "$@" || rc=$?; echo "[timing] 22.05 $l: $((SECONDS-s)) s" >&2; return $rc; }
 die() { echo "bringup-22.05: ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (apt-get, daemons, mknod)"
 if [ "${1:-}" = stop ]; then
@@ -36,15 +37,15 @@ PKGS="munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins"
 missing=""
 for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"; done
 if [ -n "$missing" ]; then
-  t apt-get update -qq || die "apt-get update failed"
+  t "apt-get update" apt-get update -qq || die "apt-get update failed"
   # slurm-wlm-basic-plugins pulls liblua5.1 for job_submit/lua
-  t apt-get install -y -qq --no-install-recommends $PKGS >/dev/null || die "apt-get install$missing failed"
+  t "apt-get install" apt-get install -y -qq --no-install-recommends $PKGS >/dev/null || die "apt-get install$missing failed"
 fi
 release=$(dpkg-query -W -f='${Version}' slurmctld)
 case "$release" in 22.05.*) ;; *) echo "bringup-22.05: warning: slurmctld is $release, not 22.05" >&2 ;; esac
 [ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || ls /usr/lib/*/slurm-wlm/job_submit_lua.so >/dev/null 2>&1 \
   || die "job_submit_lua.so not installed"
 id alice >/dev/null 2>&1 || useradd -m -s /bin/bash alice       # an unprivileged test user
-t bash "$HERE/lib/clusterctl.sh" install "$CONF" "$REPO/slurm_hooks" || die "config install failed"
-t bash "$HERE/lib/clusterctl.sh" start || die "cluster start failed"
+t "install configs" bash "$HERE/lib/clusterctl.sh" install "$CONF" "$REPO/slurm_hooks" || die "config install failed"
+t "start daemons" bash "$HERE/lib/clusterctl.sh" start || die "cluster start failed"
 echo "[timing] bringup-22.05 ($VARIANT) total: $((SECONDS-T0)) s" >&2

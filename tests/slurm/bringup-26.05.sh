@@ -15,10 +15,11 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 R=${GIMBAL_SID_ROOT:-/var/lib/gimbal-test/sid}
 VENV=/opt/gimbal-venv
 PYSLURM_VERSION=25.11.2
-PY_DEPS="click numpy pandas scipy SQLAlchemy alembic filelock rich matplotlib scikit-learn pytest hypothesis"
+PY_DEPS="click numpy pandas scipy SQLAlchemy alembic filelock rich matplotlib scikit-learn pytest hypothesis setuptools wheel"
 export DEBIAN_FRONTEND=noninteractive
 T0=$SECONDS
-t() { local s=$SECONDS rc=0; "$@" || rc=$?; echo "[timing] $(echo "$*" | sed -E 's#[a-z]+://[^ ]+#<mirror>#g' | cut -c1-100): $((SECONDS-s)) s" >&2; return $rc; }
+# t LABEL CMD...: run CMD, print how long it took
+t() { local l=$1 s=$SECONDS rc=0; shift; "$@" || rc=$?; echo "[timing] 26.05 $l: $((SECONDS-s)) s" >&2; return $rc; }
 die() { echo "bringup-26.05: ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
 C=(chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 SLURM_CONF=/etc/slurm-gimbal/slurm.conf
@@ -38,13 +39,13 @@ if [ "${1:-}" = stop ]; then
 fi
 
 # 1. the chroot itself (debootstrap minbase, ~40 s)
-command -v debootstrap >/dev/null || t apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+command -v debootstrap >/dev/null || t "apt install debootstrap" apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 if [ ! -x "$R/usr/bin/apt-get" ] || [ ! -f "$R/.gimbal-base-ok" ]; then
   MIRROR=${GIMBAL_DEBIAN_MIRROR:-$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
   [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
   rm -rf "$R"; mkdir -p "$R"
-  t debootstrap --variant=minbase --include=ca-certificates sid "$R" "$MIRROR" >/dev/null \
+  t debootstrap debootstrap --variant=minbase --include=ca-certificates sid "$R" "$MIRROR" >/dev/null \
     || die "debootstrap failed (see $R/debootstrap/debootstrap.log)"
   touch "$R/.gimbal-base-ok"
 fi
@@ -60,8 +61,8 @@ mount_all
 PKGS="munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins libslurm-dev python3 python3-dev
       python3-venv gcc libc6-dev procps iproute2"
 if [ ! -f "$R/.gimbal-pkgs-ok" ] || [ "$(cat "$R/.gimbal-pkgs-ok")" != "$(echo $PKGS)" ]; then
-  t "${C[@]}" apt-get update -qq
-  t "${C[@]}" apt-get install -y -qq --no-install-recommends $PKGS >/dev/null || die "apt-get install in the chroot failed"
+  t "apt-get update" "${C[@]}" apt-get update -qq
+  t "apt-get install" "${C[@]}" apt-get install -y -qq --no-install-recommends $PKGS >/dev/null || die "apt-get install in the chroot failed"
   "${C[@]}" apt-get clean
   echo $PKGS > "$R/.gimbal-pkgs-ok"
 fi
@@ -71,12 +72,12 @@ fi
 mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
 cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
 install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
-t "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
-t "${C[@]}" env FRESH="${FRESH:-0}" bash /opt/gimbal-test/clusterctl.sh start
+t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
+t "start daemons" "${C[@]}" env FRESH="${FRESH:-0}" bash /opt/gimbal-test/clusterctl.sh start
 
 # 4. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
 PIPENV=(env PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180)
-[ -x "$R$VENV/bin/python" ] || t "${C[@]}" python3 -m venv $VENV
+[ -x "$R$VENV/bin/python" ] || t venv "${C[@]}" python3 -m venv $VENV
 if ! "${C[@]}" $VENV/bin/python -c "import pyslurm, sys; sys.exit(pyslurm.version.__version__ != '$PYSLURM_VERSION')" 2>/dev/null; then
   # pyslurm's setup.py insists on Slurm 25.11 and no Debian suite ships it. The shim is a copy of
   # the 26.05 headers whose slurm_version.h gets an extra, preprocessor-dead 25.11 define at the
@@ -86,13 +87,13 @@ if ! "${C[@]}" $VENV/bin/python -c "import pyslurm, sys; sys.exit(pyslurm.versio
     rm $S/slurm_version.h; cp /usr/include/slurm/slurm_version.h $S/
     printf "#if 0 /* text-only marker for the pyslurm 25.11 setup.py version check */\n#define SLURM_VERSION_NUMBER 0x190b00\n#endif\n" >> $S/slurm_version.h'
   # three API renames between 25.11 and 26.05, mapped with -D (see docs/slurm.md)
-  t "${C[@]}" "${PIPENV[@]}" SLURM_INCLUDE_DIR=/opt/slurm-shim/include SLURM_LIB_DIR=/usr/lib/x86_64-linux-gnu \
+  t "pyslurm build" "${C[@]}" "${PIPENV[@]}" SLURM_INCLUDE_DIR=/opt/slurm-shim/include SLURM_LIB_DIR=/usr/lib/x86_64-linux-gnu \
     PYSLURM_BUILD_JOBS=$(nproc) \
     CFLAGS="-DSLURM_BACKWARD_COMPAT -Dslurm_free_ctl_conf=slurm_free_conf -DESLURM_ERROR_ON_DESC_TO_RECORD_COPY=ESLURM_MAX_JOB_COUNT" \
     $VENV/bin/pip install -q --no-binary pyslurm "pyslurm==$PYSLURM_VERSION" || die "pyslurm build failed"
 fi
 if [ "$(cat "$R$VENV/.gimbal-deps-ok" 2>/dev/null)" != "$PY_DEPS" ]; then
-  t "${C[@]}" "${PIPENV[@]}" $VENV/bin/pip install -q $PY_DEPS || die "pip install of gimbal deps failed"
+  t "pip install deps" "${C[@]}" "${PIPENV[@]}" $VENV/bin/pip install -q $PY_DEPS || die "pip install of gimbal deps failed"
   echo "$PY_DEPS" > "$R$VENV/.gimbal-deps-ok"
 fi
 # gimbal itself: the repo is bind-mounted at the same path by in-chroot.sh and put on PYTHONPATH

@@ -1,0 +1,83 @@
+"""pytest fixtures for gimbal's real Slurm test clusters (see cluster.py, docs/slurm.md).
+
+Fixtures
+  slurm_2205      session: Slurm 22.05 cluster "gimbal" on the host (gpu1-3 gpu+shard, mps1 mps)
+  slurm_2205_mps  session: Slurm 22.05 cluster "gimbalmps" (m1, m2: gpu+mps, no shard)
+  slurm_2605      session: Slurm 26.05 cluster "gimbal26" in the sid chroot (pyslurm available
+                  there; commands run through tests/slurm/in-chroot.sh)
+  slurm_cluster   session, parametrized over 22.05 and 26.05
+  clean_slurm     function: cancels leftover jobs on every cluster this session has brought up,
+                  before and after the test
+
+Each cluster fixture brings its cluster up when running as root (idempotent), else uses a
+running one. If that is impossible the test is skipped with the reason; with
+GIMBAL_REQUIRE_SLURM=1 (CI) it fails instead.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Union
+
+import pytest
+
+from tests.slurm.cluster import ClusterUnavailable, SlurmCluster, ensure_cluster
+
+_ACTIVE: Dict[str, SlurmCluster] = {}
+_FAILED: Dict[str, str] = {}
+
+
+def slurm_unavailable(reason: str) -> None:
+    """Skip, or fail when GIMBAL_REQUIRE_SLURM=1."""
+    if os.environ.get("GIMBAL_REQUIRE_SLURM") == "1":
+        pytest.fail(f"GIMBAL_REQUIRE_SLURM=1 but the Slurm test cluster is unavailable: "
+                    f"{reason}", pytrace=False)
+    pytest.skip(f"Slurm test cluster unavailable: {reason}")
+
+
+def _get(key: str) -> SlurmCluster:
+    if key in _FAILED:
+        slurm_unavailable(_FAILED[key])
+    if key not in _ACTIVE:
+        try:
+            c = ensure_cluster(key)
+            c.cancel_all()
+        except (ClusterUnavailable, TimeoutError, OSError) as e:
+            _FAILED[key] = str(e)
+            print(f"\n[tests/slurm] cluster {key} unavailable: {e}")
+            slurm_unavailable(str(e))
+        _ACTIVE[key] = c
+    return _ACTIVE[key]
+
+
+@pytest.fixture(scope="session")
+def slurm_2205() -> SlurmCluster:
+    return _get("2205")
+
+
+@pytest.fixture(scope="session")
+def slurm_2205_mps() -> SlurmCluster:
+    return _get("2205mps")
+
+
+@pytest.fixture(scope="session")
+def slurm_2605() -> SlurmCluster:
+    return _get("2605")
+
+
+@pytest.fixture(scope="session", params=["22.05", "26.05"])
+def slurm_cluster(request) -> SlurmCluster:
+    return _get({"22.05": "2205", "26.05": "2605"}[request.param])
+
+
+@pytest.fixture
+def clean_slurm():
+    """Cancel leftover jobs (before and after the test) on every cluster brought up so far.
+    Request it after the cluster fixture: ``def test_x(slurm_2205, clean_slurm)``."""
+    for c in list(_ACTIVE.values()):
+        c.cancel_all()
+    yield
+    for c in list(_ACTIVE.values()):
+        try:
+            c.cancel_all()
+        except TimeoutError as e:  # pragma: no cover - reported, not fatal for the next test
+            print(f"\n[tests/slurm] cleanup on {c.name}: {e}")
