@@ -37,9 +37,9 @@ def make_data(n, seed=1234):
     return x, y
 
 
-def make_model(seed=0):
+def make_model(seed=0, hidden=128):
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
 def parse(argv=None):
@@ -48,6 +48,7 @@ def parse(argv=None):
     p.add_argument("--samples", type=int, default=2048, help="synthetic dataset size")
     p.add_argument("--global-batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--hidden", type=int, default=128, help="hidden layer width")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     p.add_argument("--plain", action="store_true", help="bare DDP loop, no gimbal library")
@@ -79,7 +80,7 @@ def write_out(path, summary):
 
 
 def run_plain(args, rank, world, x, y):
-    model = make_model(args.seed)
+    model = make_model(args.seed, args.hidden)
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     local = args.global_batch // world
@@ -114,7 +115,7 @@ def run_gimbal(args, rank, world, x, y):
 
     cfg = launcher.config()
     global_batch, sub_batch = cfg.resolve_batch(args.global_batch)
-    model = make_model(args.seed)
+    model = make_model(args.seed, args.hidden)
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed)

@@ -1,0 +1,185 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.checkpoint import EXIT_CHECKPOINT
+from launcher.decision import LauncherDecision, decision_path, write_decision
+from launcher.run import Options, build_plan, classify_exit, cli
+from launcher_testutil import EXAMPLE, REPO, subprocess_env
+
+
+def _invoke(args, env):
+    clean = {k: None for k in os.environ if k.startswith(("SLURM", "GIMBAL_", "CUDA_"))}
+    clean.update(env)
+    return CliRunner().invoke(cli, args, env=clean)
+
+
+def test_dry_run_two_node_fixture(slurm_env_2node, tmp_path):
+    sd = str(tmp_path)
+    write_decision(decision_path("48213", sd), LauncherDecision(
+        job_id="48213", sub_batch=16, global_batch=64, mps_thread_pct=50, mps_mem_limit_mb=8000,
+        stealing=True))
+    res = _invoke(["--dry-run", "--json", "--state-dir", sd, "--sub-batch", "8", "--",
+                   "train.py", "--lr", "0.1"], slurm_env_2node)
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    argv = plan["argv"]
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    for a in ["--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+              "--rdzv-endpoint=gpu07:28213", "--rdzv-id=48213", "--rdzv-conf=is_host=1",
+              "--max-restarts=0"]:
+        assert a in argv
+    assert argv[-6:] == ["-m", "launcher.worker", "train.py", "--lr", "0.1"][-6:] or True
+    assert argv[argv.index("launcher.worker") + 1:] == ["train.py", "--lr", "0.1"]
+    env = plan["env"]
+    assert env["PYTHONUNBUFFERED"] == "1" and env["GIMBAL_JOB_ID"] == "48213"
+    assert env["GIMBAL_SUB_BATCH"] == "8"  # the flag wins over the decision's 16
+    assert env["GIMBAL_GLOBAL_BATCH"] == "64" and env["GIMBAL_STEALING"] == "1"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8000M,1=8000M,2=8000M,3=8000M"
+    assert env["GIMBAL_REPORT_PATH"] == os.path.join(sd, "reports", "48213.jsonl")
+
+
+def test_dry_run_second_node_text(slurm_env_2node, tmp_path):
+    env = dict(slurm_env_2node, SLURM_NODEID="1", SLURMD_NODENAME="gpu08",
+               CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="30")
+    res = _invoke(["--dry-run", "--state-dir", str(tmp_path), "--mps-thread-pct", "60", "--",
+                   "train.py"], env)
+    assert res.exit_code == 0, res.output
+    assert "--rdzv-conf=is_host=0" in res.output and "--rdzv-endpoint=gpu07:28213" in res.output
+    assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in res.output  # never loosened
+    assert "export PYTHONUNBUFFERED=1" in res.output
+
+
+@pytest.mark.parametrize("change,var", [
+    ({"SLURM_JOB_ID": None, "SLURM_JOBID": None}, "SLURM_JOB_ID"),
+    ({"SLURM_JOB_NODELIST": None, "SLURM_NODELIST": None}, "SLURM_JOB_NODELIST"),
+    ({"SLURM_JOB_NUM_NODES": "x"}, "SLURM_JOB_NUM_NODES"),
+    ({"SLURM_NTASKS_PER_NODE": "4"}, "SLURM_NTASKS_PER_NODE"),
+    ({"SLURM_GPUS_ON_NODE": "-1"}, "SLURM_GPUS_ON_NODE"),
+])
+def test_bad_slurm_env_exit_2(slurm_env_2node, tmp_path, change, var):
+    env = dict(slurm_env_2node)
+    for k, v in change.items():
+        if v is None:
+            env.pop(k)
+        else:
+            env[k] = v
+    res = _invoke(["--dry-run", "--state-dir", str(tmp_path), "--", "train.py"], env)
+    assert res.exit_code == 2 and var in res.output, res.output
+
+
+def test_bad_decision_file_exit_2(slurm_env_2node, tmp_path):
+    p = decision_path("48213", str(tmp_path))
+    os.makedirs(os.path.dirname(p))
+    with open(p, "w") as fh:
+        json.dump({"version": 1, "job_id": "48213", "mps_thread_pct": 500}, fh)
+    res = _invoke(["--dry-run", "--state-dir", str(tmp_path), "--", "t.py"], slurm_env_2node)
+    assert res.exit_code == 2 and "mps_thread_pct" in res.output and p in res.output
+
+
+def test_relaunch_changes_rdzv_id(slurm_env_2node, tmp_path):
+    opts = Options(script="t.py", script_args=[], state_dir=str(tmp_path))
+    assert build_plan(opts, slurm_env_2node, restart_count=2).rdzv_id == "48213-r2"
+
+
+def test_classify_exit():
+    assert classify_exit(0, {}, None) == 0
+    assert classify_exit(1, {0: 75, 1: 75}, None) == EXIT_CHECKPOINT
+    assert classify_exit(1, {0: 75}, None) == EXIT_CHECKPOINT  # rank 1 killed by torchrun
+    assert classify_exit(1, {0: 0, 1: 3}, None) == 3
+    assert classify_exit(1, {0: 75, 1: 4}, None) == 4
+    assert classify_exit(1, {}, signal.SIGTERM) == 143
+    assert classify_exit(1, {}, None) == 1
+
+
+# ------------------------------------------------------------ end to end (real torchrun)
+def _gimbal_run(args, env=None, **kw):
+    return subprocess.Popen([sys.executable, "-m", "launcher.run", *args], cwd=REPO,
+                            env=subprocess_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _wait_for(path, proc, timeout=60):
+    t0 = time.time()
+    while not os.path.exists(path):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() - t0 < timeout
+        time.sleep(0.1)
+
+
+def test_standalone_end_to_end_and_sigusr2_relaunch(tmp_path):
+    sd = str(tmp_path / "state")
+    common = ["--standalone", "--nproc", "2", "--state-dir", sd, "--job-id", "e2e", "--",
+              EXAMPLE, "--steps", "30", "--samples", "1024"]
+    p = _gimbal_run(common + ["--out", str(tmp_path / "a.json")])
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, out
+    a = json.load(open(tmp_path / "a.json"))
+    assert a["steps"] == 30 and a["world_size"] == 2 and a["restart_count"] == 0
+    reports = [json.loads(line) for line in open(os.path.join(sd, "reports", "e2e.jsonl"))]
+    assert [r["step"] for r in reports] == [10, 20, 30] and reports[0]["job_id"] == "e2e"
+
+    # same training, interrupted by SIGUSR2: checkpoint (exit 75) -> relaunch -> resume
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(common + ["--out", str(tmp_path / "b.json"), "--step-sleep", "0.1",
+                              "--marker", marker])
+    _wait_for(marker, p)
+    p.send_signal(signal.SIGUSR2)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, out
+    assert "SIGUSR2" in out and "relaunching (1)" in out
+    b = json.load(open(tmp_path / "b.json"))
+    assert b["restart_count"] == 1 and 0 < b["resumed_from"] < 30 and b["steps"] == 30
+    assert b["param_sum"] == pytest.approx(a["param_sum"], abs=1e-5)  # resume is exact
+
+
+def test_fake_one_node_slurm_env_decision_and_exit_code(tmp_path):
+    sd = str(tmp_path / "state")
+    write_decision(decision_path("4242", sd), LauncherDecision(
+        job_id="4242", sub_batch=16, global_batch=64, stealing=True, mps_thread_pct=50))
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_NUM_NODES": "1",
+           "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "2"}
+    p = _gimbal_run(["--state-dir", sd, "--", EXAMPLE, "--steps", "12", "--samples", "512",
+                     "--out", str(tmp_path / "o.json"), "--exit-code", "3"], env)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 3, out  # the training's own exit code passes through torchrun
+    o = json.load(open(tmp_path / "o.json"))
+    assert o["world_size"] == 2 and o["steps"] == 12
+    assert (o["sub_batch"], o["global_batch"], o["stealing"], o["mps_thread_pct"]) == (16, 64, True, "50")
+    assert sum(o["shares"]) == 64
+    assert "--rdzv-endpoint=localhost:24242" in out and "--rdzv-id=4242" in out
+
+
+def test_decision_mps_change_relaunches_with_new_limit(tmp_path):
+    sd = str(tmp_path / "state")
+    dpath = decision_path("mps1", sd)
+    write_decision(dpath, LauncherDecision(job_id="mps1", mps_thread_pct=50))
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(["--standalone", "--nproc", "2", "--state-dir", sd, "--job-id", "mps1",
+                     "--poll-interval", "0.3", "--", EXAMPLE, "--steps", "40", "--samples", "512",
+                     "--step-sleep", "0.1", "--marker", marker, "--out", str(tmp_path / "o.json")])
+    _wait_for(marker, p)
+    write_decision(dpath, LauncherDecision(job_id="mps1", mps_thread_pct=30))  # LGRR squeeze
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, out
+    o = json.load(open(tmp_path / "o.json"))
+    assert o["restart_count"] == 1 and o["mps_thread_pct"] == "30" and o["steps"] == 40
+
+
+def test_sigterm_is_forwarded(tmp_path):
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(["--standalone", "--nproc", "2", "--state-dir", str(tmp_path), "--", EXAMPLE,
+                     "--steps", "1000", "--step-sleep", "0.1", "--marker", marker])
+    _wait_for(marker, p)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 143, out
+    assert time.time() - t0 < 30
