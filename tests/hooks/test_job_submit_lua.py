@@ -1,0 +1,146 @@
+"""slurm_hooks/job_submit.lua under a real Lua interpreter (5.1 is what Debian's Slurm 22.05
+and 26.05 link) with a fake `slurm` table (fake_slurm.lua)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE.parents[1] / "slurm_hooks" / "job_submit.lua"
+LUAS = [x for x in ("lua5.1", "lua5.3", "lua5.4") if shutil.which(x)]
+EINVAL = 22
+
+if not LUAS:
+    pytest.skip("no lua5.x interpreter (apt-get install lua5.1)", allow_module_level=True)
+
+
+def run_lua(cases: List[Tuple[str, Optional[str]]], lua: str = LUAS[0]):
+    """[(mode, comment)] -> [(rc, admin_comment, user_message)]"""
+    enc = lambda c: "-" if c is None else (c.encode().hex() or "~")
+    stdin = "".join(f"{m} {enc(c)}\n" for m, c in cases)
+    proc = subprocess.run([lua, str(HERE / "fake_slurm.lua"), str(SCRIPT)], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = []
+    for line in proc.stdout.splitlines():
+        assert not line.startswith("crash"), bytes.fromhex(line.split()[1]).decode()
+        f = dict(kv.split("=", 1) for kv in line.split())
+        dec = lambda v: None if v == "-" else bytes.fromhex(v).decode("utf-8", "replace")
+        out.append((int(f["rc"]), dec(f["admin"]), dec(f["user"])))
+    assert len(out) == len(cases)
+    return out
+
+
+def one(comment, mode="submit", lua=LUAS[0]):
+    return run_lua([(mode, comment)], lua)[0]
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_valid_comment_is_normalized(lua):
+    rc, admin, msg = one("gimbal:est=3600,iters=1000,batch=064,app=bert", lua=lua)
+    assert rc == 0 and msg is None
+    assert admin == "gimbal:v1;app=bert;batch=64;iters=1000;est=3600"
+
+
+def test_all_keys_in_fixed_order():
+    rc, admin, _ = one("gimbal:gate=1,deadline=1767225600,share=no,est=5,iters=7,batch=1,app=a_b-9")
+    assert rc == 0
+    assert admin == ("gimbal:v1;app=a_b-9;batch=1;iters=7;est=5;share=no;"
+                     "deadline=1767225600;gate=1")
+
+
+@pytest.mark.parametrize("comment", [None, "", "hello", "my gimbal:app=x", "x" * 5000])
+def test_non_gimbal_comments_pass_untouched(comment):
+    assert one(comment) == (0, None, None)
+
+
+@pytest.mark.parametrize("comment,needle", [
+    ("gimbal:", "no gimbal options"),
+    ("gimbal:batch=4", "'app' is required"),
+    ("gimbal:app=Bert", "app must be"),
+    ("gimbal:app=" + "a" * 33, "app must be"),
+    ("gimbal:app=x,batch=0", "batch must be an integer > 0"),
+    ("gimbal:app=x,batch=-1", "batch must be"),
+    ("gimbal:app=x,batch=1.5", "batch must be"),
+    ("gimbal:app=x,iters=1e3", "iters must be"),
+    ("gimbal:app=x,est=1234567890123", "est must be"),
+    ("gimbal:app=x,share=maybe", "share must be yes or no"),
+    ("gimbal:app=x,deadline=soon", "deadline must be"),
+    ("gimbal:app=x,gate=2", "gate must be 0 or 1"),
+    ("gimbal:app=x,,batch=1", "empty option"),
+    ("gimbal:app=x,", "empty option"),
+    ("gimbal:app=x,batch", "is not key=value"),
+    ("gimbal:app=x;batch=1", "app must be"),
+    ("gimbal:app=x,colour=red", "unknown gimbal option 'colour'"),
+    ("gimbal:app=x,app=y", "'app' given twice"),
+    ("gimbal: app=x", "is not key=value"),
+    ("Gimbal:app=x", "must start with exactly 'gimbal:'"),
+    ("gimbal app=x", "must start with exactly 'gimbal:'"),
+    ("gimbal:app=x,batch=" + "1" * 600, "longer than 512"),
+])
+def test_malformed_is_rejected_with_message(comment, needle):
+    rc, admin, msg = one(comment)
+    assert rc == EINVAL
+    assert admin is None
+    assert msg.startswith("gimbal: invalid job comment: ")
+    assert needle in msg, msg
+    assert "Expected gimbal:app=NAME" in msg
+
+
+def test_modify_validates_and_renews_tag():
+    assert one("gimbal:app=gpt2,iters=5", mode="modify") == (0, "gimbal:v1;app=gpt2;iters=5", None)
+    rc, admin, msg = one("gimbal:app=gpt2,iters=x", mode="modify")
+    assert rc == EINVAL and admin is None and "iters must be" in msg
+    # modifications that do not touch the comment (priority, hold, admin_comment...) pass
+    assert one(None, mode="modify") == (0, None, None)
+
+
+def test_percent_signs_do_not_break_log_user():
+    rc, _, msg = one("gimbal:app=%s%d%n")
+    assert rc == EINVAL and "%s%d%n" in msg
+
+
+_app = st.from_regex(r"[a-z0-9_-]{1,32}", fullmatch=True)
+_pos = st.integers(min_value=1, max_value=10**12 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({"app": _app}, optional={
+    "batch": _pos, "iters": _pos, "est": _pos, "deadline": _pos,
+    "share": st.sampled_from(["yes", "no"]), "gate": st.sampled_from(["0", "1"])}),
+    st.randoms(use_true_random=False))
+def test_property_valid_options_roundtrip(opts, rnd):
+    items = [f"{k}={v}" for k, v in opts.items()]
+    rnd.shuffle(items)
+    rc, admin, msg = one("gimbal:" + ",".join(items))
+    assert rc == 0 and msg is None
+    order = ["app", "batch", "iters", "est", "share", "deadline", "gate"]
+    expect = ";".join(["gimbal:v1"] + [f"{k}={opts[k]}" for k in order if k in opts])
+    assert admin == expect
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(max_size=80), min_size=1, max_size=25))
+def test_property_never_crashes(comments):
+    """Any comment: either accepted (0, tag starts gimbal:v1) or rejected (22, message), or
+    untouched; never a Lua error."""
+    comments = [c.replace("\n", " ") for c in comments]
+    comments += ["gimbal:" + c for c in comments]
+    for c, (rc, admin, msg) in zip(comments, run_lua([("submit", c) for c in comments])):
+        if rc == 0:
+            assert admin is None or admin.startswith("gimbal:v1;app=")
+        else:
+            assert rc == EINVAL and msg.startswith("gimbal: invalid job comment")
+
+
+def test_script_has_no_io():
+    src = SCRIPT.read_text()
+    for bad in ("os.", "io.", "dofile", "loadfile", "loadstring"):
+        assert bad not in src
+    assert not re.search(r"\brequire\s*[(\"']", src)
