@@ -1,0 +1,153 @@
+"""Slurm through pyslurm (25.11.x API), used when it imports and the libslurm it
+was built against has the running Slurm release (``check_compatible``).
+
+Verified against Slurm 26.05.5 with pyslurm 25.11.2 built with the header shim
+(``tests/slurm/bringup-26.05.sh``).  Two gaps of pyslurm there are filled from
+the CLI backend, read-only: GPU indices of running jobs (pyslurm exposes no GRES
+detail; ``Job.get_resource_layout_per_node`` crashes the interpreter on 26.05)
+and the site factor (only ``sprio`` shows it).  Every mutation goes through
+pyslurm.  pyslurm calls block in libslurm; the ``timeout`` applies to the CLI
+reads, libslurm's own ``MessageTimeout`` to the rest.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .backend import Backend
+from .cli import CliBackend
+from .errors import SlurmError, SlurmUnavailable, SlurmVersionError, is_unavailable
+from .meta import parse_meta
+from .parse import parse_gres_spec
+from .types import SlurmJob, SlurmNode
+
+import pyslurm  # noqa: E402  (ImportError -> select.py falls back to the CLI)
+
+
+def _err(e: Exception, what: str) -> SlurmError:
+    msg = f"pyslurm {what}: {e}"
+    return SlurmUnavailable(msg) if is_unavailable(str(e)) else SlurmError(msg)
+
+
+class PyslurmBackend(Backend):
+    name = "pyslurm"
+
+    def __init__(self, timeout: float = 20.0, partition: Optional[str] = None,
+                 cli: Optional[CliBackend] = None):
+        super().__init__()
+        self.cli = cli or CliBackend(timeout=timeout, partition=partition)
+        self.partition = partition
+
+    def check_compatible(self, cli: Optional[CliBackend] = None) -> None:
+        """Raise :class:`SlurmVersionError` unless libslurm (as linked by pyslurm)
+        and the Slurm tools have the same major.minor release."""
+        lib = tuple(pyslurm.slurm_api_version())[:2]
+        run = (cli or self.cli).version()[:2]
+        if lib != run:
+            raise SlurmVersionError(
+                f"pyslurm {pyslurm.version.__version__} is linked against Slurm "
+                f"{lib[0]}.{lib[1]:02d}, but the running Slurm is {run[0]}.{run[1]:02d}")
+
+    def _version(self) -> tuple[int, int, int]:
+        return self.cli.version()
+
+    # ---- reads ------------------------------------------------------------
+    def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
+        try:
+            jobs = pyslurm.Jobs.load()
+        except Exception as e:  # pyslurm raises RPCError and friends
+            raise _err(e, "Jobs.load()") from None
+        pyjobs = [j for jid, j in jobs.items() if not job_ids or str(jid) in job_ids]
+        alloc: dict[str, Any] = {}
+        if any(j.state == "RUNNING" for j in pyjobs):
+            alloc = {j.job_id: j.gres_alloc for j in self.cli._load_jobs(job_ids)}
+        sf = self.cli.site_factors() if any(j.state == "PENDING" for j in pyjobs) else {}
+        return [self._convert(j, alloc, sf) for j in pyjobs]
+
+    @staticmethod
+    def _convert(j, alloc: dict, sf: dict) -> SlurmJob:
+        jid = str(j.id)
+        gres = {}
+        for k, v in (j.gres_per_node or {}).items():
+            gres.update(parse_gres_spec(f"{k}:{v}"))
+        limit = j.time_limit
+        comment = (j.comment or "").strip()
+        admin = (j.admin_comment or "").strip()
+        state = str(j.state or "UNKNOWN").upper()
+        nodes = _expand(j.allocated_nodes) if state != "PENDING" else ()
+        return SlurmJob(
+            job_id=jid, name=j.name or "", user=j.user_name or "", state=state,
+            reason=str(j.state_reason or "None"), priority=int(j.priority or 0),
+            nice=int(j.nice or 0), submit_time=float(j.submit_time or 0),
+            start_time=float(j.start_time) if j.start_time and state != "PENDING" else None,
+            time_limit_s=float(limit) * 60.0 if isinstance(limit, (int, float)) and limit else None,
+            partition=j.partition or "", num_nodes=int(j.num_nodes or 1), nodes=nodes,
+            req_nodes=_expand(j.required_nodes), gres_req=gres,
+            gres_alloc=tuple(alloc.get(jid, ())), comment=comment, admin_comment=admin,
+            restarts=int(j.requeue_count or 0), site_factor=sf.get(jid),
+            meta=parse_meta(admin, comment))
+
+    def _load_nodes(self) -> list[SlurmNode]:
+        try:
+            nodes = pyslurm.Nodes.load()
+        except Exception as e:
+            raise _err(e, "Nodes.load()") from None
+        out = []
+        for name, n in nodes.items():
+            parts = tuple(n.partitions or ())
+            if self.partition and parts and self.partition not in parts:
+                continue
+            gres = {}
+            for k, v in (n.configured_gres or {}).items():
+                gres.update(parse_gres_spec(f"{k}:{v}"))
+            out.append(SlurmNode(str(name), str(n.state or "").lower(), gres, parts))
+        return sorted(out, key=lambda x: x.name)
+
+    # ---- mutations --------------------------------------------------------
+    def describe(self, job_id: str, field: str, value: Any) -> tuple[str, ...]:
+        call = {"priority": f"modify(priority={int(value)})" if field == "priority" else "",
+                }.get(field)
+        if field in ("priority", "site_factor", "nice"):
+            call = f"modify(JobSubmitDescription({field}={int(value)}))"
+        elif field == "gres":
+            call = f"modify(JobSubmitDescription(gres_per_node={_gres_dict(value)!r}))"
+        elif field == "req_nodes":
+            call = f"modify(JobSubmitDescription(required_nodes={value!r}))"
+        elif field == "hold":
+            call = "hold()" if value else "release()"
+        elif field == "release":
+            call = "release()" if value else "hold()"
+        elif field == "requeue_hold":
+            call = "requeue(hold=True)"
+        elif field == "signal":
+            call = f"send_signal({value!r})"
+        else:
+            raise ValueError(f"unknown job field {field!r}")
+        return ("pyslurm", f"Job({job_id})", call)
+
+    def _do(self, job_id: str, field: str, value: Any) -> tuple[str, ...]:
+        job = pyslurm.Job(int(job_id))
+        try:
+            if field in ("priority", "site_factor", "nice"):
+                job.modify(pyslurm.JobSubmitDescription(**{field: int(value)}))
+            elif field == "gres":
+                job.modify(pyslurm.JobSubmitDescription(gres_per_node=_gres_dict(value)))
+            elif field == "req_nodes":
+                job.modify(pyslurm.JobSubmitDescription(required_nodes=value or ""))
+            elif field in ("hold", "release"):
+                (job.hold if (field == "hold") == bool(value) else job.release)()
+            elif field == "requeue_hold":
+                job.requeue(hold=True)
+            elif field == "signal":
+                job.send_signal(str(value))
+        except Exception as e:
+            raise _err(e, f"Job({job_id}) {field}={value!r}") from None
+        return self.describe(job_id, field, value)
+
+
+def _gres_dict(spec: str) -> dict[str, int]:
+    return parse_gres_spec(spec)
+
+
+def _expand(expr) -> tuple[str, ...]:
+    from .parse import expand_nodes
+    return expand_nodes(expr or "")
