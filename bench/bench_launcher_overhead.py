@@ -59,10 +59,13 @@ def main():
             for kind in ("plain", "gimbal") if i % 2 == 0 else ("gimbal", "plain"):
                 res[kind].append(run(kind, args, tmp, i))
     plain, gimbal = statistics.median(res["plain"]), statistics.median(res["gimbal"])
+    best = min(res["gimbal"]) / min(res["plain"])  # least disturbed runs (shared machines)
     summary = {"plain_step_s": plain, "gimbal_step_s": gimbal, "ratio": gimbal / plain,
+               "ratio_of_best_runs": best,
                "target_ratio": 1.02, "runs": res, "config": vars(args)}
     print(json.dumps(summary, indent=2))
-    print(f"step time ratio gimbal/plain = {gimbal / plain:.4f} (target <= 1.02)")
+    print(f"step time ratio gimbal/plain = {gimbal / plain:.4f} (median of runs), "
+          f"{best:.4f} (best runs); target <= 1.02")
 
 
 if __name__ == "__main__":
