@@ -213,8 +213,9 @@ class SlurmCluster:
     def nodes_idle(self) -> bool:
         proc = self.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %t"])
         states = dict(line.split()[:2] for line in proc.stdout.splitlines() if line.strip())
-        return proc.returncode == 0 and all(states.get(n) in ("idle", "mix", "alloc")
-                                            for n in self.spec.nodes)
+        # up and schedulable; "-" = planned by backfill, "*" (not responding) etc. are not OK
+        return proc.returncode == 0 and all(
+            (states.get(n) or "").rstrip("-") in ("idle", "mix", "alloc") for n in self.spec.nodes)
 
     def hook_events(self) -> List[Dict[str, str]]:
         """All lines of the hooks' events.log (this cluster's only) as dicts."""

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 GPU_NODES = {"gpu1", "gpu2", "gpu3"}
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _show_d(c, job):
@@ -98,3 +101,16 @@ def test_mps_job_sees_its_share_and_prolog_skips_absent_mps(slurm_2205_mps, clea
     assert pro["mps_pct"] == "50"
     assert pro["mps"] in ("absent", "started")
     c.wait_hook_event(job, "epilog", since=t0, timeout=30)
+
+
+def test_gsbatch_submission_tagged_and_held(slurm_2205, clean_slurm):
+    """gsbatch -> real sbatch -> job_submit.lua: the tag lands in AdminComment, --gate holds."""
+    c = slurm_2205
+    p = subprocess.run([sys.executable, str(REPO / "slurm_hooks" / "gsbatch"), "--app", "bert",
+                        "--batch", "32", "--est", "1h", "--gate", "--parsable", "-o", "/dev/null",
+                        "--chdir=/tmp", "--wrap", "sleep 60"], env=c.env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    info = c.show_job(int(p.stdout.strip()))
+    assert info["AdminComment"] == "gimbal:v1;app=bert;batch=32;est=3600;gate=1"
+    assert info["JobState"] == "PENDING" and info["Reason"] == "JobHeldUser"

@@ -98,7 +98,7 @@ do_start() {
   want=$(nodes | wc -l)
   part=$(sed -n 's/^PartitionName=\([^ ]*\) .*Default=YES.*/\1/p' $SLURM_CONF | head -1)
   deadline=$((SECONDS+60))
-  until [ "$(sinfo -h -N -p "$part" -o '%t' 2>/dev/null | grep -c -E '^(idle|mix|alloc)$')" -ge "$want" ]; do
+  until [ "$(sinfo -h -N -p "$part" -o '%t' 2>/dev/null | grep -c -E '^(idle|mix|alloc)-?$')" -ge "$want" ]; do
     [ $SECONDS -lt $deadline ] || { dump_logs; die "nodes not idle after 60 s"; }
     sleep 0.3
     # a node drained in an earlier run (e.g. after a GRES config change) stays drained: resume once
@@ -134,7 +134,7 @@ do_status() {
   local want part
   want=$(nodes | wc -l)
   part=$(sed -n 's/^PartitionName=\([^ ]*\) .*Default=YES.*/\1/p' $SLURM_CONF | head -1)
-  [ "$(sinfo -h -N -p "$part" -o '%t' 2>/dev/null | grep -c -E '^(idle|mix|alloc)$')" -ge "$want" ]
+  [ "$(sinfo -h -N -p "$part" -o '%t' 2>/dev/null | grep -c -E '^(idle|mix|alloc)-?$')" -ge "$want" ]
 }
 
 case "${1:-}" in

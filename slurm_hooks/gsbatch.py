@@ -1,0 +1,188 @@
+"""gsbatch: sbatch with gimbal metadata.
+
+    gsbatch [gimbal options] [sbatch options] script.sh [script args]
+
+gimbal options (they must come first; the first other argument ends them):
+
+  --app NAME          application/model name, [a-z0-9_-]{1,32} (required with any other option)
+  --batch N           global batch size
+  --iters N           iterations to run
+  --est DURATION      estimated run time: seconds, 90s/45m/2h/1d, MM:SS, H:MM:SS or D-H:MM:SS
+  --share/--no-share  the job may / may not run on a shared GPU (shard, mps)
+  --deadline WHEN     Unix seconds or an ISO 8601 time (no zone = local time)
+  --gate              gate mode: submit held (sbatch --hold); gimbal's daemon releases it
+  --dry-run           print the sbatch command instead of running it
+  --sbatch PATH       sbatch to run (default: $GSBATCH_SBATCH or "sbatch" on PATH)
+
+The metadata goes into ``--comment gimbal:app=...,batch=...`` (the format job_submit.lua
+validates, see docs/slurm.md); everything else is passed to sbatch unchanged, as an argument
+list (no shell). Python standard library only.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shlex
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ORDER = ("app", "batch", "iters", "est", "share", "deadline", "gate")
+_APP = re.compile(r"[a-z0-9_-]{1,32}")
+_VALUE_OPTS = {"--app": "app", "--batch": "batch", "--iters": "iters", "--est": "est",
+               "--deadline": "deadline", "--sbatch": "sbatch"}
+_FLAG_OPTS = {"--share", "--no-share", "--gate", "--dry-run"}
+# gimbal options that sbatch does not have: seen after the gimbal block, they are a mistake
+_MISPLACED = {"--app", "--iters", "--est", "--share", "--no-share", "--deadline", "--gate"}
+USAGE = "usage: gsbatch [--app NAME] [--batch N] [--iters N] [--est DURATION] " \
+        "[--share|--no-share] [--deadline WHEN] [--gate] [--dry-run] [sbatch args...]"
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _pos_int(name: str, raw: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,12}", raw) or int(raw) <= 0:
+        raise UsageError(f"--{name} must be an integer > 0 (got {raw!r})")
+    return int(raw)
+
+
+def parse_duration(raw: str) -> int:
+    """Seconds from '3600', '90s', '45m', '2h', '1d', 'MM:SS', 'H:MM:SS' or 'D-H:MM:SS'."""
+    s = raw.strip().lower()
+    m = re.fullmatch(r"(\d+)\s*([smhd]?)", s)
+    if m:
+        secs = int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    else:
+        m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d{1,2})", s)
+        if not m:
+            raise UsageError(f"--est: cannot read duration {raw!r} "
+                             "(use seconds, 45m, 2h, 1d, MM:SS, H:MM:SS or D-H:MM:SS)")
+        d, h, mi, se = (int(x) if x else 0 for x in m.groups())
+        secs = ((d * 24 + h) * 60 + mi) * 60 + se
+    if secs <= 0 or secs >= 10 ** 12:
+        raise UsageError(f"--est must be > 0 seconds (got {raw!r})")
+    return secs
+
+
+def parse_deadline(raw: str) -> int:
+    if re.fullmatch(r"[0-9]{1,12}", raw):
+        return _pos_int("deadline", raw)
+    try:
+        when = _dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise UsageError(f"--deadline: {raw!r} is neither Unix seconds nor an ISO 8601 time") \
+            from None
+    ts = int(when.timestamp())      # naive = local time
+    if ts <= 0:
+        raise UsageError(f"--deadline must be after 1970 (got {raw!r})")
+    return ts
+
+
+def gimbal_comment(meta: Dict[str, object]) -> str:
+    """{'app': 'bert', 'batch': 64, ...} -> 'gimbal:app=bert,batch=64,...' (fixed key order)."""
+    return "gimbal:" + ",".join(f"{k}={meta[k]}" for k in ORDER if k in meta)
+
+
+def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object], List[str]]:
+    """-> (gimbal metadata, gsbatch settings, sbatch args)."""
+    meta: Dict[str, object] = {}
+    opts: Dict[str, object] = {"dry_run": False, "sbatch": None, "gate": False}
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-h", "--help") and not meta and i == 0:
+            raise UsageError(__doc__ or USAGE)
+        name, eq, val = a.partition("=")
+        if name in _VALUE_OPTS:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise UsageError(f"{name} needs a value")
+                val = args[i + 1]
+                i += 1
+            key = _VALUE_OPTS[name]
+            if key in meta or (key == "sbatch" and opts["sbatch"] is not None):
+                raise UsageError(f"{name} given twice")
+            if key == "app":
+                if not _APP.fullmatch(val):
+                    raise UsageError(f"--app must be 1-32 characters of a-z 0-9 _ - (got {val!r})")
+                meta["app"] = val
+            elif key in ("batch", "iters"):
+                meta[key] = _pos_int(key, val)
+            elif key == "est":
+                meta["est"] = parse_duration(val)
+            elif key == "deadline":
+                meta["deadline"] = parse_deadline(val)
+            else:
+                opts["sbatch"] = val
+        elif a in _FLAG_OPTS:
+            if a in ("--share", "--no-share"):
+                if "share" in meta:
+                    raise UsageError("--share/--no-share given twice")
+                meta["share"] = "yes" if a == "--share" else "no"
+            elif a == "--gate":
+                opts["gate"] = True
+                meta["gate"] = 1
+            else:
+                opts["dry_run"] = True
+        else:
+            break
+        i += 1
+    rest = args[i:]
+    for a in rest:
+        # stop at "--", --wrap or what looks like the batch script: later words are its args
+        if a == "--" or a.startswith("--wrap") or (not a.startswith("-") and (
+                os.path.isfile(a) or a.endswith((".sh", ".bash", ".py", ".sbatch")))):
+            break
+        if a.partition("=")[0] in _MISPLACED:
+            raise UsageError(f"{a.partition('=')[0]}: gimbal options must come before sbatch "
+                             "options and the script")
+        if a.partition("=")[0] == "--comment" and meta:
+            raise UsageError("--comment cannot be combined with gimbal options (gsbatch "
+                             "writes the comment)")
+    if meta and "app" not in meta:
+        raise UsageError("--app is required with gimbal options")
+    return meta, opts, rest
+
+
+def build_command(argv: Sequence[str], env: Optional[Dict[str, str]] = None
+                  ) -> Tuple[List[str], bool]:
+    """-> (sbatch argv, dry_run)."""
+    env = os.environ if env is None else env
+    meta, opts, rest = parse_args(argv)
+    sbatch = str(opts["sbatch"] or env.get("GSBATCH_SBATCH") or "sbatch")
+    cmd = [sbatch]
+    if opts["gate"]:
+        cmd.append("--hold")
+    if meta:
+        cmd.append("--comment=" + gimbal_comment(meta))
+    cmd += rest
+    return cmd, bool(opts["dry_run"])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        cmd, dry = build_command(argv)
+    except UsageError as e:
+        print(f"gsbatch: {e}" if not str(e).startswith("gsbatch:") and "\n" not in str(e)
+              else str(e), file=sys.stderr)
+        if "\n" not in str(e):
+            print(USAGE, file=sys.stderr)
+        return 2
+    if dry:
+        print(shlex.join(cmd))
+        return 0
+    sys.stdout.flush()
+    try:
+        os.execvp(cmd[0], cmd)      # an argument list: no shell ever sees user strings
+    except OSError as e:
+        print(f"gsbatch: cannot run {cmd[0]}: {e}", file=sys.stderr)
+        return 127
+    return 0  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""slurm_hooks/gsbatch: argument handling with a fake sbatch, and one real submission."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from slurm_hooks import gsbatch  # noqa: E402
+
+FAKE_SBATCH = """#!/usr/bin/env python3
+# FAKE sbatch for gsbatch tests: prints its argv as JSON
+import json, sys
+print(json.dumps(sys.argv[1:]))
+"""
+
+
+def cmd(*argv):
+    return gsbatch.build_command(list(argv), env={})
+
+
+def test_metadata_goes_into_comment_in_fixed_order():
+    c, dry = cmd("--deadline", "1767225600", "--share", "--est", "2h", "--iters", "1000",
+                 "--batch=64", "--app", "bert", "-p", "gpu", "--gres=gpu:2", "job.sh", "--lr", "3")
+    assert not dry
+    assert c == ["sbatch", "--comment=gimbal:app=bert,batch=64,iters=1000,est=7200,share=yes,"
+                 "deadline=1767225600", "-p", "gpu", "--gres=gpu:2", "job.sh", "--lr", "3"]
+
+
+def test_gate_submits_held():
+    c, _ = cmd("--app", "x", "--gate", "--no-share", "job.sh")
+    assert c == ["sbatch", "--hold", "--comment=gimbal:app=x,share=no,gate=1", "job.sh"]
+
+
+def test_no_gimbal_options_is_plain_sbatch():
+    assert cmd("-p", "gpu", "job.sh") == (["sbatch", "-p", "gpu", "job.sh"], False)
+
+
+def test_script_args_are_not_parsed():
+    c, _ = cmd("--app", "x", "train.py", "--app", "y", "--gate")
+    assert c[-4:] == ["train.py", "--app", "y", "--gate"] and "--hold" not in c
+
+
+@pytest.mark.parametrize("raw,secs", [("3600", 3600), ("90s", 90), ("45m", 2700), ("2h", 7200),
+                                      ("1d", 86400), ("10:00", 600), ("1:30:00", 5400),
+                                      ("1-00:00:01", 86401)])
+def test_durations(raw, secs):
+    assert gsbatch.parse_duration(raw) == secs
+
+
+def test_iso_deadline():
+    assert gsbatch.parse_deadline("2026-01-01T00:00:00+00:00") == 1767225600
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--batch", "3", "j.sh"], "--app is required"),
+    (["--app", "Bert", "j.sh"], "--app must be"),
+    (["--app", "x", "--batch", "0", "j.sh"], "--batch must be an integer > 0"),
+    (["--app", "x", "--iters", "1e3"], "--iters must be"),
+    (["--app", "x", "--est", "soon"], "--est: cannot read"),
+    (["--app", "x", "--est", "0"], "--est must be > 0"),
+    (["--app", "x", "--deadline", "tomorrow"], "--deadline"),
+    (["--app", "x", "--app", "y"], "given twice"),
+    (["--app", "x", "--share", "--no-share"], "given twice"),
+    (["--app"], "needs a value"),
+    (["-p", "gpu", "--app", "x", "j.sh"], "must come before sbatch options"),
+    (["--app", "x", "--comment", "hi", "j.sh"], "--comment cannot be combined"),
+])
+def test_usage_errors(argv, needle):
+    with pytest.raises(gsbatch.UsageError, match=None) as ei:
+        gsbatch.build_command(argv, env={})
+    assert needle in str(ei.value)
+
+
+def test_cli_dry_run_and_exec_of_fake_sbatch(tmp_path):
+    fake = tmp_path / "fake-sbatch"
+    fake.write_text(FAKE_SBATCH)
+    fake.chmod(0o755)
+    env = dict(os.environ, GSBATCH_SBATCH=str(fake))
+    tool = [sys.executable, str(REPO / "slurm_hooks" / "gsbatch")]
+    # an argument with shell metacharacters stays one argument, never interpreted
+    weird = "$(touch " + str(tmp_path / "pwned") + "); echo hi"
+    p = subprocess.run(tool + ["--app", "bert", "--est", "5m", "--wrap", weird], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["--comment=gimbal:app=bert,est=300", "--wrap", weird]
+    assert not (tmp_path / "pwned").exists()
+    p = subprocess.run(tool + ["--app", "bert", "--dry-run", "--wrap", "a b"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.stdout.strip() == f"{fake} --comment=gimbal:app=bert --wrap 'a b'"
+    p = subprocess.run(tool + ["--app", "BAD"], env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "gsbatch: --app must be" in p.stderr
+
