@@ -101,6 +101,10 @@ def main():
     roll = [statistics.median(st[i:i + 3]) for i in range(len(st) - 2)]
     within = [t <= 1.10 * limit for t in roll]
     reached = next((i for i in range(len(roll)) if all(within[i:])), None)
+    oracle_sh = res["oracle"]["shares"][0]
+    sh = res["stealing"]["shares"]  # shares in force at each step
+    to_oracle = next((i for i in range(len(sh))
+                      if all(max(abs(a - b) for a, b in zip(x, oracle_sh)) <= 1 for x in sh[i:])), None)
     summary = {
         "steady_step_s": steady,
         "analytic_compute_limit_s": analytic,
@@ -108,6 +112,7 @@ def main():
         "ratio_stealing_vs_analytic": steady["stealing"] / analytic,
         "ratio_uniform_vs_oracle": steady["uniform"] / limit,
         "steps_to_within_10pct": reached,
+        "steps_to_oracle_shares": to_oracle,
         "final_shares": res["stealing"]["shares"][-1],
         "share_trace": [s[0] for s in res["stealing"]["shares"][:10]],
         "stealing_step_ms": [round(t * 1e3, 1) for t in st],
@@ -116,7 +121,8 @@ def main():
     print(json.dumps(summary, indent=2))
     print(f"stealing steady step {steady['stealing'] * 1e3:.1f} ms vs balanced limit "
           f"{limit * 1e3:.1f} ms: ratio {summary['ratio_stealing_vs_oracle']:.3f} (target <= 1.10), "
-          f"within 10% from step {reached} (target <= 5); uniform ratio "
+          f"within 10% from step {reached} (target <= 5), shares within 1 sample of the "
+          f"oracle's from step {to_oracle}; uniform ratio "
           f"{summary['ratio_uniform_vs_oracle']:.2f}")
 
 
