@@ -10,7 +10,7 @@ the two generic disciplines most baselines are made of.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
@@ -29,27 +29,39 @@ class Policy:
         raise NotImplementedError
 
 
-def pick_consolidated(free: Iterable[Gpu], n: int, node_order: Iterable[str] = ()) -> Optional[tuple[Gpu, ...]]:
+def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
+                      by_node: Optional[dict[str, list[Gpu]]] = None) -> Optional[tuple[Gpu, ...]]:
     """Pick ``n`` GPUs from ``free`` on as few nodes as possible.
 
     If one node can hold the job, the node with the fewest free GPUs that still
     suffices is used (best fit keeps large holes for large jobs); otherwise the
-    nodes with most free GPUs are filled first.  Ties break by node order.
-    Returns ``None`` if fewer than ``n`` GPUs are free.
+    nodes with most free GPUs are filled first.  Ties break by node order
+    (``node_order``: node names in order, or a name -> rank mapping).
+    Returns ``None`` if fewer than ``n`` GPUs are free.  ``by_node`` (node ->
+    free GPUs, as ``snapshot.free_by_node()``) may be given instead of ``free``
+    to avoid regrouping.
     """
-    by_node: dict[str, list[Gpu]] = {}
-    for g in free:
-        by_node.setdefault(g.node, []).append(g)
-    if sum(len(v) for v in by_node.values()) < n:
-        return None
-    rank = {name: i for i, name in enumerate(node_order)}
-    nodes = sorted(by_node, key=lambda x: (rank.get(x, len(rank)), x))
-    fitting = [x for x in nodes if len(by_node[x]) >= n]
-    if fitting:
-        best = min(fitting, key=lambda x: len(by_node[x]))
+    if by_node is None:
+        by_node = {}
+        for g in free:
+            by_node.setdefault(g.node, []).append(g)
+    rank = node_order if isinstance(node_order, Mapping) else {
+        name: i for i, name in enumerate(node_order)}
+    big = len(rank)
+    best, best_key, total = None, None, 0
+    for x, gs in by_node.items():
+        c = len(gs)
+        total += c
+        if c >= n:
+            key = (c, rank.get(x, big), x)
+            if best_key is None or key < best_key:
+                best, best_key = x, key
+    if best is not None:
         return tuple(sorted(by_node[best])[:n])
+    if total < n:
+        return None
     chosen: list[Gpu] = []
-    for x in sorted(nodes, key=lambda x: -len(by_node[x])):
+    for x in sorted(by_node, key=lambda x: (-len(by_node[x]), rank.get(x, big), x)):
         take = min(n - len(chosen), len(by_node[x]))
         chosen.extend(sorted(by_node[x])[:take])
         if len(chosen) == n:
@@ -79,8 +91,18 @@ def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[flo
         s *= 2
 
 
-def node_order(snap: ClusterSnapshot) -> list[str]:
-    return [n.name for n in snap.nodes]
+def take_gpus(by_node: dict[str, list[Gpu]], gpus: Iterable[Gpu]) -> None:
+    """Remove ``gpus`` from a node -> free GPUs index (in place)."""
+    for g in gpus:
+        lst = by_node[g.node]
+        lst.remove(g)
+        if not lst:
+            del by_node[g.node]
+
+
+def node_order(snap: ClusterSnapshot) -> Mapping[str, int]:
+    """Node name -> position in the cluster's node list (tie-break order)."""
+    return snap.node_rank
 
 
 def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
@@ -91,7 +113,9 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     Without ``backfill`` the first job that does not fit blocks all behind it
     (strict order); with it, later jobs that fit may start.
     """
-    free = list(snap.free_gpus)
+    by_node = snap.free_by_node()
+    nfree = sum(len(v) for v in by_node.values())
+    order_nodes = node_order(snap)
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
     blocked = False
@@ -106,36 +130,44 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             out_order.append(job.id)
             reasons[job.id] = reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting", **nums)
             continue
-        gpus = pick_consolidated(free, job.num_gpus, node_order(snap))
+        gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node) \
+            if job.num_gpus <= nfree else None
         if gpus is None:
             blocked = True
             out_order.append(job.id)
             reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                     f"needs {job.num_gpus} GPUs, {len(free)} free",
-                                     free_gpus=len(free), **nums)
+                                     f"needs {job.num_gpus} GPUs, {nfree} free",
+                                     free_gpus=nfree, **nums)
             continue
-        taken = set(gpus)
-        free = [g for g in free if g not in taken]
+        take_gpus(by_node, gpus)
+        nfree -= len(gpus)
         b, s = exclusive_config(snap, job)
         actions.append(StartJob(job.id, gpus, b, s))
         reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
-    for job in snap.running():
-        reasons.setdefault(job.id, reason(ReasonCode.KEEP_RUNNING))
     return make_plan(policy, actions, out_order, reasons, infeasible)
 
 
-def schedule_preemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
+def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],
                         numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
-    """Run the jobs that fit greedily in ``order`` (all active jobs, highest
-    priority first); pre-empt running jobs that fall outside that set.
+    """Run the jobs that fit greedily in priority order (smallest ``priority(job)``
+    first, over all active jobs); pre-empt running jobs outside that set.
 
     Admission counts GPUs only (gang: all of a job's GPUs or none); running jobs
     keep their GPUs, starting jobs take consolidated GPUs from what is free
-    after the pre-emptions.
+    after the pre-emptions.  When every waiting job fits in the free GPUs the
+    greedy pass admits everything, so running jobs are not ranked at all (same
+    result, less work).
     """
+    waiting = snap.pending()
     total = snap.total_gpus
-    capacity = total
     admitted: set[str] = set()
+    all_fit = sum(j.num_gpus for j in waiting) <= len(snap.free_gpus)
+    if all_fit:
+        order = sorted(waiting, key=priority)
+        capacity = len(snap.free_gpus)
+    else:
+        order = sorted(snap.jobs.values(), key=priority)
+        capacity = total
     reasons, infeasible = {}, []
     for job in order:
         if job.num_gpus > total:
@@ -147,24 +179,23 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             admitted.add(job.id)
             capacity -= job.num_gpus
     actions: list = []
-    free = list(snap.free_gpus)
-    for job in snap.running():
+    by_node = snap.free_by_node()
+    order_nodes = node_order(snap)
+    for job in () if all_fit else snap.running():
         if job.id not in admitted:
             actions.append(PreemptJob(job.id))
             reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
                                      **numbers(job))
-            free.extend(job.allocation.gpus if job.allocation else ())
-        else:
-            reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, **numbers(job))
+            for g in job.allocation.gpus:
+                by_node.setdefault(g.node, []).append(g)
     out_order = []
     for job in order:
         if job.running or job.id in infeasible:
             continue
         if job.id in admitted:
-            gpus = pick_consolidated(free, job.num_gpus, node_order(snap))
+            gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node)
             assert gpus is not None, "admission guarantees enough GPUs"
-            taken = set(gpus)
-            free = [g for g in free if g not in taken]
+            take_gpus(by_node, gpus)
             b, s = exclusive_config(snap, job)
             actions.append(StartJob(job.id, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional
 
@@ -126,11 +127,25 @@ class ClusterSnapshot:
     interference: InterferenceTable = field(default_factory=InterferenceTable)
     seed: int = 0
     max_jobs_per_gpu: int = 2
+    # optional precomputed node -> free GPUs (same content as free_gpus); the
+    # simulator fills it so policies need not regroup thousands of GPUs
+    free_index: Optional[Mapping[str, tuple[Gpu, ...]]] = None
+    # optional precomputed ids of the waiting jobs (same as scanning ``jobs``)
+    waiting_ids: Optional[tuple[str, ...]] = None
 
     # ---- derived views -------------------------------------------------
-    @property
+    @cached_property
     def total_gpus(self) -> int:
         return sum(n.num_gpus for n in self.nodes)
+
+    @cached_property
+    def max_gpus_per_node(self) -> int:
+        return max((n.num_gpus for n in self.nodes), default=0)
+
+    @cached_property
+    def node_rank(self) -> Mapping[str, int]:
+        """Node name -> position in ``nodes`` (tie-break order)."""
+        return MappingProxyType({n.name: i for i, n in enumerate(self.nodes)})
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -140,6 +155,9 @@ class ClusterSnapshot:
 
     def pending(self) -> tuple[Job, ...]:
         """Jobs waiting to (re)start, in submit order (ties by id)."""
+        if self.waiting_ids is not None:
+            return tuple(sorted((self.jobs[i] for i in self.waiting_ids),
+                                key=lambda j: (j.submit_time, j.id)))
         return tuple(sorted((j for j in self.jobs.values() if j.waiting),
                             key=lambda j: (j.submit_time, j.id)))
 
@@ -174,7 +192,7 @@ class ClusterSnapshot:
         prof = self.profiles.get(job.app)
         if prof is None:
             raise KeyError(f"no throughput profile for application {job.app!r}")
-        per_node = max(n.num_gpus for n in self.nodes) if self.nodes else job.num_gpus
+        per_node = self.max_gpus_per_node or job.num_gpus
         nodes = -(-job.num_gpus // max(per_node, 1))
         local = max(1.0, job.global_batch / job.num_gpus)
         return prof.iter_time(local, job.num_gpus, nodes, 1)
@@ -196,6 +214,9 @@ class ClusterSnapshot:
         return job.duration_estimate
 
     def free_by_node(self) -> dict[str, list[Gpu]]:
+        """Node name -> its free GPUs (a fresh dict the caller may change)."""
+        if self.free_index is not None:
+            return {n: list(gs) for n, gs in self.free_index.items() if gs}
         out: dict[str, list[Gpu]] = {}
         for g in self.free_gpus:
             out.setdefault(g.node, []).append(g)

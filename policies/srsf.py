@@ -20,5 +20,5 @@ class Srsf(Policy):
         def service(j):
             r = snap.remaining_time(j)
             return float("inf") if r is None else r * j.num_gpus
-        jobs = sorted(snap.jobs.values(), key=lambda j: (service(j), j.submit_time, j.id))
-        return schedule_preemptive(snap, self.name, jobs, lambda j: {"remaining_service_gpus": service(j)})
+        return schedule_preemptive(snap, self.name, lambda j: (service(j), j.submit_time, j.id),
+                                   lambda j: {"remaining_service_gpus": service(j)})

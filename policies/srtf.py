@@ -16,5 +16,5 @@ class Srtf(Policy):
         def rem(j):
             r = snap.remaining_time(j)
             return float("inf") if r is None else r
-        jobs = sorted(snap.jobs.values(), key=lambda j: (rem(j), j.submit_time, j.id))
-        return schedule_preemptive(snap, self.name, jobs, lambda j: {"remaining_s": rem(j)})
+        return schedule_preemptive(snap, self.name, lambda j: (rem(j), j.submit_time, j.id),
+                                   lambda j: {"remaining_s": rem(j)})

@@ -43,8 +43,6 @@ class Tiresias(Policy):
         return q
 
     def schedule(self, snap):
-        jobs = sorted(snap.jobs.values(),
-                      key=lambda j: (self.queue_of(snap, j), j.submit_time, j.id))
         return schedule_preemptive(
-            snap, self.name, jobs,
+            snap, self.name, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
             lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Iterable, Optional, Sequence
@@ -95,8 +96,14 @@ class Simulator:
         self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
+        self.gpu_obj = {n.name: n.gpus() for n in self.nodes}
+        self.free_tuples: dict[str, tuple[Gpu, ...]] = {}
+        self.dirty_nodes = {n.name for n in self.nodes}
+        self.free_cache = None
         self.active: dict[str, _Rec] = {}
-        self.waiting = 0
+        self.views: dict[str, Job] = {}  # active job -> its current frozen view
+        self.dirty_views: set[str] = set()
+        self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -132,7 +139,8 @@ class Simulator:
                 if kind == ARRIVAL:
                     rec = self.recs[jid]
                     self.active[jid] = rec
-                    self.waiting += 1
+                    self.waiting_ids[jid] = None
+                    self.dirty_views.add(jid)
                     changed = True
                 elif kind == COMPLETION:
                     rec = self.recs[jid]
@@ -142,9 +150,9 @@ class Simulator:
                 else:
                     self.tick_pending = False
                     tick = True
-            if (changed or tick) and self.waiting:
+            if (changed or tick) and self.waiting_ids:
                 self._schedule()
-            if self.waiting and not self.tick_pending:
+            if self.waiting_ids and not self.tick_pending:
                 self._push(self.now + self.cfg.interval, TICK, "", 0)
                 self.tick_pending = True
             if self.now >= self.next_sample:
@@ -172,6 +180,7 @@ class Simulator:
             rec.executed += dt
         rec.as_of = self.now
         rec.view = None
+        self.dirty_views.add(rec.spec.id)
 
     def _rate(self, rec: _Rec) -> float:
         spec, alloc = rec.spec, rec.alloc
@@ -211,6 +220,8 @@ class Simulator:
                 self.gpu_jobs.pop(g, None)
                 self.free_by_node[g.node].add(g.index)
                 self.busy_gpus -= 1
+                self.dirty_nodes.add(g.node)
+                self.free_cache = None
         return affected
 
     def _refresh(self, jids: Iterable[str]) -> None:
@@ -228,19 +239,33 @@ class Simulator:
         rec.end = self.now
         affected = self._release(rec)
         del self.active[rec.spec.id]
+        self.views.pop(rec.spec.id, None)
+        self.dirty_views.discard(rec.spec.id)
         self.n_done += 1
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
     def snapshot(self) -> ClusterSnapshot:
-        jobs = {jid: self._view(r) for jid, r in self.active.items()}
-        free = tuple(Gpu(n.name, i) for n in self.nodes for i in sorted(self.free_by_node[n.name]))
+        for jid in self.dirty_views:
+            self.views[jid] = self._view(self.recs[jid])
+        self.dirty_views.clear()
+        jobs = dict(self.views)
+        if self.free_cache is None:
+            for name in self.dirty_nodes:
+                self.free_tuples[name] = tuple(
+                    self.gpu_obj[name][i] for i in sorted(self.free_by_node[name]))
+            self.dirty_nodes.clear()
+            index = {n: t for n, t in self.free_tuples.items() if t}
+            self.free_cache = (tuple(chain.from_iterable(index.values())),
+                               MappingProxyType(index))
+        free, index = self.free_cache
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
-            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu)
+            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index,
+            waiting_ids=tuple(self.waiting_ids))
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -277,7 +302,7 @@ class Simulator:
             rec.partners = frozenset()
             rec.preemptions += 1
             rec.version += 1
-            self.waiting += 1
+            self.waiting_ids[rec.spec.id] = None
         for act in plan.resizes():
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
@@ -295,7 +320,7 @@ class Simulator:
                                 f" plan gives {len(act.gpus)}")
             self._settle(rec)
             self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct)
-            self.waiting -= 1
+            del self.waiting_ids[rec.spec.id]
             affected |= set(rec.partners)
         self._refresh(affected)
 
@@ -322,6 +347,8 @@ class Simulator:
                 self.busy_gpus += 1  # GPUs holding at least one job
             self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
             self.free_by_node[g.node].discard(g.index)
+            self.dirty_nodes.add(g.node)
+            self.free_cache = None
         rec.alloc = Allocation(tuple(gpus), int(sub_batch), int(accum), mps_pct)
         rec.partners = self._partners_of(gpus, jid)
         if rec.partners:

@@ -1,0 +1,134 @@
+import pytest
+
+from gimbalctl.cluster import ClusterSpecError, parse_cluster
+from gimbalctl.profiles import default_models
+from gimbalctl.sim import PlanError, SimConfig, Simulator, simulate
+from policies import get_policy
+from policies.base import Policy
+from policies.model import Gpu, Job
+from policies.plan import StartJob, make_plan
+
+M = default_models()
+
+
+def job(i, t, g, iters, app="cifar10", batch=None):
+    return Job(id=f"j{i}", submit_time=t, num_gpus=g, app=app,
+               global_batch=batch or 128 * g, total_iters=iters)
+
+
+def t_iter(app, batch, g, nodes=1, s=1):
+    return M.profiles[app].iter_time(batch / g, g, nodes, s)
+
+
+def test_single_job_exact_jct():
+    j = job(0, 10.0, 2, 1000)
+    res = simulate([j], parse_cluster("1x4"), get_policy("fifo"), M)
+    row = res.jobs.iloc[0]
+    assert row.start == 10.0
+    assert row.jct == pytest.approx(1000 * t_iter("cifar10", 256, 2))
+
+
+def test_fifo_strict_order_blocks_and_queueing():
+    jobs = [job(0, 0, 4, 2000), job(1, 1, 4, 100), job(2, 2, 1, 100)]
+    res = simulate(jobs, parse_cluster("1x4"), get_policy("fifo"), M).jobs.set_index("id")
+    end0 = res.loc["j0", "end"]
+    assert res.loc["j1", "start"] == pytest.approx(end0)
+    assert res.loc["j2", "start"] >= res.loc["j1", "end"] - 1e-9  # strict FIFO: no backfill
+    bf = simulate(jobs, parse_cluster("1x4"), get_policy("fifo", backfill=True), M).jobs.set_index("id")
+    assert bf.loc["j2", "start"] >= end0 - 1e-9  # still needs a free GPU
+
+
+class ShareBoth(Policy):
+    """Puts every job on GPU n0000:0 (tests co-location slowdown)."""
+
+    name = "share-both"
+
+    def schedule(self, snap):
+        acts = []
+        g = Gpu(snap.nodes[0].name, 0)
+        for j in snap.pending():
+            mine = snap.gpu_jobs.get(g, ())
+            acts.append(StartJob(j.id, (g,), j.global_batch, 1, tuple(mine)))
+        return make_plan(self.name, acts, [], {})
+
+
+def test_colocation_slowdown_is_xi():
+    a, b = job(0, 0, 1, 1000, "cifar10", 128), job(1, 0, 1, 1000, "ncf", 256)
+    xi_a, xi_b = M.interference.ratio("cifar10", "ncf"), M.interference.ratio("ncf", "cifar10")
+    res = simulate([a, b], parse_cluster("1x1"), ShareBoth(), M).jobs.set_index("id")
+    ta, tb = t_iter("cifar10", 128, 1) * 1000, t_iter("ncf", 256, 1) * 1000
+    first, second = sorted([(ta * xi_a, "j0", ta, xi_a), (tb * xi_b, "j1", tb, xi_b)])[:2]
+    assert res.loc[first[1], "jct"] == pytest.approx(first[0])
+    # after the first ends, the other runs alone for its remaining work
+    done_frac = first[0] / second[0]
+    assert res.loc[second[1], "jct"] == pytest.approx(first[0] + (1 - done_frac) * second[2])
+
+
+def test_xi_override_applies():
+    a, b = job(0, 0, 1, 1000, "cifar10", 128), job(1, 0, 1, 1000, "cifar10", 128)
+    res = simulate([a, b], parse_cluster("1x1"), ShareBoth(), M, SimConfig(xi=2.0)).jobs
+    assert res.jct.max() == pytest.approx(2.0 * 1000 * t_iter("cifar10", 128, 1))
+
+
+def test_preemption_cost_delays_resumed_job():
+    jobs = [job(0, 0, 4, 20000), job(1, 100, 4, 50)]
+    base = simulate(jobs, parse_cluster("1x4"), get_policy("srtf"), M, SimConfig(preempt_cost=0))
+    cost = simulate(jobs, parse_cluster("1x4"), get_policy("srtf"), M, SimConfig(preempt_cost=120))
+    b, c = base.jobs.set_index("id"), cost.jobs.set_index("id")
+    assert b.loc["j0", "preemptions"] == 1
+    assert c.loc["j0", "end"] == pytest.approx(b.loc["j0", "end"] + 120)
+
+
+class Bad(Policy):
+    name = "bad"
+
+    def __init__(self, gpus):
+        self.gpus = gpus
+
+    def schedule(self, snap):
+        j = snap.pending()[0]
+        return make_plan(self.name, [StartJob(j.id, self.gpus, 128)], [], {})
+
+
+@pytest.mark.parametrize("gpus,msg", [
+    ((Gpu("n0000", 0), Gpu("n0000", 1)), "gang violation"),
+    ((Gpu("nope", 0),), "no such GPU"),
+])
+def test_invalid_plans_rejected(gpus, msg):
+    with pytest.raises(PlanError, match=msg):
+        simulate([job(0, 0, 1, 10)], parse_cluster("1x4"), Bad(gpus), M)
+
+
+def test_third_job_on_gpu_rejected():
+    jobs = [job(i, 0, 1, 10_000, "ncf", 256) for i in range(3)]
+    with pytest.raises(PlanError, match="already holds 2 jobs"):
+        simulate(jobs, parse_cluster("1x1"), ShareBoth(), M)
+
+
+def test_memory_over_capacity_rejected():
+    jobs = [job(i, 0, 1, 10_000, "bert", 12) for i in range(2)]
+    with pytest.raises(PlanError, match="memory over capacity"):
+        simulate(jobs, parse_cluster("1x1"), ShareBoth(), M)
+
+
+def test_utilisation_and_makespan():
+    jobs = [job(0, 0, 2, 1000)]
+    res = simulate(jobs, parse_cluster("1x4"), get_policy("fifo"), M)
+    assert res.summary["gpu_utilization"] == pytest.approx(0.5)
+    assert res.summary["makespan"] == pytest.approx(res.jobs.jct.iloc[0])
+
+
+def test_cost_grows_with_events_not_seconds():
+    short = [job(0, 0, 1, 10), job(1, 5, 1, 10)]
+    long_ = [job(0, 0, 1, 10_000_000), job(1, 5e6, 1, 10_000_000)]
+    a = Simulator(short, parse_cluster("1x4"), get_policy("fifo"), M)
+    b = Simulator(long_, parse_cluster("1x4"), get_policy("fifo"), M)
+    assert a.run().summary["policy_calls"] == b.run().summary["policy_calls"]
+
+
+def test_cluster_spec_errors():
+    assert len(parse_cluster("2x4,1x8:t4:8192")) == 3
+    assert parse_cluster("1x8:t4:8192")[0].gpu_mem_mb == 8192
+    for bad in ("16", "0x4", "4x", "axb"):
+        with pytest.raises(ClusterSpecError, match="--cluster"):
+            parse_cluster(bad)
