@@ -37,7 +37,9 @@ Choices where the paper is silent (ours):
 * **Candidate job's numbers.** t_B(b) is B's eq. 7 time alone with sub-batch b
   on G_k GPUs packed on as few nodes as possible; i_B = its total iterations.
   The sequential alternative uses B's exclusive configuration (it runs alone
-  after A, no memory room to leave) — see :mod:`policies.sharing`.
+  after A, no memory room to leave) — see :mod:`policies.sharing`.  Without
+  B's length (``--unknown-lengths``) Theorem 1 cannot be evaluated: B never
+  shares, and the policy is a backfilling FIFO (L_k unknown ties by submit).
 * **Memory.** b fits beside A on GPU g when mem_B(b) + mem_A(A's sub-batch) ≤
   gpu_mem_mb of g's node and b ≤ B's profiled maximum (MemoryProfile; a job
   without a memory profile is assumed to fit).
@@ -278,9 +280,15 @@ class SjfBsbf(Policy):
         if len(taken) < need or not partners:
             nobenefit = sum(len(gr.gpus) for gr in rest if gr.choice.fits)
             shareable_ok = sum(len(gr.gpus) for gr in chosen)
-            best_rest = min((gr for gr in rest if gr.choice.fits),
-                            key=lambda gr: gr.choice.t_share - gr.choice.t_seq, default=None)
-            if len(free) + shareable_ok + nobenefit >= need and best_rest is not None:
+            evaluable = [gr for gr in rest if gr.choice.fits and gr.choice.t_seq < float("inf")]
+            best_rest = min(evaluable, key=lambda gr: gr.choice.t_share - gr.choice.t_seq,
+                            default=None)
+            if len(free) + shareable_ok + nobenefit >= need and best_rest is None:
+                reasons[job.id] = reason(
+                    ReasonCode.WAIT_NO_SHARE_BENEFIT,
+                    "Theorem 1 cannot be evaluated (job length unknown): no sharing",
+                    free_gpus=len(free), beneficial_gpus=shareable_ok, **nums)
+            elif len(free) + shareable_ok + nobenefit >= need:
                 c = best_rest.choice
                 reasons[job.id] = reason(
                     ReasonCode.WAIT_NO_SHARE_BENEFIT,

@@ -257,3 +257,15 @@ def test_plan_invariants(name, data):
         first = min(snap.pending(), key=lambda j: (snap.job_length(j), j.submit_time, j.id))
         if first.num_gpus <= len(snap.free_gpus):
             assert first.id in started and not starts(plan)[first.id].share_with
+
+
+def test_unknown_lengths_never_share_under_bsbf():
+    from dataclasses import replace
+    a = replace(running("A", "x", [(0, 0), (0, 1), (0, 2), (0, 3)], total=1e6), total_iters=None)
+    b = replace(pending("B", "x", 2, total=100), total_iters=None)
+    snap = make_snap([a, b], xi_default=1.0)
+    plan = BSBF.schedule(snap)
+    assert not plan.starts()
+    r = plan.reasons["B"]
+    assert r.code is ReasonCode.WAIT_NO_SHARE_BENEFIT and "unknown" in r.text
+    assert starts(FFS.schedule(snap))["B"].share_with == ("A",)
