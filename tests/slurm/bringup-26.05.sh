@@ -5,6 +5,7 @@
 #
 #   sudo bash tests/slurm/bringup-26.05.sh            # build (first time ~4-6 min) + start
 #   FRESH=1 ...                                       # forget saved jobs / node state
+#   BUILD_ONLY=1 ...                                  # chroot + venv only, start nothing
 #   GIMBAL_SID_ROOT=/var/lib/gimbal-test/sid          # chroot location (default)
 #   bash tests/slurm/bringup-26.05.sh stop            # stop the chroot's daemons, unmount
 #
@@ -68,14 +69,7 @@ if [ ! -f "$R/.gimbal-pkgs-ok" ] || [ "$(cat "$R/.gimbal-pkgs-ok")" != "$(echo $
 fi
 "${C[@]}" id alice >/dev/null 2>&1 || "${C[@]}" useradd -m -s /bin/bash alice   # unprivileged test user
 
-# 3. configs + the repo's hooks, then the daemons (~1 s)
-mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
-cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
-install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
-t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
-t "start daemons" "${C[@]}" env FRESH="${FRESH:-0}" bash /opt/gimbal-test/clusterctl.sh start
-
-# 4. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
+# 3. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
 PIPENV=(env PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180)
 [ -x "$R$VENV/bin/python" ] || t venv "${C[@]}" python3 -m venv $VENV
 if ! "${C[@]}" $VENV/bin/python -c "import pyslurm, sys; sys.exit(pyslurm.version.__version__ != '$PYSLURM_VERSION')" 2>/dev/null; then
@@ -96,6 +90,18 @@ if [ "$(cat "$R$VENV/.gimbal-deps-ok" 2>/dev/null)" != "$PY_DEPS" ]; then
   t "pip install deps" "${C[@]}" "${PIPENV[@]}" $VENV/bin/pip install -q $PY_DEPS || die "pip install of gimbal deps failed"
   echo "$PY_DEPS" > "$R$VENV/.gimbal-deps-ok"
 fi
+if [ "${BUILD_ONLY:-0}" = 1 ]; then
+  "${C[@]}" $VENV/bin/python -c 'import pyslurm, numpy, pandas, sqlalchemy; print("pyslurm", pyslurm.version.__version__)' \
+    || die "venv incomplete"
+  echo "[timing] bringup-26.05 (build only) total: $((SECONDS-T0)) s" >&2; exit 0
+fi
+# 4. configs + the repo's hooks, then the daemons (~1 s)
+mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
+cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
+install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
+t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
+t "start daemons" "${C[@]}" env FRESH="${FRESH:-0}" bash /opt/gimbal-test/clusterctl.sh start
+
 # gimbal itself: the repo is bind-mounted at the same path by in-chroot.sh and put on PYTHONPATH
 # there; an editable install also gives the console scripts (best effort: needs setup.cfg to build)
 if ! bash "$HERE/in-chroot.sh" $VENV/bin/pip install -q --no-deps --no-build-isolation -e "$REPO" >/tmp/gimbal-chroot-editable.log 2>&1; then
