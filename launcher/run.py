@@ -320,6 +320,11 @@ class Supervisor:
 
         self.proc = subprocess.Popen(plan.argv, env=env, start_new_session=True,
                                      preexec_fn=_child_setup)
+        if self.terminated_by is not None:  # SIGTERM/SIGINT arrived while starting
+            try:
+                os.kill(self.proc.pid, self.terminated_by)
+            except ProcessLookupError:
+                pass
         dstate: dict = {}
         try:
             st = os.stat(plan.decision_file)
