@@ -62,9 +62,16 @@ class CliBackend(Backend):
     def run_json(self, *argv: str) -> Any:
         out = self.run(*argv)
         try:
-            return json.loads(out)
+            doc = json.loads(out)
         except json.JSONDecodeError as e:
             raise SlurmParseError(f"{' '.join(argv)} printed invalid JSON: {e}") from None
+        # 22.05 squeue/sinfo --json exit 0 with an "errors" list when the controller is down
+        errs = doc.get("errors") if isinstance(doc, dict) else None
+        if errs:
+            text = "; ".join(str(e.get("description") or e.get("error") or e) if isinstance(e, dict)
+                             else str(e) for e in errs)
+            raise SlurmUnavailable(f"{' '.join(argv)} reported errors: {text}")
+        return doc
 
     # ---- reads ------------------------------------------------------------
     def _version(self) -> tuple[int, int, int]:

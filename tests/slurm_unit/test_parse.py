@@ -83,3 +83,30 @@ def test_sprio_and_meta():
     m = parse_meta("", "gimbal:app=bert,batch=-1,share=maybe,color=red")
     assert m.batch is None and m.share is None and len(m.warnings) == 3
     assert not parse_meta("", "just a comment").tagged
+
+
+def test_json_errors_mean_unavailable():
+    """22.05 squeue --json exits 0 with an errors list when slurmctld is down (recorded)."""
+    import subprocess
+    from gimbalctl.slurm.cli import CliBackend
+    from gimbalctl.slurm.errors import SlurmUnavailable
+    text = (FIX / "22.05" / "squeue-unreachable.json").read_text()
+    be = CliBackend(runner=lambda argv, t: subprocess.CompletedProcess(argv, 0, text, ""))
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        be.run_json("squeue", "--json")
+
+
+def test_timeout_and_missing_tools():
+    import subprocess
+    from gimbalctl.slurm.cli import CliBackend
+    from gimbalctl.slurm.errors import SlurmCommandError, SlurmTimeout, SlurmUnavailable
+
+    def slow(argv, t):
+        raise subprocess.TimeoutExpired(argv, t)
+    with pytest.raises(SlurmTimeout, match="did not answer within 2 s"):
+        CliBackend(runner=slow, timeout=2).run("squeue")
+    with pytest.raises(SlurmUnavailable, match="command not found"):
+        CliBackend(prefix=("/nonexistent/bin",)).run("squeue")
+    fail = lambda argv, t: subprocess.CompletedProcess(argv, 1, "", "Access/permission denied")
+    with pytest.raises(SlurmCommandError, match="permission denied"):
+        CliBackend(runner=fail).run("scontrol", "update", "JobId=1", "Priority=5")
