@@ -44,6 +44,11 @@ class ClusterUnavailable(RuntimeError):
     """The cluster cannot be used here (not root, packages missing, bring-up failed)."""
 
 
+class ClusterNotApplicable(ClusterUnavailable):
+    """The cluster does not exist from here by design (a host cluster seen from inside the
+    chroot): always a skip, even with GIMBAL_REQUIRE_SLURM=1."""
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     key: str
@@ -300,7 +305,7 @@ def ensure_cluster(key: str, bringup: Optional[bool] = None) -> SlurmCluster:
     if spec.chroot and IN_CHROOT:
         bringup = False                   # inside the chroot: use what runs there
     if spec.chroot is False and IN_CHROOT:
-        raise ClusterUnavailable(f"Slurm {spec.release} runs on the host, not in the chroot")
+        raise ClusterNotApplicable(f"Slurm {spec.release} runs on the host, not in the chroot")
     if bringup is None:
         bringup = os.geteuid() == 0 and os.environ.get("GIMBAL_SLURM_NO_BRINGUP") != "1"
     if bringup:

@@ -11,7 +11,8 @@ Fixtures
 
 Each cluster fixture brings its cluster up when running as root (idempotent), else uses a
 running one. If that is impossible the test is skipped with the reason; with
-GIMBAL_REQUIRE_SLURM=1 (CI) it fails instead.
+GIMBAL_REQUIRE_SLURM=1 (CI) it fails instead. Inside the 26.05 chroot (tests/slurm/in-chroot.sh)
+the 22.05 fixtures always skip: those clusters live on the host.
 """
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from typing import Dict, Union
 
 import pytest
 
-from tests.slurm.cluster import ClusterUnavailable, SlurmCluster, ensure_cluster
+from tests.slurm.cluster import (ClusterNotApplicable, ClusterUnavailable, SlurmCluster,
+                                 ensure_cluster)
 
 _ACTIVE: Dict[str, SlurmCluster] = {}
 _FAILED: Dict[str, str] = {}
+_NA: Dict[str, str] = {}
 
 
 def slurm_unavailable(reason: str) -> None:
@@ -35,12 +38,17 @@ def slurm_unavailable(reason: str) -> None:
 
 
 def _get(key: str) -> SlurmCluster:
+    if key in _NA:
+        pytest.skip(_NA[key])
     if key in _FAILED:
         slurm_unavailable(_FAILED[key])
     if key not in _ACTIVE:
         try:
             c = ensure_cluster(key)
             c.cancel_all()
+        except ClusterNotApplicable as e:
+            _NA[key] = str(e)
+            pytest.skip(str(e))
         except (ClusterUnavailable, TimeoutError, OSError) as e:
             _FAILED[key] = str(e)
             print(f"\n[tests/slurm] cluster {key} unavailable: {e}")
