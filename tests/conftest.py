@@ -1,7 +1,25 @@
-"""Shared test setup: the repo root is importable without installing."""
+"""Shared test setup.
+
+* The repo root is importable without installing.
+* ``GIMBAL_FAIL_ON_SKIP=1`` (set by .ci/run) turns any skipped test into a
+  failed run: in CI the real Slurm, PostgreSQL and torchrun tests must run.
+"""
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("GIMBAL_FAIL_ON_SKIP") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        for rep in skipped:
+            reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else rep.longrepr
+            print(f"\nSKIPPED (not allowed in CI): {rep.nodeid}: {reason}", file=sys.stderr)
+        session.exitstatus = 1
