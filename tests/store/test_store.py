@@ -1,0 +1,115 @@
+"""State store on SQLite and on a real PostgreSQL server (tests/services/pg.py)."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from gimbalctl.store import Store, StoreError, resolve_url
+from gimbalctl.store.models import AuditRow, CycleRow, JobRow
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        st = Store(str(tmp_path / "g.db"))
+    else:
+        from tests.services.pg import ensure_postgres
+        url = ensure_postgres()
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+        base = Store(url)
+        schema = f"t_{uuid.uuid4().hex[:10]}"  # a fresh schema per test
+        with base.engine.begin() as c:
+            c.execute(text(f"create schema {schema}"))
+        st = Store(url)
+        from sqlalchemy import event
+
+        @event.listens_for(st.engine, "connect")
+        def _path(dbapi_conn, _):
+            cur = dbapi_conn.cursor()
+            cur.execute(f"set search_path to {schema}")
+            cur.close()
+        request.addfinalizer(lambda: _drop(base, schema))
+    st.upgrade()
+    return st
+
+
+def _drop(base, schema):
+    with base.engine.begin() as c:
+        c.execute(text(f"drop schema {schema} cascade"))
+
+
+def _cycle(st, jobs=(), decisions=()):
+    return st.begin_cycle(policy="sjf", mode="ordering", knob="priority", backend="cli",
+                          release="22.05", dry_run=False, jobs=list(jobs), plan={"order": ["1"]},
+                          inputs={"1": {"app": "bert"}}, job_decisions=list(decisions))
+
+
+def test_migrations_reach_head(store):
+    assert store.revision() == store.head() == "0001"
+    store.upgrade()  # idempotent
+    assert store.revision() == "0001"
+
+
+def test_cycle_decision_audit_roundtrip(store):
+    cid = _cycle(store, [dict(job_id="1", name="a", state="PENDING", app="bert", batch=64)],
+                 [dict(job_id="1", position=0, reason_code="wait_order", reason_text="x",
+                       numbers={"length_s": 5.0}, action=None, target={"priority": 100})])
+    aid = store.audit_intent(cid, "1", "priority", 100, 100010, ["scontrol", "update"])
+    store.audit_result(aid, "applied", read_back=100010)
+    store.finish_cycle(cid, "done", n_changes=1)
+    cyc, jd, d = store.last_decision("1")
+    assert cyc.status == "done" and jd.numbers == {"length_s": 5.0} and d["plan"] == {"order": ["1"]}
+    row = store.audit_rows(job_id="1")[0]
+    assert (json.loads(row.before), json.loads(row.after), row.status) == (100, 100010, "applied")
+    assert store.job_rows()["1"].batch == 64
+
+
+def test_failed_write_leaves_nothing(store):
+    """begin_cycle is one transaction: a bad job decision rolls back the jobs and the cycle."""
+    with pytest.raises(Exception):
+        _cycle(store, [dict(job_id="9", state="PENDING")],
+               [dict(job_id="9", position=0, reason_code=None, reason_text="", numbers={})])
+    assert store.count(CycleRow) == 0 and store.count(JobRow) == 0
+
+
+def test_audit_unique_per_cycle_job_field(store):
+    cid = _cycle(store)
+    store.audit_intent(cid, "1", "priority", 1, 2, [])
+    with pytest.raises(Exception):
+        store.audit_intent(cid, "1", "priority", 1, 2, [])
+    assert store.count(AuditRow) == 1
+
+
+def test_reports_ingested_once(store, tmp_path):
+    d = tmp_path / "reports"
+    d.mkdir()
+    f = d / "7.jsonl"
+    f.write_text('{"job_id": "7", "ts": 1.0, "step": 10, "samples_per_s": 5.5}\nnot json\n')
+    assert store.ingest_reports(str(d)) == 1
+    assert store.ingest_reports(str(d)) == 0  # offsets: nothing twice
+    with open(f, "a") as fh:
+        fh.write('{"job_id": "7", "ts": 2.0, "step": 20, "step_time_s": 0.5, "gpu_util": 90}\n')
+    assert store.ingest_reports(str(d)) == 1
+    assert store.latest_reports()["7"].step == 20
+
+
+def test_profiles_override(store):
+    from gimbalctl.profiles import default_models
+    from gimbalctl.snapshot import merged_models
+    p = dict(default_models().profiles["bert"].__dict__)
+    p["alpha_comp"] = 9.0
+    store.set_profile("bert", p, source="measured")
+    profiles, _ = merged_models(default_models(), store.profiles())
+    assert profiles["bert"].alpha_comp == 9.0
+
+
+def test_bad_urls(tmp_path):
+    assert resolve_url(str(tmp_path / "x.db")).startswith("sqlite:////")
+    with pytest.raises(StoreError, match="nosuchdriver"):
+        Store("nosuchdriver://x/y")
+    with pytest.raises(StoreError, match="no/such/dir"):
+        Store(str(tmp_path / "no/such/dir/g.db")).upgrade()
