@@ -8,7 +8,7 @@ from gimbalctl.slurm.meta import parse_meta
 from gimbalctl.slurm.parse import (jobs_from_squeue_json, parse_gres_detail, parse_gres_spec,
                                    parse_sprio, parse_version)
 
-from conftest import FIX, jobs_of
+from tests.slurm_unit.replay import FIX, jobs_of
 
 
 def test_version(release, replay):

@@ -13,7 +13,7 @@ from gimbalctl.store import Store
 from policies.model import Gpu, JobState
 from policies.registry import get_policy
 
-from conftest import Replay, jobs_of
+from tests.slurm_unit.replay import Replay, jobs_of
 
 NOW = 1_800_000_000.0
 
