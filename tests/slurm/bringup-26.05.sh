@@ -35,7 +35,10 @@ if [ "${1:-}" = stop ]; then
   [ -d "$R/opt/gimbal-test" ] || exit 0
   mount_all
   "${C[@]}" env STOP_MUNGE=1 bash /opt/gimbal-test/clusterctl.sh stop || true
-  for m in dev/pts dev proc; do mountpoint -q "$R/$m" && umount "$R/$m"; done
+  # unmount what bringup/in-chroot.sh mounted; a process still inside keeps a mount busy
+  for m in "$REPO" /dev/pts /dev /proc; do
+    if mountpoint -q "$R$m"; then umount "$R$m" || echo "bringup-26.05: $R$m busy, left mounted" >&2; fi
+  done
   exit 0
 fi
 
@@ -69,7 +72,12 @@ if [ ! -f "$R/.gimbal-pkgs-ok" ] || [ "$(cat "$R/.gimbal-pkgs-ok")" != "$(echo $
 fi
 "${C[@]}" id alice >/dev/null 2>&1 || "${C[@]}" useradd -m -s /bin/bash alice   # unprivileged test user
 
-# 3. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
+# 3. configs + the repo's hooks (before the venv: importing pyslurm reads slurm.conf)
+mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
+cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
+install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
+t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
+# 4. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
 PIPENV=(env PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180)
 [ -x "$R$VENV/bin/python" ] || t venv "${C[@]}" python3 -m venv $VENV
 if ! "${C[@]}" $VENV/bin/python -c "import pyslurm, sys; sys.exit(pyslurm.version.__version__ != '$PYSLURM_VERSION')" 2>/dev/null; then
@@ -95,11 +103,7 @@ if [ "${BUILD_ONLY:-0}" = 1 ]; then
     || die "venv incomplete"
   echo "[timing] bringup-26.05 (build only) total: $((SECONDS-T0)) s" >&2; exit 0
 fi
-# 4. configs + the repo's hooks, then the daemons (~1 s)
-mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
-cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
-install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
-t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
+# 5. daemons (~1 s)
 t "start daemons" "${C[@]}" env FRESH="${FRESH:-0}" bash /opt/gimbal-test/clusterctl.sh start
 
 # gimbal itself: the repo is bind-mounted at the same path by in-chroot.sh and put on PYTHONPATH
