@@ -3,17 +3,19 @@
 # loopback only. Idempotent: installs what is missing, keeps running daemons, waits until every
 # node is idle, and fails loudly (with the daemons' log tails) otherwise.
 #
-#   sudo bash tests/slurm/bringup-22.05.sh          # cluster "lab": gpu1-3 (4 GPUs, 16 shards
-#                                                    # each) + mps1 (2 GPUs, mps:200); port 6817
+#   sudo bash tests/slurm/bringup-22.05.sh          # cluster "gimbal": gpu1-3 (4 GPUs, 16 shards
+#                                                    # each) + mps1 (2 GPUs, mps:200); port 6837;
+#                                                    # SLURM_CONF=/etc/slurm-gimbal/slurm.conf
 #   sudo VARIANT=mps bash tests/slurm/bringup-22.05.sh
-#                                                    # cluster "labmps": m1, m2 (2 GPUs, mps:200
-#                                                    # each, NO shard) on port 6827, next to "lab";
-#                                                    # use SLURM_CONF=/etc/slurm-mps/slurm.conf
+#                                                    # cluster "gimbalmps": m1, m2 (2 GPUs, mps:200
+#                                                    # each, NO shard) on port 6847, next to it;
+#                                                    # SLURM_CONF=/etc/slurm-gimbal-mps/slurm.conf
+# Neither touches /etc/slurm (a site's or another lab cluster's config stays as it is).
 #   FRESH=1 ...                                      # forget saved jobs / node state
 #   bash tests/slurm/bringup-22.05.sh stop           # stop (VARIANT=mps: that cluster only)
 #
 # Why a variant: Slurm gives MPS jobs CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=0 when GresTypes lists
-# both shard and mps (22.05 and 26.05), so MPS percentages are tested on "labmps".
+# both shard and mps (22.05 and 26.05), so MPS percentages are tested on "gimbalmps".
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 VARIANT=${VARIANT:-main}
