@@ -30,7 +30,7 @@ class Policy:
 
 
 def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
-                      by_node: Optional[dict[str, list[Gpu]]] = None) -> Optional[tuple[Gpu, ...]]:
+                      by_node: Optional[Mapping[str, Iterable[Gpu]]] = None) -> Optional[tuple[Gpu, ...]]:
     """Pick ``n`` GPUs from ``free`` on as few nodes as possible.
 
     If one node can hold the job, the node with the fewest free GPUs that still
@@ -91,12 +91,13 @@ def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[flo
         s *= 2
 
 
-def take_gpus(by_node: dict[str, list[Gpu]], gpus: Iterable[Gpu]) -> None:
+def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
     """Remove ``gpus`` from a node -> free GPUs index (in place)."""
     for g in gpus:
-        lst = by_node[g.node]
-        lst.remove(g)
-        if not lst:
+        rest = tuple(x for x in by_node[g.node] if x != g)
+        if rest:
+            by_node[g.node] = rest
+        else:
             del by_node[g.node]
 
 
@@ -187,7 +188,7 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
                                      **numbers(job))
             for g in job.allocation.gpus:
-                by_node.setdefault(g.node, []).append(g)
+                by_node[g.node] = by_node.get(g.node, ()) + (g,)
     out_order = []
     for job in order:
         if job.running or job.id in infeasible:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional
 
@@ -106,6 +105,21 @@ class Job:
 
 
 _EMPTY: Mapping = MappingProxyType({})
+_FACTS: dict[int, tuple] = {}
+
+
+def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
+    """(total GPUs, max GPUs per node, name -> rank) of a node tuple, memoised
+    by identity: the simulator passes the same tuple in every snapshot."""
+    hit = _FACTS.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1]
+    facts = (sum(n.num_gpus for n in nodes), max((n.num_gpus for n in nodes), default=0),
+             MappingProxyType({n.name: i for i, n in enumerate(nodes)}))
+    if len(_FACTS) > 32:
+        _FACTS.clear()
+    _FACTS[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
+    return facts
 
 
 @dataclass(frozen=True)
@@ -134,18 +148,18 @@ class ClusterSnapshot:
     waiting_ids: Optional[tuple[str, ...]] = None
 
     # ---- derived views -------------------------------------------------
-    @cached_property
+    @property
     def total_gpus(self) -> int:
-        return sum(n.num_gpus for n in self.nodes)
+        return _node_facts(self.nodes)[0]
 
-    @cached_property
+    @property
     def max_gpus_per_node(self) -> int:
-        return max((n.num_gpus for n in self.nodes), default=0)
+        return _node_facts(self.nodes)[1]
 
-    @cached_property
+    @property
     def node_rank(self) -> Mapping[str, int]:
         """Node name -> position in ``nodes`` (tie-break order)."""
-        return MappingProxyType({n.name: i for i, n in enumerate(self.nodes)})
+        return _node_facts(self.nodes)[2]
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -213,14 +227,15 @@ class ClusterSnapshot:
             return job.total_iters * self.exclusive_iter_time(job)
         return job.duration_estimate
 
-    def free_by_node(self) -> dict[str, list[Gpu]]:
-        """Node name -> its free GPUs (a fresh dict the caller may change)."""
+    def free_by_node(self) -> dict[str, tuple[Gpu, ...]]:
+        """Node name -> its free GPUs, nodes with none left out (a fresh dict the
+        caller may change; values are tuples, replace them rather than mutate)."""
         if self.free_index is not None:
-            return {n: list(gs) for n, gs in self.free_index.items() if gs}
+            return {n: gs for n, gs in self.free_index.items() if gs}
         out: dict[str, list[Gpu]] = {}
         for g in self.free_gpus:
             out.setdefault(g.node, []).append(g)
-        return out
+        return {n: tuple(v) for n, v in out.items()}
 
     def xi(self, app: str, other: str) -> float:
         """Interference ratio ξ of ``app`` when sharing with ``other`` (seed 000 eq. 5-6)."""
