@@ -8,6 +8,13 @@ Formats (``kind``; auto-detected from the header when omitted):
 * ``philly`` — ``timestamp,duration,num_gpus,gpu_time,cluster``.
 * ``tiresias`` — ``job_id,num_gpu,submit_time,iterations,model_name,duration,...``
   (seconds); ``muri`` — the same columns with times in milliseconds.
+* ``sacct`` — a cluster's own history: ``sacct -a -X -P --format=JobID,User,
+  Submit,Start,End,AllocTRES,Comment,AdminComment`` (pipe-separated; ``Comment``
+  and ``AdminComment`` optional).  GPUs from ``AllocTRES`` ``gres/gpu[:type]=N``
+  (``ReqTRES`` if no AllocTRES); jobs that never started or hold no GPU are
+  left out (they say nothing about GPU scheduling), job steps (``123.batch``)
+  too.  Run time = End − Start.  gimbal metadata in the comments
+  (``gimbal:app=..,batch=..``) gives the application and batch.
 * ``generic`` — ``id,submit_time,num_gpus`` plus ``duration`` or
   ``iterations``; optional ``app``, ``batch_size``, ``user``, ``deadline``,
   ``group``.  Times in seconds.  Other names map with ``columns={"mine": "id"}``.
@@ -51,7 +58,9 @@ REQUIRED = {
     "tiresias": ["job_id", "num_gpu", "submit_time", "duration"],
     "muri": ["job_id", "num_gpu", "submit_time", "duration"],
     "generic": ["id", "submit_time", "num_gpus"],
+    "sacct": ["JobID", "Submit", "Start", "End"],
 }
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 
 
 class TraceError(ValueError):
@@ -65,7 +74,7 @@ def detect_kind(columns) -> str:
     cols = set(columns)
     if {"iteration_time", "resource_time_0"} <= cols:
         return "muri"
-    for kind in ("pollux", "philly", "tiresias", "generic"):
+    for kind in ("pollux", "philly", "tiresias", "generic", "sacct"):
         if set(REQUIRED[kind]) <= cols:
             return kind
     raise ValueError("unrecognised trace header " + ",".join(columns))
@@ -93,7 +102,10 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
     path = Path(path)
     models = models or default_models()
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.readline()
+        sep = "|" if (kind == "sacct" or (kind is None and "|" in head)) else ","
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, sep=sep)
     except FileNotFoundError:
         raise TraceError(path, None, None, "file not found") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -245,5 +257,42 @@ def _generic(df, path, rng, models) -> list[Job]:
                            rng, models, users=users, apps=apps, batches=batches, extra=extra)
 
 
+def _sacct(df, path, rng, models) -> list[Job]:
+    from .slurm.meta import parse_meta
+
+    times = {}
+    for col in ("Submit", "Start", "End"):
+        times[col] = pd.to_datetime(df[col].where(~df[col].isin(["Unknown", "None", ""])),
+                                    errors="coerce", format="%Y-%m-%dT%H:%M:%S")
+    bad = df["Submit"].ne("") & times["Submit"].isna()
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise TraceError(path, i + 2, "Submit", f"expected YYYY-MM-DDTHH:MM:SS, got {df.Submit.iloc[i]!r}")
+    tres_col = "AllocTRES" if "AllocTRES" in df else ("ReqTRES" if "ReqTRES" in df else None)
+    if tres_col is None:
+        raise TraceError(path, 1, "AllocTRES", "an sacct trace needs AllocTRES or ReqTRES")
+    rows = []
+    for i in range(len(df)):
+        jid = str(df.JobID.iloc[i])
+        if "." in jid:
+            continue  # a job step
+        m = _GPU_TRES.search(str(df[tres_col].iloc[i]))
+        gpus = int(m.group(1)) if m else 0
+        st, en, sub = times["Start"].iloc[i], times["End"].iloc[i], times["Submit"].iloc[i]
+        if gpus <= 0 or pd.isna(st) or pd.isna(en) or pd.isna(sub):
+            continue
+        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "",
+                          str(df.Comment.iloc[i]) if "Comment" in df else "")
+        app = meta.app if meta.app in models.profiles else None
+        rows.append((jid, sub.timestamp(), gpus, max((en - st).total_seconds(), 1.0),
+                     str(df.User.iloc[i]) if "User" in df else "user", app, meta.batch))
+    if not rows:
+        raise TraceError(path, None, None, "no finished GPU jobs in the sacct output")
+    ids, sub, g, dur, users, apps, batches = map(list, zip(*rows))
+    return _from_durations(ids, np.array(sub), g, dur, None, rng, models, users=users, apps=apps,
+                           batches=batches)
+
+
 _LOADERS = {"pollux": _pollux, "philly": _philly, "tiresias": _tiresias_like(1.0),
-            "muri": _tiresias_like(1000.0), "generic": _generic}
+            "muri": _tiresias_like(1000.0), "generic": _generic,
+            "sacct": _sacct}

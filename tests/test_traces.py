@@ -98,3 +98,31 @@ def test_malformed_names_file_line_column(tmp_path, text, where):
 def test_missing_file(tmp_path):
     with pytest.raises(TraceError, match="file not found"):
         load_trace(tmp_path / "nope.csv")
+
+
+SACCT = """JobID|User|Submit|Start|End|State|AllocTRES|Comment|AdminComment
+101|alice|2024-03-01T10:00:00|2024-03-01T10:05:00|2024-03-01T11:05:00|COMPLETED|billing=4,cpu=4,gres/gpu=4,mem=16G,node=1|gimbal:app=bert,batch=48|
+101.batch|alice|2024-03-01T10:05:00|2024-03-01T10:05:00|2024-03-01T11:05:00|COMPLETED|cpu=4,gres/gpu=4,mem=16G,node=1||
+102|bob|2024-03-01T10:01:00|2024-03-01T10:02:00|2024-03-01T10:12:00|FAILED|cpu=1,gres/gpu:a100=1,mem=4G,node=1||gimbal:v1;app=ncf;batch=256
+103|bob|2024-03-01T10:02:00|Unknown|Unknown|CANCELLED|||
+104|carol|2024-03-01T10:03:00|2024-03-01T10:03:00|2024-03-01T10:33:00|COMPLETED|cpu=8,mem=8G,node=1||
+"""
+
+
+def test_sacct_history(tmp_path):
+    p = write(tmp_path, SACCT, "sacct.txt")
+    jobs = load_trace(p)
+    assert [(j.id, j.user, j.num_gpus, j.app, j.global_batch, j.submit_time) for j in jobs] == [
+        ("101", "alice", 4, "bert", 48, 0.0), ("102", "bob", 1, "ncf", 256, 60.0)]
+    j = jobs[0]
+    prof = M.profiles["bert"]
+    s = 1
+    while 48 / 4 / s > prof.max_local_batch:
+        s *= 2
+    assert j.total_iters * prof.iter_time(12, 4, 1, s) == pytest.approx(3600)
+
+
+def test_sacct_bad_time(tmp_path):
+    p = write(tmp_path, "JobID|Submit|Start|End|AllocTRES\n1|yesterday|x|y|gres/gpu=1\n", "s.txt")
+    with pytest.raises(TraceError, match=r":2: column 'Submit'"):
+        load_trace(p)
