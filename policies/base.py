@@ -120,16 +120,27 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
     blocked = False
-    for job in order:
+    for k, job in enumerate(order):
+        if (blocked and not backfill) or nfree == 0:
+            # nothing behind this point can start: one shared reason, no per-job work
+            why = (reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting") if blocked and not backfill
+                   else reason(ReasonCode.WAIT_RESOURCES, "no GPU is free", free_gpus=0))
+            rest = []
+            for j in order[k:]:
+                if j.num_gpus > total:
+                    infeasible.append(j.id)
+                    reasons[j.id] = reason(ReasonCode.INFEASIBLE,
+                                           f"asks {j.num_gpus} GPUs, cluster has {total}", **numbers(j))
+                else:
+                    rest.append(j.id)
+            out_order.extend(rest)
+            reasons.update(dict.fromkeys(rest, why))
+            break
         nums = numbers(job)
         if job.num_gpus > total:
             infeasible.append(job.id)
             reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                      f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
-            continue
-        if blocked and not backfill:
-            out_order.append(job.id)
-            reasons[job.id] = reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting", **nums)
             continue
         gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node) \
             if job.num_gpus <= nfree else None
