@@ -125,14 +125,13 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             # nothing behind this point can start: one shared reason, no per-job work
             why = (reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting") if blocked and not backfill
                    else reason(ReasonCode.WAIT_RESOURCES, "no GPU is free", free_gpus=0))
-            rest = []
-            for j in order[k:]:
+            tail = order[k:]
+            rest = [j.id for j in tail if j.num_gpus <= total]
+            for j in tail:
                 if j.num_gpus > total:
                     infeasible.append(j.id)
                     reasons[j.id] = reason(ReasonCode.INFEASIBLE,
                                            f"asks {j.num_gpus} GPUs, cluster has {total}", **numbers(j))
-                else:
-                    rest.append(j.id)
             out_order.extend(rest)
             reasons.update(dict.fromkeys(rest, why))
             break

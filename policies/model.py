@@ -13,6 +13,7 @@ not with simulated seconds.
 from __future__ import annotations
 
 import enum
+from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional
@@ -105,6 +106,7 @@ class Job:
 
 
 _EMPTY: Mapping = MappingProxyType({})
+_SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FACTS: dict[int, tuple] = {}
 
 
@@ -170,10 +172,9 @@ class ClusterSnapshot:
     def pending(self) -> tuple[Job, ...]:
         """Jobs waiting to (re)start, in submit order (ties by id)."""
         if self.waiting_ids is not None:
-            return tuple(sorted((self.jobs[i] for i in self.waiting_ids),
-                                key=lambda j: (j.submit_time, j.id)))
-        return tuple(sorted((j for j in self.jobs.values() if j.waiting),
-                            key=lambda j: (j.submit_time, j.id)))
+            jobs = self.jobs
+            return tuple(sorted([jobs[i] for i in self.waiting_ids], key=_SUBMIT_ORDER))
+        return tuple(sorted((j for j in self.jobs.values() if j.waiting), key=_SUBMIT_ORDER))
 
     def running(self) -> tuple[Job, ...]:
         return tuple(sorted((j for j in self.jobs.values() if j.running),
