@@ -96,6 +96,7 @@ def _ddp_worker(rank, world, init_file, out_dir, local_n, sub_batch):
     acc.step(x[sl], y[sl])
     torch.save({"params": [p.detach() for p in ddp.module.parameters()], "no_sync": len(calls)},
                os.path.join(out_dir, f"r{rank}.pt"))
+    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
     dist.destroy_process_group()
 
 

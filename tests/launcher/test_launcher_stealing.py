@@ -150,6 +150,7 @@ def _liss_worker(rank, world, init_file, out_dir, share_list):
         torch.save({"plain": [p.detach() for p in ddp.module.parameters()],
                     "accum": [p.detach() for p in ddp2.module.parameters()], "n": len(idx)},
                    os.path.join(out_dir, f"{shares[0]}_{shares[1]}_r{rank}.pt"))
+    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
     dist.destroy_process_group()
 
 
@@ -183,6 +184,7 @@ def _controller_worker(rank, world, init_file, out_dir):
         ctl.add_latency(len(idx) * (0.003 if rank == 1 else 0.001))  # synthetic: rank 1 3x slower
         hist.append(ctl.end_step(len(idx)))
     torch.save(hist, os.path.join(out_dir, f"h{rank}.pt"))
+    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
     dist.destroy_process_group()
 
 
