@@ -11,6 +11,9 @@ gimbal options (they must come first; the first other argument ends them):
   --share/--no-share  the job may / may not run on a shared GPU (shard, mps)
   --deadline WHEN     Unix seconds or an ISO 8601 time (no zone = local time)
   --gate              gate mode: submit held (sbatch --hold); gimbal's daemon releases it
+  --gpus N            GPUs the job needs (1..1024), written only into the comment: a gate job
+                      stays without GRES until the daemon sets gpu:N (or shards) at its start.
+                      Not combinable with sbatch's own --gres/--gpus/-G (one GPU count only)
   --dry-run           print the sbatch command instead of running it
   --sbatch PATH       sbatch to run (default: $GSBATCH_SBATCH or "sbatch" on PATH)
 
@@ -27,15 +30,17 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-ORDER = ("app", "batch", "iters", "est", "share", "deadline", "gate")
+ORDER = ("app", "batch", "iters", "est", "share", "deadline", "gate", "gpus")
+MAX_GPUS = 1024
 _APP = re.compile(r"[a-z0-9_-]{1,32}")
 _VALUE_OPTS = {"--app": "app", "--batch": "batch", "--iters": "iters", "--est": "est",
-               "--deadline": "deadline", "--sbatch": "sbatch"}
+               "--deadline": "deadline", "--gpus": "gpus", "--sbatch": "sbatch"}
 _FLAG_OPTS = {"--share", "--no-share", "--gate", "--dry-run"}
 # gimbal options that sbatch does not have: seen after the gimbal block, they are a mistake
+# (--gpus is not here: after the gimbal block it is sbatch's own --gpus)
 _MISPLACED = {"--app", "--iters", "--est", "--share", "--no-share", "--deadline", "--gate"}
 USAGE = "usage: gsbatch [--app NAME] [--batch N] [--iters N] [--est DURATION] " \
-        "[--share|--no-share] [--deadline WHEN] [--gate] [--dry-run] [sbatch args...]"
+        "[--share|--no-share] [--deadline WHEN] [--gate] [--gpus N] [--dry-run] [sbatch args...]"
 
 
 class UsageError(ValueError):
@@ -111,6 +116,11 @@ def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object
                 meta["app"] = val
             elif key in ("batch", "iters"):
                 meta[key] = _pos_int(key, val)
+            elif key == "gpus":
+                n = _pos_int(key, val)
+                if n > MAX_GPUS:
+                    raise UsageError(f"--gpus must be an integer from 1 to {MAX_GPUS} (got {val!r})")
+                meta["gpus"] = n
             elif key == "est":
                 meta["est"] = parse_duration(val)
             elif key == "deadline":
@@ -131,7 +141,7 @@ def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object
             break
         i += 1
     rest = args[i:]
-    for a in rest:
+    for pos, a in enumerate(rest):
         # stop at "--", --wrap or what looks like the batch script: later words are its args
         if a == "--" or a.startswith("--wrap") or (not a.startswith("-") and (
                 os.path.isfile(a) or a.endswith((".sh", ".bash", ".py", ".sbatch")))):
@@ -142,9 +152,25 @@ def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object
         if a.partition("=")[0] == "--comment" and meta:
             raise UsageError("--comment cannot be combined with gimbal options (gsbatch "
                              "writes the comment)")
+        if "gpus" in meta and _asks_gpus(a, rest[pos + 1] if pos + 1 < len(rest) else ""):
+            raise UsageError(f"--gpus cannot be combined with sbatch's {a.partition('=')[0]} "
+                             "(give the GPU count once: gsbatch --gpus N, or GRES for sbatch)")
     if meta and "app" not in meta:
         raise UsageError("--app is required with gimbal options")
     return meta, opts, rest
+
+
+def _asks_gpus(arg: str, nxt: str) -> bool:
+    """An sbatch argument that requests GPUs: ``--gpus[-per-*] N``, ``-G N``, or ``--gres``
+    naming gpu/shard/mps (``nxt`` is the following argument, the value of ``--gres X``)."""
+    name, eq, val = arg.partition("=")
+    if name in ("--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket"):
+        return True
+    if arg.startswith("-G") and not arg.startswith("--"):
+        return True
+    if name == "--gres":
+        return bool(re.search(r"(^|,)(gpu|shard|mps)\b", val if eq else nxt))
+    return False
 
 
 def build_command(argv: Sequence[str], env: Optional[Dict[str, str]] = None

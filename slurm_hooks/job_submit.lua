@@ -4,7 +4,7 @@ slurm.conf). Works with the Lua 5.1-5.4 that Slurm 22.05-26.05 link.
 
 Users pass gimbal metadata in the job comment (sbatch --comment, or slurm_hooks/gsbatch):
 
-    gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,deadline=1767225600,gate=1
+    gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,deadline=1767225600,gate=1,gpus=2
 
   key       value                         meaning
   app       [a-z0-9_-]{1,32}, required    model/application name (throughput profile key)
@@ -15,11 +15,14 @@ Users pass gimbal metadata in the job comment (sbatch --comment, or slurm_hooks/
   deadline  integer > 0                   deadline, Unix epoch seconds
   gate      0 | 1                         gate mode: the job was submitted held (sbatch -H) and
                                           gimbal's daemon releases it; this script holds nothing
+  gpus      integer 1..1024               GPUs the job needs; gate jobs are submitted without
+                                          GRES and the daemon sets gpu:N (or shards) when it
+                                          starts them
 
 Each key at most once, no spaces, at most 512 characters. On success the job's admin_comment
 (which users cannot set) becomes the normalized, versioned tag the gimbal daemon reads:
 
-    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;deadline=1767225600;gate=1
+    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;deadline=1767225600;gate=1;gpus=2
 
 (keys in this fixed order, absent keys left out, leading zeros dropped); the user's comment is
 kept. A comment that starts with anything else is left alone; one that looks like gimbal
@@ -37,9 +40,10 @@ local PREFIX = "gimbal:"
 local TAG = "gimbal:v1"
 local MAX_LEN = 512
 local EINVAL = 22
-local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate" }
+local MAX_GPUS = 1024
+local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate", "gpus" }
 local FORMAT = "gimbal:app=NAME[,batch=N][,iters=N][,est=SECONDS][,share=yes|no]"
-   .. "[,deadline=EPOCH][,gate=0|1]"
+   .. "[,deadline=EPOCH][,gate=0|1][,gpus=N]"
 
 local function positive_int(v)
    if not string.match(v, "^[0-9]+$") or #v > 12 then return nil end
@@ -76,6 +80,11 @@ local CHECK = {
    gate = function(v)
       if v == "0" or v == "1" then return v end
       return nil, "gate must be 0 or 1"
+   end,
+   gpus = function(v)
+      local s = positive_int(v)
+      if s and #s <= 4 and tonumber(s) <= MAX_GPUS then return s end
+      return nil, "gpus must be an integer from 1 to " .. MAX_GPUS
    end,
 }
 

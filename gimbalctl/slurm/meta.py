@@ -2,10 +2,13 @@
 
 Two spellings are read (the first one found wins):
 
-* ``AdminComment``: ``gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes``
+* ``AdminComment``: ``gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1;gpus=2``
   (written by ``slurm_hooks/job_submit.lua``; users cannot change it);
-* ``Comment``: ``gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes``
+* ``Comment``: ``gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,gate=1,gpus=2``
   (what ``gsbatch`` / the user passes with ``--comment``).
+
+``gpus`` (1..1024) is the GPU count of a job submitted without GRES (``gsbatch --gate
+--gpus N``); a job's own GRES request, when it has one, wins (see ``SlurmJob.num_gpus``).
 
 Other text around the tag (``;jsl:submitted`` appended by a site's lua, for
 example) is ignored.  Values that cannot be parsed are dropped and reported in
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline")
+MAX_GPUS = 1024  # upper bound of ``gpus`` (as in job_submit.lua and gsbatch)
 _TRUE = ("1", "yes", "true", "on", "y")
 _FALSE = ("0", "no", "false", "off", "n")
 _TAG = re.compile(r"gimbal:(?:v(\d+))?")
@@ -88,6 +92,8 @@ def parse_meta(admin_comment: str = "", comment: str = "") -> GimbalMeta:
                     b = int(v)
                     if b < 1:
                         raise ValueError("must be >= 1")
+                    if k == "gpus" and b > MAX_GPUS:
+                        raise ValueError(f"must be <= {MAX_GPUS}")
                     vals[k] = b
                 elif k in ("iters", "est", "deadline"):
                     x = float(v)

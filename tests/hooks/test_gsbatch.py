@@ -37,6 +37,20 @@ def test_gate_submits_held():
     assert c == ["sbatch", "--hold", "--comment=gimbal:app=x,share=no,gate=1", "job.sh"]
 
 
+def test_gpus_goes_only_into_the_comment():
+    """--gpus N: the count is metadata; the gate job gets no GRES (the daemon sets it)."""
+    c, _ = cmd("--app", "bert", "--gate", "--gpus", "2", "-p", "gpu", "job.sh")
+    assert c == ["sbatch", "--hold", "--comment=gimbal:app=bert,gate=1,gpus=2", "-p", "gpu", "job.sh"]
+    assert not any(a.startswith(("--gres", "--gpus", "-G")) for a in c[1:])
+    c, _ = cmd("--gpus=1024", "--app", "x", "job.sh")
+    assert c[1] == "--comment=gimbal:app=x,gpus=1024"
+    # after the gimbal block --gpus is sbatch's own option; words after the script are its args
+    c, _ = cmd("--app", "x", "-p", "gpu", "--gpus", "2", "job.sh")
+    assert c[-3:] == ["--gpus", "2", "job.sh"] and "gpus=" not in c[1]
+    c, _ = cmd("--app", "x", "--gpus", "2", "--gres=nvme:1", "job.sh", "--gpus", "4")
+    assert c == ["sbatch", "--comment=gimbal:app=x,gpus=2", "--gres=nvme:1", "job.sh", "--gpus", "4"]
+
+
 def test_no_gimbal_options_is_plain_sbatch():
     assert cmd("-p", "gpu", "job.sh") == (["sbatch", "-p", "gpu", "job.sh"], False)
 
@@ -70,6 +84,15 @@ def test_iso_deadline():
     (["--app"], "needs a value"),
     (["-p", "gpu", "--app", "x", "j.sh"], "must come before sbatch options"),
     (["--app", "x", "--comment", "hi", "j.sh"], "--comment cannot be combined"),
+    (["--app", "x", "--gpus", "0", "j.sh"], "--gpus must be an integer > 0"),
+    (["--app", "x", "--gpus", "1025", "j.sh"], "--gpus must be an integer from 1 to 1024"),
+    (["--app", "x", "--gpus", "two", "j.sh"], "--gpus must be"),
+    (["--app", "x", "--gpus", "2", "--gpus", "3", "j.sh"], "given twice"),
+    (["--gpus", "2", "j.sh"], "--app is required"),
+    (["--app", "x", "--gpus", "2", "--gres=gpu:2", "j.sh"], "--gpus cannot be combined with sbatch's --gres"),
+    (["--app", "x", "--gpus", "2", "--gres", "shard:4", "j.sh"], "--gpus cannot be combined"),
+    (["--app", "x", "--gpus", "2", "-G", "2", "j.sh"], "--gpus cannot be combined"),
+    (["--app", "x", "--gpus", "2", "--gpus-per-node=2", "j.sh"], "--gpus cannot be combined"),
 ])
 def test_usage_errors(argv, needle):
     with pytest.raises(gsbatch.UsageError, match=None) as ei:

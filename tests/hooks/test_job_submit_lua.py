@@ -49,10 +49,21 @@ def test_valid_comment_is_normalized(lua):
 
 
 def test_all_keys_in_fixed_order():
-    rc, admin, _ = one("gimbal:gate=1,deadline=1767225600,share=no,est=5,iters=7,batch=1,app=a_b-9")
+    rc, admin, _ = one("gimbal:gpus=2,gate=1,deadline=1767225600,share=no,est=5,iters=7,batch=1,"
+                       "app=a_b-9")
     assert rc == 0
     assert admin == ("gimbal:v1;app=a_b-9;batch=1;iters=7;est=5;share=no;"
-                     "deadline=1767225600;gate=1")
+                     "deadline=1767225600;gate=1;gpus=2")
+
+
+@pytest.mark.parametrize("lua", LUAS)
+@pytest.mark.parametrize("raw,norm", [("1", "1"), ("8", "8"), ("0016", "16"), ("1024", "1024"),
+                                      ("0001024", "1024")])
+def test_gpus_key_is_normalized(lua, raw, norm):
+    """gpus=N (1..1024): the GPU count of a gate job submitted without GRES."""
+    rc, admin, msg = one(f"gimbal:app=bert,gate=1,gpus={raw}", lua=lua)
+    assert (rc, msg) == (0, None)
+    assert admin == f"gimbal:v1;app=bert;gate=1;gpus={norm}"
 
 
 @pytest.mark.parametrize("comment", [None, "", "hello", "my gimbal:app=x", "x" * 5000])
@@ -73,6 +84,13 @@ def test_non_gimbal_comments_pass_untouched(comment):
     ("gimbal:app=x,share=maybe", "share must be yes or no"),
     ("gimbal:app=x,deadline=soon", "deadline must be"),
     ("gimbal:app=x,gate=2", "gate must be 0 or 1"),
+    ("gimbal:app=x,gpus=0", "gpus must be an integer from 1 to 1024"),
+    ("gimbal:app=x,gpus=1025", "gpus must be an integer from 1 to 1024"),
+    ("gimbal:app=x,gpus=99999999", "gpus must be an integer from 1 to 1024"),
+    ("gimbal:app=x,gpus=2.5", "gpus must be"),
+    ("gimbal:app=x,gpus=-2", "gpus must be"),
+    ("gimbal:app=x,gpus=", "gpus must be"),
+    ("gimbal:app=x,gpus=2,gpus=3", "'gpus' given twice"),
     ("gimbal:app=x,,batch=1", "empty option"),
     ("gimbal:app=x,", "empty option"),
     ("gimbal:app=x,batch", "is not key=value"),
@@ -113,14 +131,15 @@ _pos = st.integers(min_value=1, max_value=10**12 - 1)
 @settings(max_examples=60, deadline=None)
 @given(st.fixed_dictionaries({"app": _app}, optional={
     "batch": _pos, "iters": _pos, "est": _pos, "deadline": _pos,
-    "share": st.sampled_from(["yes", "no"]), "gate": st.sampled_from(["0", "1"])}),
+    "share": st.sampled_from(["yes", "no"]), "gate": st.sampled_from(["0", "1"]),
+    "gpus": st.integers(min_value=1, max_value=1024)}),
     st.randoms(use_true_random=False))
 def test_property_valid_options_roundtrip(opts, rnd):
     items = [f"{k}={v}" for k, v in opts.items()]
     rnd.shuffle(items)
     rc, admin, msg = one("gimbal:" + ",".join(items))
     assert rc == 0 and msg is None
-    order = ["app", "batch", "iters", "est", "share", "deadline", "gate"]
+    order = ["app", "batch", "iters", "est", "share", "deadline", "gate", "gpus"]
     expect = ";".join(["gimbal:v1"] + [f"{k}={opts[k]}" for k in order if k in opts])
     assert admin == expect
 

@@ -87,3 +87,26 @@ def test_colocation_two_jobs_one_gpu(slurm_cluster, clean_slurm, tmp_path):
     assert uk[0].indices == uj[0].indices  # the same GPU, as Slurm reports it
     d = read_decision(decision_path(j, root=str(state)))
     assert (d.share_with, d.mps_thread_pct, d.sub_batch, d.accum_steps) == (k, 50, 64, 2)
+
+
+def test_gate_job_with_gpus_key_starts_with_that_many_gpus(slurm_2205, clean_slurm):
+    """``gsbatch --gate --gpus 2`` submits without GRES; the daemon starts it with ``gpu:2`` on
+    the node the plan chose (without the key it would count, and get, 1 GPU)."""
+    c = slurm_2205
+    j = gsbatch(c, "--app", "bert", "--batch", "64", "--est", "600", "--gate", "--gpus", "2")
+    info = c.show_job(j)
+    assert info["AdminComment"].endswith(";gate=1;gpus=2")  # normalized by job_submit.lua
+    assert info.get("TresPerNode", "(null)") in ("(null)", "N/A", "")  # no GRES yet
+    g = Gimbal(c)
+    r = g("daemon", "--once", "--mode", "gate", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    start = [a for a in res["plan"]["actions"] if a["job_id"] == j]
+    assert start and len(start[0]["gpus"]) == 2
+    node = start[0]["gpus"][0].split(":")[0]
+    c.wait_state(j, "RUNNING", timeout=30)
+    sj = {x.job_id: x for x in _host_backend(c).jobs(["RUNNING"])}[j]
+    assert sj.nodes == (node,) and sj.gres_req == {"gpu": 2}
+    assert [(u.node, u.name, len(u.indices)) for u in sj.gres_alloc] == [(node, "gpu", 2)]
+    assert g.rows(f"select field, after from audit where job_id='{j}' order by id")[:2] == \
+        [("gres", '"gpu:2"'), ("req_nodes", f'"{node}"')]
