@@ -102,6 +102,8 @@ def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, inte
     Exit codes (--once): 0 done or skipped (another cycle holds the lock),
     1 unexpected error, 2 bad input, 3 Slurm unavailable (DB untouched),
     4 state store error, 5 some Slurm changes failed (see the audit).
+    Without --once: a cycle every --interval seconds until SIGTERM/SIGINT, which end the
+    loop after the running cycle (exit 0); failed cycles are logged and retried.
     """
     cfg = _setup(config_path, db=db, backend=backend, policy=policy, mode=mode, knob=knob,
                  interval=interval, state_dir=state_dir, lock_file=lock_file)
@@ -109,7 +111,22 @@ def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, inte
     from .daemon import loop
     if once or dry_run:
         sys.exit(_one_cycle(cfg, pol, as_json, dry_run))
-    sys.exit(loop(cfg, lambda: _one_cycle(cfg, pol, as_json, False)))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log.info("daemon loop: policy %s, mode %s, every %g s, db %s; SIGTERM/SIGINT stop it "
+             "between cycles", cfg.policy, cfg.mode, cfg.interval, cfg.db or "(default)")
+    sys.exit(loop(cfg, lambda: _loop_cycle(cfg, pol, as_json)))
+
+
+def _loop_cycle(cfg, pol, as_json: bool) -> int:
+    """One cycle of the loop: an error exit of a helper (Slurm/backend/store unusable right
+    now) becomes that cycle's status instead of ending the daemon."""
+    try:
+        return _one_cycle(cfg, pol, as_json, False)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else Exit.ERROR
+        log.warning("cycle ended with status %d; retrying in %g s", code, cfg.interval)
+        return code
 
 
 def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
@@ -291,6 +308,15 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
             click.echo(f"    {k} = {v}")
     if out.get("action"):
         click.echo(f"  action: {json.dumps(out['action'])}")
+    m = (out.get("inputs") or {}).get("measured")
+    if m:
+        parts = []
+        if m.get("samples_per_s") is not None:
+            parts.append(f"{m['app']} on {m['gpus']} GPU(s): {m['samples_per_s']:.1f} samples/s "
+                         f"(mean of {m['reports']} report(s) from {m['jobs']} job(s))")
+        if m.get("job_samples_per_s") is not None:
+            parts.append(f"this job: {m['job_samples_per_s']:.1f} samples/s at step {m['job_step']}")
+        click.echo("  measured: " + "; ".join(parts))
     click.echo("  inputs: " + json.dumps(out["inputs"], default=str))
     for a in out.get("audit", []):
         click.echo(f"  audit cycle {a['cycle']}: {a['field']} {a['before']} -> {a['after']} [{a['status']}]")

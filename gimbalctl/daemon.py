@@ -14,8 +14,9 @@ for each ``StartJob`` of a gated held job, set its GRES (``gpu:N``, or
 ``shard``/``mps`` units when it shares a GPU), its ``ReqNodeList``, write the
 launcher decision (``$GIMBAL_STATE_DIR/decisions/<job>.json``) and release it.
 ``PreemptJob``/``ResizeJob`` of a gated running job: ``USR2`` (gimbal-run
-checkpoints), wait ``preempt_grace``, ``requeuehold``; the next cycle gates it
-again.  Non-gated pending jobs are ordered as in ordering mode.
+checkpoints), wait ``preempt_grace``, ``requeuehold``; a later cycle gates it
+again (and sets ``StartTime=now``: Slurm delays a requeued job ~2 min).
+Non-gated pending jobs are ordered as in ordering mode.
 
 Crash safety
 ------------
@@ -157,7 +158,11 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
 
 
 def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
-                 nodes: dict[str, SlurmNode], warnings: list[str]) -> list[Target]:
+                 nodes: dict[str, SlurmNode], warnings: list[str],
+                 now: Optional[float] = None) -> list[Target]:
+    """Targets of gate mode: GRES, nodes, start delay (requeued jobs), decision file and
+    release for a start; USR2 + requeue-hold for a pre-emption / resize."""
+    now = time.time() if now is None else now
     out: list[Target] = []
     for a in plan.actions:
         sj = sjobs.get(a.job_id)
@@ -170,6 +175,9 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
             hosts = sorted({g.node for g in a.gpus})
             out.append(Target(sj.job_id, "gres", gres, "plan: start"))
             out.append(Target(sj.job_id, "req_nodes", ",".join(hosts), "plan: start"))
+            if sj.restarts and sj.eligible_time and sj.eligible_time > now:
+                # a requeue (our pre-emption) makes Slurm hold the job back ~2 min
+                out.append(Target(sj.job_id, "begin_time", "now", "plan: start (requeued)"))
             out.append(Target(sj.job_id, "decision", a, "plan: start"))
             out.append(Target(sj.job_id, "release", True, "plan: start"))
         elif isinstance(a, (PreemptJob, ResizeJob)) and sj.running:
@@ -190,7 +198,7 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
             warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
                             f"(use --mode gate with gsbatch --gate jobs)")
         return order, ordering_targets(cfg, order, sjobs)
-    gated = gate_targets(cfg, plan, sjobs, node_map, warnings)
+    gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now)
     rest = [j for j in order if not sjobs[j].gated]
     return order, gated + ordering_targets(cfg, rest, sjobs)
 
@@ -203,6 +211,14 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
+def _pause_point(name: str) -> None:
+    """Test hook: ``GIMBAL_TEST_PAUSE=<name>:<seconds>`` sleeps at that point (so a test can
+    signal the daemon while a cycle is in progress)."""
+    spec = os.environ.get("GIMBAL_TEST_PAUSE", "")
+    if spec.partition(":")[0] == name:
+        time.sleep(float(spec.partition(":")[2] or 1))
+
+
 def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: str) -> dict[str, int]:
     """Resolve audit rows left ``pending`` by a cycle that died; close such cycles."""
     from .store.db import loads
@@ -212,8 +228,12 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
         intended = loads(row.after)
         if row.field in FIELDS and sj is not None:
             cur = FIELDS[row.field](sj)
-            done = _same(row.field, cur, intended) if row.field not in ("signal", "requeue_hold") \
-                else sj.pending
+            if row.field in ("signal", "requeue_hold"):
+                done = sj.pending
+            elif row.field == "begin_time":
+                done = not sj.eligible_time or sj.eligible_time <= time.time()
+            else:
+                done = _same(row.field, cur, intended)
         elif row.field == "decision":
             from launcher.decision import decision_path
             cur = None
@@ -289,7 +309,7 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
             changes.append(ch)
             continue
         cur = FIELDS[t.field](sj)
-        if t.field not in ("signal", "requeue_hold") and _same(t.field, cur, t.value):
+        if t.field not in ("signal", "requeue_hold", "begin_time") and _same(t.field, cur, t.value):
             continue
         if dry_run:
             changes.append(backend.change(t.job_id, t.field, t.value, before=sj, dry_run=True,
@@ -320,6 +340,19 @@ def read_slurm(backend: Backend) -> tuple[list[SlurmJob], list[SlurmNode]]:
     return backend.jobs(), backend.nodes()
 
 
+def report_job_info(jobs: list[SlurmJob]) -> dict[str, dict]:
+    """Job id -> app / GPU count / shared GPU of the jobs Slurm lists, for attributing launcher
+    reports to a throughput profile.  Only an app the job named counts (never the default)."""
+    out = {}
+    for sj in jobs:
+        if not sj.meta.app:
+            continue
+        shared = any(u.name in ("shard", "mps") for u in sj.gres_alloc) or \
+            bool(sj.gres_req.get("shard") or sj.gres_req.get("mps"))
+        out[sj.job_id] = {"app": sj.meta.app, "num_gpus": sj.num_gpus, "shared": shared}
+    return out
+
+
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
               dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
     """One cycle.  Slurm is read before the DB is written, so an unreachable
@@ -331,7 +364,7 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
     if not dry_run:
-        store.ingest_reports(os.path.join(cfg.state_dir, "reports"))
+        store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
                           history=store.job_rows(), reports=store.latest_reports(),
                           default_app=cfg.default_app, default_batch=cfg.default_batch)
@@ -364,6 +397,7 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
             inputs={k: dict(v) for k, v in snap.inputs.items()}, job_decisions=job_decisions)
         _crash_point("after_plan")
         store.set_cycle_status(cycle_id, "applying")
+        _pause_point("applying")
     changes = apply_targets(cfg, backend, store, cycle_id, targets, snap, plan.policy, dry_run)
     status = "dry_run" if dry_run else ("partial" if any(c.error for c in changes) else "done")
     if not dry_run:
@@ -455,27 +489,43 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
 # ---------------------------------------------------------------- loop
 def loop(cfg: Config, make_cycle: Callable[[], int], sleep: Callable[[float], None] = time.sleep,
          max_cycles: Optional[int] = None) -> int:
-    """Run cycles every ``cfg.interval`` s until SIGTERM/SIGINT.  A failed
-    cycle (Slurm down, ...) is logged and retried next interval."""
-    stop = {"flag": False}
+    """Run ``make_cycle`` every ``cfg.interval`` s (start to start is at least the interval)
+    until SIGTERM/SIGINT.
+
+    A signal never interrupts a cycle: it is noted, the running cycle finishes (its audit and
+    status are written), and the loop ends before the next one; a signal during the pause
+    ends it within 0.25 s.  A cycle that fails (Slurm down, state store error, an exception)
+    is logged and the loop carries on.  Returns :attr:`Exit.OK` when stopped by a signal,
+    else (``max_cycles`` reached) the last cycle's status.
+    """
+    stop = {"signal": None}
 
     def _stop(signum, _frame):
-        log.info("signal %d: stopping after this cycle", signum)
-        stop["flag"] = True
+        log.info("signal %d: stopping after the current cycle", signum)
+        stop["signal"] = signum
 
     old = {s: _signal.signal(s, _stop) for s in (_signal.SIGTERM, _signal.SIGINT)}
     n = 0
     rc = Exit.OK
     try:
-        while not stop["flag"]:
-            rc = make_cycle()
+        while stop["signal"] is None:
+            t_start = time.monotonic()
             n += 1
+            try:
+                rc = make_cycle()
+            except Exception:  # noqa: BLE001 - a daemon outlives one bad cycle
+                log.exception("cycle %d failed; next one in %g s", n, cfg.interval)
+                rc = Exit.ERROR
+            log.info("cycle %d finished (status %d)", n, rc)
             if max_cycles is not None and n >= max_cycles:
                 break
-            t_end = time.monotonic() + cfg.interval
-            while not stop["flag"] and time.monotonic() < t_end:
-                sleep(min(1.0, max(0.0, t_end - time.monotonic())))
+            t_end = t_start + cfg.interval
+            while stop["signal"] is None and time.monotonic() < t_end:
+                sleep(min(0.25, max(0.0, t_end - time.monotonic())))
     finally:
         for s, h in old.items():
             _signal.signal(s, h)
+    if stop["signal"] is not None:
+        log.info("stopped by signal %d after %d cycle(s)", stop["signal"], n)
+        return Exit.OK
     return rc

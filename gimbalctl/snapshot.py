@@ -14,7 +14,9 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
   shard/mps jobs on the same GPU index share it (``gpu_jobs``);
 * progress: launcher throughput reports (latest step) and the DB's
   pre-emption counts;
-* profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles.
+* profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles;
+* measured throughput (``inputs`` only, for ``explain``/``queue``): the DB profile row's
+  ``measured`` entry for the job's app and GPU count, and the job's own newest report.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ def merged_models(models, db_profiles: Optional[Mapping] = None):
     profiles = dict(models.profiles)
     memory = dict(models.memory)
     for app, row in (db_profiles or {}).items():
+        if not row.params:  # a row with measurements only: the fitted model stays
+            continue
         params = dict(row.params)
         params.setdefault("app", app)
         profiles[app] = ThroughputProfile(**params)
@@ -140,6 +144,9 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             inputs_alloc = []
             shared = False
         total_iters = meta.iters
+        shared_key = f"{n}:shared" if shared else str(n)
+        row = (db_profiles or {}).get(app)
+        meas = ((getattr(row, "measured", None) or {}).get(shared_key)) if row is not None else None
         out_jobs[sj.job_id] = Job(
             id=sj.job_id, submit_time=sj.submit_time, num_gpus=n, app=app, global_batch=batch,
             user=sj.user, total_iters=total_iters, duration_estimate=est, state=state,
@@ -154,7 +161,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             "time_limit_s": sj.time_limit_s, "submit_time": sj.submit_time,
             "slurm_priority": sj.priority, "site_factor": sj.site_factor, "gate": sj.gated,
             "gpus": inputs_alloc, "shared": shared, "meta_source": meta.source,
-            "partition": sj.partition, "reason": sj.reason}
+            "partition": sj.partition, "reason": sj.reason,
+            "measured": _measured_input(app, shared_key, meas, rep)}
 
     used = set(gpu_jobs)
     free = tuple(g for node in node_objs for g in node.gpus() if g not in used)
@@ -167,6 +175,19 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         log.warning("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
                           MappingProxyType(by_id), tuple(skipped))
+
+
+def _measured_input(app: str, key: str, meas: Optional[Mapping], rep) -> Optional[dict]:
+    """What launcher reports measured for this job's app and GPU count (``key``: ``"2"`` or
+    ``"1:shared"``) and for the job itself; None when nothing was measured."""
+    out: dict = {}
+    if meas:
+        out.update(app=app, gpus=key, samples_per_s=meas.get("samples_per_s"),
+                   step_time_s=meas.get("step_time_s"), reports=meas.get("n"),
+                   jobs=len(meas.get("jobs") or ()))
+    if rep is not None and rep.samples_per_s is not None:
+        out.update(job_samples_per_s=rep.samples_per_s, job_step=rep.step)
+    return out or None
 
 
 def _idkey(job_id: str):

@@ -25,6 +25,7 @@ FIELDS = {
     "release": lambda j: not j.held,
     "requeue_hold": lambda j: j.state,
     "signal": lambda j: j.state,
+    "begin_time": lambda j: j.eligible_time,  # set to "now": clears a requeue's start delay
 }
 
 
@@ -96,11 +97,9 @@ class Backend:
         job_id = str(job_id)
         cur = before if before is not None else self.job(job_id)
         old = FIELDS[field](cur)
-        if field in ("hold", "release", "requeue_hold", "signal"):
-            target = value
-        else:
-            target = value
-        if not force and field not in ("requeue_hold", "signal") and _same(field, old, target):
+        target = value
+        if not force and field not in ("requeue_hold", "signal", "begin_time") and \
+                _same(field, old, target):
             return Change(job_id, field, old, target, (), applied=False, read_back=old)
         argv = self.describe(job_id, field, value)
         if dry_run:

@@ -123,6 +123,8 @@ class CliBackend(Backend):
             return ("scontrol", "requeuehold", job_id)
         if field == "signal":
             return ("scancel", f"--signal={value}", "--full", job_id)
+        if field == "begin_time":
+            return upd + (f"StartTime={value}",)
         raise ValueError(f"unknown job field {field!r}")
 
     def _do(self, job_id: str, field: str, value: Any) -> tuple[str, ...]:

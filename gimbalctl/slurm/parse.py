@@ -192,6 +192,7 @@ def job_from_json(j: Mapping[str, Any], site_factors: Mapping[str, int] | None =
             admin_comment=admin,
             restarts=int(num(j.get("restart_cnt")) or 0),
             site_factor=(site_factors or {}).get(job_id),
+            eligible_time=float(num(j.get("eligible_time")) or 0) or None,
             meta=parse_meta(admin, comment),
         )
     except (KeyError, TypeError, ValueError) as e:

@@ -84,6 +84,7 @@ class PyslurmBackend(Backend):
             req_nodes=_expand(j.required_nodes), gres_req=gres,
             gres_alloc=tuple(alloc.get(jid, ())), comment=comment, admin_comment=admin,
             restarts=int(j.requeue_count or 0), site_factor=sf.get(jid),
+            eligible_time=_epoch(getattr(j, "eligible_time", None)),
             meta=parse_meta(admin, comment))
 
     def _load_nodes(self) -> list[SlurmNode]:
@@ -119,7 +120,9 @@ class PyslurmBackend(Backend):
         elif field == "requeue_hold":
             call = "requeue(hold=True)"
         elif field == "signal":
-            call = f"send_signal({value!r})"
+            call = f"send_signal({_signame(value)!r}, steps='all')"
+        elif field == "begin_time":
+            call = f"modify(JobSubmitDescription(begin_time={str(value)!r}))"
         else:
             raise ValueError(f"unknown job field {field!r}")
         return ("pyslurm", f"Job({job_id})", call)
@@ -138,10 +141,35 @@ class PyslurmBackend(Backend):
             elif field == "requeue_hold":
                 job.requeue(hold=True)
             elif field == "signal":
-                job.send_signal(str(value))
+                # pyslurm wants "SIGUSR2"; steps="all" includes the batch step, like
+                # `scancel --full` (its default, "children", leaves the batch script out)
+                job.send_signal(_signame(value), steps="all")
+            elif field == "begin_time":
+                job.modify(pyslurm.JobSubmitDescription(begin_time=str(value)))
         except Exception as e:
             raise _err(e, f"Job({job_id}) {field}={value!r}") from None
         return self.describe(job_id, field, value)
+
+
+def _signame(sig) -> str:
+    """``USR2`` / ``SIGUSR2`` / ``12`` -> ``SIGUSR2`` (the form pyslurm accepts)."""
+    s = str(sig).strip().upper()
+    if s.isdigit():
+        import signal as _sig
+        return _sig.Signals(int(s)).name
+    return s if s.startswith("SIG") else "SIG" + s
+
+
+def _epoch(v) -> Optional[float]:
+    """pyslurm time (int epoch, datetime or None) -> epoch seconds, None when unset."""
+    if v is None:
+        return None
+    if hasattr(v, "timestamp"):
+        return float(v.timestamp())
+    try:
+        return float(v) or None
+    except (TypeError, ValueError):
+        return None
 
 
 def _gres_dict(spec: str) -> dict[str, int]:

@@ -15,7 +15,10 @@ from .meta import GimbalMeta
 PENDING = "PENDING"
 RUNNING = "RUNNING"
 SUSPENDED = "SUSPENDED"
-HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
+# held: user/admin hold, or `scontrol requeuehold` (squeue --json says JobHeldUser for that;
+# pyslurm and scontrol give the requeue reason itself)
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state",
+                "job_requeued_in_held_state")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class SlurmJob:
     admin_comment: str
     restarts: int = 0
     site_factor: Optional[int] = None  # from sprio where Slurm lists it
+    # when a pending job may start (Slurm's EligibleTime; a requeue puts it ~2 min ahead)
+    eligible_time: Optional[float] = None
     meta: GimbalMeta = field(default_factory=GimbalMeta)
 
     @property
@@ -133,7 +138,8 @@ class Change:
     """One mutation of one job, as applied (or as a dry run would apply it)."""
 
     job_id: str
-    field: str  # priority | site_factor | nice | hold | release | gres | req_nodes | requeue | signal
+    field: str  # priority | site_factor | nice | hold | release | gres | req_nodes | requeue |
+    #             signal | begin_time
     before: Any
     after: Any
     argv: tuple[str, ...] = ()  # the exact Slurm command (CLI backend; pyslurm: a description)

@@ -8,10 +8,13 @@ error nothing of it is kept.  SQLite by default (``./gimbal.db`` or
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import logging
+import math
 import os
 from importlib import resources
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
@@ -21,7 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from .models import (AuditRow, CycleRow, DecisionRow, JobDecisionRow, JobRow, ProfileRow,
                      ReportOffsetRow, ReportRow, utcnow)
 
+log = logging.getLogger("gimbal.store")
+
 DEFAULT_DB = "gimbal.db"
+MEASURED_JOBS = 20  # job ids kept per measured entry (the most recent)
 
 
 class StoreError(RuntimeError):
@@ -209,38 +215,102 @@ class Store:
                 CycleRow.status.in_(("planned", "applying")), CycleRow.dry_run == 0)))
 
     # ---- reports and profiles ----------------------------------------------
-    def ingest_reports(self, reports_dir: str) -> int:
-        """Read new lines of every ``<job>.jsonl`` in ``reports_dir`` into ``reports``."""
-        from launcher.report import read_reports_from
+    def ingest_reports(self, reports_dir: str,
+                       job_info: Optional[Mapping[str, Mapping[str, Any]]] = None) -> int:
+        """Read the new lines of every ``<job>.jsonl`` in ``reports_dir`` into ``reports`` and
+        fold their throughput into the application's profile row (``profiles.measured``).
+
+        Exactly once: per file, the new rows, the profile update and the file's new byte offset
+        (``report_offsets``) are one transaction, so a crash keeps all of it or none of it and
+        the next call starts where the last commit ended.  Rows whose ``(job_id, ts, step)`` is
+        already stored are skipped (a file that shrank, i.e. was replaced, is read again from
+        the start and only its new records count).  A trailing line without newline (being
+        written) waits for the next call.
+
+        ``job_info``: job id -> ``{"app", "num_gpus", "shared"}`` of jobs Slurm lists now (the
+        daemon passes the current jobs); a record's own ``app`` / ``num_gpus`` win, and jobs
+        not listed fall back to the ``jobs`` table.  Records whose app or GPU count is unknown
+        are stored but not folded into a profile.  Returns the number of rows added.
+        """
         if not os.path.isdir(reports_dir):
             return 0
+        job_info = job_info or {}
         added = 0
         for name in sorted(os.listdir(reports_dir)):
             if not name.endswith(".jsonl"):
                 continue
-            job_id = name[:-6]
-            with self.tx() as s:
-                off = s.get(ReportOffsetRow, job_id)
-                start = off.offset if off else 0
-                recs, new_off = read_reports_from(os.path.join(reports_dir, name), start)
-                seen = set()
-                for r in recs:
-                    key = (str(r["job_id"]), r["ts"], r["step"])
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    extra = {k: v for k, v in r.items() if k not in (
-                        "job_id", "ts", "step", "samples_per_s", "step_time_s", "gpu_util", "mem_used_mb")}
-                    s.add(ReportRow(job_id=key[0], ts=r["ts"], step=r["step"],
-                                    samples_per_s=_f(r.get("samples_per_s")),
-                                    step_time_s=_f(r.get("step_time_s")),
-                                    gpu_util=_f(r.get("gpu_util")), mem_used_mb=_f(r.get("mem_used_mb")),
-                                    extra=extra or None))
-                    added += 1
-                if off is None:
-                    s.add(ReportOffsetRow(job_id=job_id, offset=new_off))
-                else:
-                    off.offset = new_off
+            path = os.path.join(reports_dir, name)
+            file_key = name[:-6]
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
+            try:
+                added += self._ingest_file(path, file_key, size, job_info)
+            except SQLAlchemyError as e:  # e.g. a value the database refuses: retried next time
+                log.warning("reports: cannot ingest %s (%s); the file's offset is unchanged",
+                            path, e)
+        return added
+
+    def _ingest_file(self, path: str, file_key: str, size: int, job_info: Mapping) -> int:
+        from launcher.report import read_reports_from
+        with self.tx() as s:
+            off = s.get(ReportOffsetRow, file_key)
+            start = off.offset if off else 0
+            if size == start:
+                return 0
+            if size < start:  # truncated or replaced: read again, dedup keys keep it once
+                start = 0
+            recs, new_off = read_reports_from(path, start)
+            added = self._add_reports(s, recs, job_info)
+            if off is None:
+                s.add(ReportOffsetRow(job_id=file_key, offset=new_off))
+            else:
+                off.offset = new_off
+            _test_crash("ingest_before_commit")
+            return added
+
+    def _add_reports(self, s: Session, recs: list[dict], job_info: Mapping) -> int:
+        """Insert records not stored yet and fold them into profiles (inside ``s``)."""
+        by_job: dict[str, list[dict]] = {}
+        for r in recs:
+            if math.isfinite(r["ts"]):
+                by_job.setdefault(str(r["job_id"]), []).append(r)
+        added = 0
+        measured: dict[str, dict] = {}  # app -> measured dict being updated in this transaction
+        for job_id, rows in by_job.items():
+            lo, hi = min(r["ts"] for r in rows), max(r["ts"] for r in rows)
+            seen = set(s.execute(select(ReportRow.ts, ReportRow.step).where(
+                ReportRow.job_id == job_id, ReportRow.ts >= lo, ReportRow.ts <= hi)).all())
+            app, n_gpus, shared = _attribution(s, job_id, job_info)
+            for r in rows:
+                key = (r["ts"], r["step"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                extra = {k: _finite(v) for k, v in r.items() if k not in (
+                    "job_id", "ts", "step", "samples_per_s", "step_time_s", "gpu_util", "mem_used_mb")}
+                sps, stt = _f(r.get("samples_per_s")), _f(r.get("step_time_s"))
+                s.add(ReportRow(job_id=job_id, ts=r["ts"], step=r["step"], samples_per_s=sps,
+                                step_time_s=stt, gpu_util=_f(r.get("gpu_util")),
+                                mem_used_mb=_f(r.get("mem_used_mb")), extra=extra or None))
+                added += 1
+                r_app = r.get("app") if isinstance(r.get("app"), str) and r.get("app") else app
+                r_n = _pos_int(r.get("num_gpus")) or n_gpus
+                if r_app and r_n and _good(sps):
+                    if r_app not in measured:
+                        row = s.get(ProfileRow, r_app)
+                        measured[r_app] = copy.deepcopy(row.measured) if row and row.measured else {}
+                    _fold(measured[r_app], f"{r_n}:shared" if shared else str(r_n), job_id,
+                          r["ts"], sps, stt if _good(stt) else None)
+        now = utcnow()
+        for app, m in measured.items():
+            row = s.get(ProfileRow, app)
+            if row is None:
+                s.add(ProfileRow(app=app, params=None, measured=m, source="reports",
+                                 updated_at=now))
+            else:
+                row.measured, row.updated_at = m, now  # a new dict: SQLAlchemy sees the change
         return added
 
     def latest_reports(self) -> dict[str, ReportRow]:
@@ -273,11 +343,70 @@ class Store:
                 row.preemptions = (row.preemptions or 0) + 1
 
 
-def _f(v: Any) -> Optional[float]:
+def _attribution(s: Session, job_id: str, job_info: Mapping) -> tuple[Optional[str], int, bool]:
+    """(app, GPU count, on a shared GPU) of a job: from ``job_info``, else the jobs table."""
+    info = job_info.get(job_id)
+    if info is not None:
+        return info.get("app"), int(info.get("num_gpus") or 0), bool(info.get("shared"))
+    row = s.get(JobRow, job_id)
+    if row is not None:
+        return row.app, int(row.num_gpus or 0), False
+    return None, 0, False
+
+
+def _fold(m: dict, key: str, job_id: str, ts: float, sps: float, stt: Optional[float]) -> None:
+    """Add one report to the running means of ``m[key]`` (see ``ProfileRow.measured``)."""
+    e = m.setdefault(key, {"n": 0, "samples_per_s": 0.0, "n_step_time": 0, "step_time_s": None,
+                           "jobs": []})
+    e["n"] += 1
+    e["samples_per_s"] += (sps - e["samples_per_s"]) / e["n"]
+    if stt is not None:
+        e["n_step_time"] += 1
+        prev = e["step_time_s"] or 0.0
+        e["step_time_s"] = prev + (stt - prev) / e["n_step_time"]
+    if ts >= (e.get("last_ts") or 0.0):
+        e["last_ts"], e["last_samples_per_s"] = ts, sps
+    if job_id not in e["jobs"]:
+        e["jobs"] = (e["jobs"] + [job_id])[-MEASURED_JOBS:]
+
+
+def _good(v: Optional[float]) -> bool:
+    return v is not None and math.isfinite(v) and v > 0
+
+
+def _pos_int(v: Any) -> int:
     try:
-        return None if v is None else float(v)
+        n = int(v)
+    except (TypeError, ValueError):
+        return 0
+    return n if n > 0 and not isinstance(v, bool) else 0
+
+
+def _test_crash(name: str) -> None:
+    """Test hook: ``GIMBAL_TEST_CRASH=<name>`` kills the process at that point."""
+    if os.environ.get("GIMBAL_TEST_CRASH") == name:
+        os._exit(137)
+
+
+def _f(v: Any) -> Optional[float]:
+    """A finite float, else None (reports may carry NaN/Infinity, which PostgreSQL's JSON and
+    the running means must not see)."""
+    try:
+        x = None if v is None or isinstance(v, bool) else float(v)
     except (TypeError, ValueError):
         return None
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _finite(v: Any) -> Any:
+    """``v`` with non-finite floats (also nested) replaced by None: JSON-safe everywhere."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def _sqlite_pragmas(dbapi_conn, _rec) -> None:

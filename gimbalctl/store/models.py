@@ -11,7 +11,9 @@ Tables:
   next cycle reconciles);
 * ``reports`` / ``report_offsets`` — launcher throughput reports ingested from
   ``$GIMBAL_STATE_DIR/reports/<job>.jsonl``;
-* ``profiles`` — per-application throughput profile overrides.
+* ``profiles`` — per application: an optional override of the fitted throughput
+  profile (``params``) and the throughput measured from launcher reports
+  (``measured``, per GPU count; written by :meth:`Store.ingest_reports`).
 
 The schema is created by the alembic migrations in ``migrations/`` (never by
 ``create_all`` outside tests).
@@ -134,7 +136,11 @@ class ReportOffsetRow(Base):
 class ProfileRow(Base):
     __tablename__ = "profiles"
     app: Mapped[str] = mapped_column(String(64), primary_key=True)
-    params: Mapped[dict] = mapped_column(JSON)  # ThroughputProfile fields
+    params: Mapped[Optional[dict]] = mapped_column(JSON)  # ThroughputProfile fields; None: no override
     memory: Mapped[Optional[dict]] = mapped_column(JSON)  # MemoryProfile fields
+    # measured from launcher reports, keyed by GPU count ("2", or "1:shared" on a shared GPU):
+    # {"samples_per_s": mean, "step_time_s": mean, "n": reports, "n_step_time": reports with a
+    #  step time, "last_samples_per_s", "last_ts", "jobs": [recent job ids]}
+    measured: Mapped[Optional[dict]] = mapped_column(JSON)
     source: Mapped[str] = mapped_column(String(256), default="")
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
