@@ -49,7 +49,7 @@ if [ ! -x "$R/usr/bin/apt-get" ] || [ ! -f "$R/.gimbal-base-ok" ]; then
   [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
   # never delete through a bind mount (in-chroot.sh binds the repo inside): unmount first
-  grep -o " $R[^ ]*" /proc/mounts | sort -r | while read -r m; do umount "$m" || umount -l "$m"; done
+  { grep -o " $R[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount "$m" || umount -l "$m"; done
   if grep -q " $R" /proc/mounts; then die "$R still has mounts inside; not deleting it"; fi
   rm -rf "$R"; mkdir -p "$R"
   t debootstrap debootstrap --variant=minbase --include=ca-certificates sid "$R" "$MIRROR" >/dev/null \
