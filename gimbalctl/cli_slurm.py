@@ -359,17 +359,29 @@ def db_group():
 @click.option("--db", default=None, help="state store URL or SQLite path")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--revision", default="head", show_default=True)
-def db_upgrade(db, config_path, revision):
+@click.option("--dry-run", is_flag=True, help="list the migrations that would run; change nothing")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def db_upgrade(db, config_path, revision, dry_run, as_json):
     """Create or migrate the state store schema (alembic)."""
     cfg = _setup(config_path, db=db)
     st = _store(cfg, upgrade=False)
     from .store import StoreError
+    from .store.db import _redact
     try:
-        rev = st.upgrade(revision)
+        before = st.revision()
+        todo = st.pending(revision)
+        rev = before if dry_run else st.upgrade(revision)
     except StoreError as e:
         _fail(str(e), Exit.STORE)
-    from .store.db import _redact
-    click.echo(f"{_redact(st.url)}: schema at revision {rev}")
+    if as_json:
+        click.echo(json.dumps({"db": _redact(st.url), "dry_run": dry_run, "from": before,
+                               "revision": rev, "migrations": [r for r, _ in todo]}))
+        return
+    verb = "would apply" if dry_run else "applied"
+    for r, doc in todo:
+        click.echo(f"{verb} {r}: {doc}")
+    click.echo(f"{_redact(st.url)}: schema at revision {rev}"
+               + (" (dry run: nothing changed)" if dry_run else ""))
 
 
 def register(group: click.Group) -> None:

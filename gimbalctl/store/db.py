@@ -95,6 +95,9 @@ class Store:
 
     def revision(self) -> Optional[str]:
         from alembic.runtime.migration import MigrationContext
+        db = self.engine.url.database
+        if self.url.startswith("sqlite") and db and db != ":memory:" and not os.path.exists(db):
+            return None  # no file yet: do not create one just to look
         try:
             with self.engine.connect() as conn:
                 return MigrationContext.configure(conn).get_current_revision()
@@ -104,6 +107,17 @@ class Store:
     def head(self) -> str:
         from alembic.script import ScriptDirectory
         return ScriptDirectory.from_config(self._alembic_config()).get_current_head()
+
+    def pending(self, revision: str = "head") -> list[tuple[str, str]]:
+        """Migrations ``upgrade(revision)`` would apply, oldest first: (revision, message)."""
+        from alembic.script import ScriptDirectory
+        script = ScriptDirectory.from_config(self._alembic_config())
+        current = self.revision()
+        try:
+            revs = list(script.iterate_revisions(revision, current))
+        except Exception as e:  # alembic raises several types for unknown revisions
+            raise StoreError(f"--revision {revision!r}: {e}") from None
+        return [(r.revision, (r.doc or "").strip()) for r in reversed(revs)]
 
     def ensure_schema(self) -> None:
         if self.revision() != self.head():
