@@ -63,6 +63,8 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="trace CSV (default: the bundled Pollux workload-1, 160 jobs)")
 @click.option("--kind", type=click.Choice(sorted(REQUIRED)), default=None,
               help="trace format (default: detected from the header)")
+@click.option("--map", "column_map", multiple=True, metavar="COLUMN=FIELD",
+              help="rename a trace column before loading (repeatable), e.g. --map jid=id")
 @click.option("--policy", "policy_names", multiple=True,
               help="policy to run (repeatable; default: " + ", ".join(DEMO_POLICIES) + ")")
 @click.option("--cluster", default="16x4", show_default=True, help="NODESxGPUS[:TYPE[:MEM_MB]][,...]")
@@ -78,7 +80,7 @@ def _parse_policies(names: tuple[str, ...]) -> list:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
-def simulate(trace, kind, policy_names, cluster, seed, interval, xi, preempt_cost,
+def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi, preempt_cost,
              unknown_lengths, limit, out, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .sim import SimConfig, simulate as run_sim
@@ -90,8 +92,14 @@ def simulate(trace, kind, policy_names, cluster, seed, interval, xi, preempt_cos
         raise click.BadParameter(str(e), param_hint="--cluster") from None
     trace = trace or bundled_trace()
     models = default_models()
+    columns = {}
+    for item in column_map:
+        src, sep, dst = item.partition("=")
+        if not sep or not src.strip() or not dst.strip():
+            raise click.BadParameter(f"{item!r} is not COLUMN=FIELD", param_hint="--map")
+        columns[src.strip()] = dst.strip()
     try:
-        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit)
+        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns)
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,

@@ -53,3 +53,14 @@ def test_bad_cluster_and_trace(tmp_path):
     r = CliRunner().invoke(main, ["simulate", "--trace", str(bad)])
     assert r.exit_code == 1
     assert "bad trace" in r.output and ":2: column 'num_replicas'" in r.output
+
+
+def test_generic_trace_with_column_map(tmp_path):
+    t = tmp_path / "mine.csv"
+    t.write_text("jid,t,gpus,iterations,app\na,0,2,500,cifar10\nb,30,1,200,ncf\n")
+    r = run("simulate", "--trace", str(t), "--kind", "generic", "--map", "jid=id",
+            "--map", "t=submit_time", "--map", "gpus=num_gpus", "--policy", "fifo", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["results"]["fifo"]["jobs"] == 2
+    bad = CliRunner().invoke(main, ["simulate", "--map", "nonsense"])
+    assert bad.exit_code == 2 and "COLUMN=FIELD" in bad.output
