@@ -101,6 +101,18 @@ def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
             del by_node[g.node]
 
 
+_KEEP = reason(ReasonCode.KEEP_RUNNING, "running; the plan leaves it as it is")
+
+
+def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
+    """Give every running job the plan does not mention the shared KEEP_RUNNING reason
+    (set arithmetic, so it costs little even with thousands of running jobs)."""
+    waiting = snap.waiting_ids if snap.waiting_ids is not None else [
+        j.id for j in snap.jobs.values() if j.waiting]
+    running = snap.jobs.keys() - set(waiting) - reasons.keys()
+    reasons.update(dict.fromkeys(running, _KEEP))
+
+
 def node_order(snap: ClusterSnapshot) -> Mapping[str, int]:
     """Node name -> position in the cluster's node list (tie-break order)."""
     return snap.node_rank
@@ -155,6 +167,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
         b, s = exclusive_config(snap, job)
         actions.append(StartJob(job.id, gpus, b, s))
         reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
+    keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, out_order, reasons, infeasible)
 
 
@@ -215,4 +228,5 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             out_order.append(job.id)
             reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
                                      "higher-priority jobs hold the GPUs", **numbers(job))
+    keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, out_order, reasons, infeasible)

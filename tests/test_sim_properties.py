@@ -48,7 +48,10 @@ class Checked:
             assert len(on) == 1 or mem <= snap.node(g.node).gpu_mem_mb + 1e-6
         assert not (set(snap.free_gpus) & set(per_gpu)), "a free GPU holds a job"
         assert len(snap.free_gpus) + len(per_gpu) == snap.total_gpus
-        return self.inner.schedule(snap)
+        plan = self.inner.schedule(snap)
+        missing = set(snap.jobs) - set(plan.reasons)
+        assert not missing, f"jobs without a reason: {sorted(missing)[:5]}"
+        return plan
 
 
 job_st = st.tuples(st.floats(0, 3000), st.sampled_from([1, 1, 2, 4, 8, 12]),
