@@ -142,8 +142,12 @@ def read_decision(path: PathLike) -> LauncherDecision:
     Raises ``FileNotFoundError`` when the file does not exist (callers decide
     whether that is fine) and :class:`DecisionError` for bad content."""
     path = os.fspath(path)
-    with open(path, "r", encoding="utf-8") as fh:
-        text = fh.read()
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecisionError(f"{path}: not valid UTF-8 ({exc})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -83,3 +83,11 @@ def test_frozen():
     d = LauncherDecision(job_id="1")
     with pytest.raises(Exception):
         d.sub_batch = 3
+
+
+def test_non_utf8_file_is_a_decision_error(tmp_path):
+    p = tmp_path / "123.json"
+    p.write_bytes(b'{"version": 1, "job_id": "\xff"}')
+    with pytest.raises(DecisionError) as ei:
+        read_decision(str(p))
+    assert str(p) in str(ei.value) and "UTF-8" in str(ei.value)
