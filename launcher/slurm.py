@@ -196,6 +196,14 @@ def parse_allocation(env: Optional[Mapping[str, str]] = None,
                                         f"lists {len(hosts)}")
     else:
         nnodes = len(hosts)
+    # torchrun waits for --nnodes agents: a step on fewer nodes (srun -N1 in a
+    # 2-node job) would hang in the rendezvous
+    if env.get("SLURM_STEP_NUM_NODES", "").strip():
+        step_nodes = _int_var(env, "SLURM_STEP_NUM_NODES", minimum=1)
+        if step_nodes != nnodes:
+            raise SlurmEnvError("SLURM_STEP_NUM_NODES",
+                                f"is {step_nodes} but the job has {nnodes} nodes; run one "
+                                f"gimbal-run on every node (srun --ntasks-per-node=1, no -N)")
 
     # one launcher task per node, otherwise several torchruns would fight
     # over the same GPUs and the rendezvous would wait forever

@@ -74,3 +74,10 @@ def test_count_gpus():
     assert count_visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
     assert count_visible_gpus({"SLURM_GPUS_ON_NODE": "8", "CUDA_VISIBLE_DEVICES": "0"}) == 8
     assert count_visible_gpus({}) is None
+
+
+def test_step_on_fewer_nodes_than_the_job_is_an_error(slurm_env_2node):
+    # srun -N1 gimbal-run in a 2-node job: torchrun --nnodes=2 would wait forever
+    env = dict(slurm_env_2node, SLURM_STEP_NUM_NODES="1", SLURM_STEP_NODELIST="gpu07")
+    with pytest.raises(SlurmEnvError, match="SLURM_STEP_NUM_NODES"):
+        parse_allocation(env)
