@@ -129,9 +129,16 @@ def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping
     return out
 
 
+_READ = object()  # build_plan: read the decision file
+
+
 def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
-               restart_count: int = 0, pid: Optional[int] = None) -> LaunchPlan:
-    """Work out the torchrun command line and environment (no side effects)."""
+               restart_count: int = 0, pid: Optional[int] = None,
+               decision: object = _READ) -> LaunchPlan:
+    """Work out the torchrun command line and environment (no side effects).
+
+    ``decision``: use this (effective) decision instead of reading the file
+    (a relaunch keeps the one in force when the file has become invalid)."""
     env = dict(os.environ if env is None else env)
     pid = os.getpid() if pid is None else pid
     if opts.standalone:
@@ -166,7 +173,7 @@ def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
 
     sdir = opts.state_dir or state_dir(env)
     dpath = opts.decision_file or decision_path(job_id, sdir)
-    dec = effective_decision(opts, job_id, dpath)
+    dec = effective_decision(opts, job_id, dpath) if decision is _READ else decision
     ckpt = opts.checkpoint_dir or env.get(ev.CHECKPOINT_DIR) or os.path.join(sdir, "checkpoints", str(job_id))
     run_dir = os.path.join(tempfile.gettempdir(), f"gimbal-run.{job_id}.{node_rank}.{pid}.{restart_count}")
 
@@ -254,6 +261,7 @@ class Supervisor:
         self.usr2_pending = False
         self.usr2_sent: set = set()
         self.plan: Optional[LaunchPlan] = None
+        self.restart = 0
 
     # signal handlers run in the main thread between bytecodes
     def _on_signal(self, signum, frame) -> None:
@@ -299,16 +307,31 @@ class Supervisor:
         state["sig"] = sig
         try:
             new = effective_decision(self.opts, plan.job_id, plan.decision_file)
-        except (DecisionError, OSError) as exc:
+        except Exception as exc:  # never let a bad file kill the supervisor (torchrun would be orphaned)
             log.warning("ignoring unreadable decision update: %s", exc)
             return
         if self._mps_of(new) != self._mps_of(plan.decision) and not self.usr2_pending:
+            if self.restart >= self.max_relaunches:
+                # a checkpoint exit could not be relaunched: it would end the job
+                log.warning("MPS share changed %s -> %s but --max-relaunches=%d is reached: "
+                            "keeping the current share", self._mps_of(plan.decision),
+                            self._mps_of(new), self.max_relaunches)
+                return
             log.info("MPS share changed %s -> %s: checkpoint and relaunch",
                      self._mps_of(plan.decision), self._mps_of(new))
             self.usr2_pending = True
 
     def _launch_once(self, restart_count: int) -> int:
-        self.plan = plan = build_plan(self.opts, restart_count=restart_count)
+        try:
+            plan = build_plan(self.opts, restart_count=restart_count)
+        except DecisionError as exc:
+            if restart_count == 0 or self.plan is None:
+                raise
+            # the training has checkpointed: a bad decision file must not end the job
+            log.warning("ignoring invalid decision file at relaunch, keeping the decision in "
+                        "force: %s", exc)
+            plan = build_plan(self.opts, restart_count=restart_count, decision=self.plan.decision)
+        self.plan = plan
         os.makedirs(plan.run_dir, exist_ok=True)
         self.usr2_pending, self.usr2_sent = False, set()
         env = dict(os.environ)
@@ -364,6 +387,7 @@ class Supervisor:
         try:
             restart = 0
             while True:
+                self.restart = restart
                 code = self._launch_once(restart)
                 if code != EXIT_CHECKPOINT or self.terminated_by is not None:
                     return code

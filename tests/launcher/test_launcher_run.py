@@ -204,3 +204,62 @@ def test_sigterm_is_forwarded(tmp_path):
     out = p.communicate(timeout=60)[0]
     assert p.returncode == 143, out
     assert time.time() - t0 < 30
+
+
+# ------------------------------------------------------------ supervisor decisions (no torchrun)
+def _supervisor_with_plan(tmp_path, max_relaunches, restart):
+    from launcher.run import Supervisor
+    sd = str(tmp_path / "state")
+    dpath = decision_path("sv", sd)
+    write_decision(dpath, LauncherDecision(job_id="sv", mps_thread_pct=50))
+    opts = Options(script="t.py", script_args=[], standalone=True, nproc=1, job_id="sv", state_dir=sd)
+    sup = Supervisor(opts, max_relaunches=max_relaunches)
+    sup.plan = build_plan(opts, env={}, restart_count=restart)
+    sup.restart = restart
+    write_decision(dpath, LauncherDecision(job_id="sv", mps_thread_pct=30, policy="x"))
+    return sup, dpath
+
+
+def test_mps_change_checkpoints_while_relaunches_are_left(tmp_path):
+    sup, _ = _supervisor_with_plan(tmp_path, max_relaunches=2, restart=1)
+    sup._check_decision({})
+    assert sup.usr2_pending
+
+
+def test_mps_change_ignored_when_no_relaunch_is_left(tmp_path):
+    # a checkpoint exit could not be relaunched: asking for one would end the job with 75
+    sup, _ = _supervisor_with_plan(tmp_path, max_relaunches=1, restart=1)
+    sup._check_decision({})
+    assert not sup.usr2_pending
+
+
+def test_unreadable_decision_update_never_raises(tmp_path):
+    sup, dpath = _supervisor_with_plan(tmp_path, max_relaunches=5, restart=0)
+    with open(dpath, "wb") as fh:
+        fh.write(b"\xff\xfe not utf-8")
+    sup._check_decision({})  # must not propagate (gimbal-run would die, torchrun orphaned)
+    assert not sup.usr2_pending
+
+
+def test_relaunch_keeps_decision_when_file_became_invalid(tmp_path, monkeypatch):
+    import launcher.run as run_mod
+    sup, dpath = _supervisor_with_plan(tmp_path, max_relaunches=5, restart=0)
+    with open(dpath, "w") as fh:
+        json.dump({"version": 1, "job_id": "sv", "mps_thread_pct": 500}, fh)
+    launched = []
+
+    class FakeProc:
+        pid = 999999
+
+        def __init__(self, argv, env=None, **kw):
+            launched.append(env)
+
+        def wait(self, timeout=None):
+            return 0
+
+        def poll(self):
+            return 0
+    monkeypatch.setattr(run_mod.subprocess, "Popen", FakeProc)
+    assert sup._launch_once(1) == 0  # no DecisionError: the training had checkpointed
+    assert launched[0]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert sup.plan.decision.mps_thread_pct == 50
