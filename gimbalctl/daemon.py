@@ -427,8 +427,10 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
     Running/ended jobs are left alone.  Reverted rows get status ``reverted``.
     """
     from .store.db import loads
+    # rows of earlier reverts are not gimbal's changes: undoing them would re-apply gimbal's value
+    own = store.cycle_ids(mode="revert")
     rows = [r for r in store.audit_rows() if r.status in ("applied", "reconciled")
-            and (not job_ids or r.job_id in job_ids)]
+            and r.cycle_id not in own and (not job_ids or r.job_id in job_ids)]
     first: dict[tuple[str, str], Any] = {}
     ids: dict[tuple[str, str], list[int]] = {}
     for r in rows:
@@ -442,7 +444,7 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
         if sj is None or not sj.pending:
             continue
         if fld == "priority":
-            if sj.held:
+            if sj.held or (jid, "release") in first:  # a gate job is held again below
                 continue
             plan_steps.append((jid, "hold", True, (jid, fld)))
             plan_steps.append((jid, "release", True, (jid, fld)))
@@ -452,6 +454,9 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
             plan_steps.append((jid, fld, before or "", (jid, fld)))
         elif fld == "release":
             plan_steps.append((jid, "hold", True, (jid, fld)))
+    # hold a released gate job before its GRES / ReqNodeList are cleared: in between, Slurm
+    # could start it without GPUs (stable sort: everything else keeps its order)
+    plan_steps.sort(key=lambda s: s[3][1] != "release")
     changes = []
     if dry_run:
         from .slurm.types import Change

@@ -223,6 +223,11 @@ class Store:
         with self.tx() as s:
             return list(s.scalars(q))
 
+    def cycle_ids(self, mode: str) -> set[int]:
+        """Ids of the cycles of ``mode`` (e.g. ``revert``)."""
+        with self.tx() as s:
+            return set(s.scalars(select(CycleRow.id).where(CycleRow.mode == mode)))
+
     def unfinished_cycles(self) -> list[CycleRow]:
         with self.tx() as s:
             return list(s.scalars(select(CycleRow).where(
