@@ -63,15 +63,32 @@ def _backend(cfg):
         _fail(str(e), Exit.SLURM_UNAVAILABLE)
 
 
-def _store(cfg, upgrade: bool = True):
+def _store(cfg, upgrade: bool = True, dry_run: bool = False):
+    """The state store; ``dry_run``: never create or migrate it (a store with no schema yet
+    reads as empty, one at an older revision is an error asking for ``db upgrade``)."""
     from .store import Store, StoreError
     try:
         st = Store(cfg.db)
-        if upgrade:
+        if dry_run:
+            rev, head = st.revision(), st.head()
+            if rev is None:  # nothing there yet: an empty in-memory store stands in
+                mem = Store("sqlite://")
+                mem.upgrade()
+                return mem
+            if rev != head:
+                raise StoreError(f"--db {_redact(st.url)!r}: schema at revision {rev}, this "
+                                 f"gimbal needs {head}; run `gimbalctl db upgrade` first (a dry "
+                                 f"run changes nothing)")
+        elif upgrade:
             st.ensure_schema()
         return st
     except StoreError as e:
         _fail(str(e), Exit.STORE)
+
+
+def _redact(url: str) -> str:
+    from .store.db import _redact as r
+    return r(url)
 
 
 def _print_changes(changes, as_json: bool, dry_run: bool) -> None:
@@ -152,7 +169,7 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
         except SlurmUnavailable as e:
             click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
             return Exit.SLURM_UNAVAILABLE
-        st = _store(cfg)
+        st = _store(cfg, dry_run=dry_run)
         try:
             res = run_cycle(cfg, be, st, pol, dry_run=dry_run)
         except SlurmUnavailable as e:
@@ -192,7 +209,11 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
 def queue_cmd(config_path, db, backend, as_json, policy, live):
     """Pending jobs in gimbal's order, with the reason for each."""
     cfg = _setup(config_path, db=db, backend=backend, policy=policy)
-    rows, source = _queue_rows(cfg, live or policy is not None)
+    from .store import StoreError
+    try:
+        rows, source = _queue_rows(cfg, live or policy is not None)
+    except StoreError as e:
+        _fail(str(e), Exit.STORE)
     if as_json:
         click.echo(json.dumps({"source": source, "jobs": rows}, default=str))
         return
@@ -270,8 +291,13 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
     cfg = _setup(config_path, db=db, backend=backend, policy=policy)
     out = None
     if not live:
+        from .store import StoreError
         st = _store(cfg)
-        found = st.last_decision(job_id)
+        try:
+            found = st.last_decision(job_id)
+            audit = st.audit_rows(job_id=job_id) if found is not None else []
+        except StoreError as e:
+            _fail(str(e), Exit.STORE)
         if found is not None:
             cyc, jd, d = found
             out = {"source": f"cycle {cyc.id} ({cyc.started_at:%Y-%m-%d %H:%M:%S})",
@@ -281,7 +307,7 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
                    "action": jd.action, "slurm_target": jd.target,
                    "inputs": d["inputs"].get(job_id, {}),
                    "audit": [dict(field=a.field, before=a.before, after=a.after, status=a.status,
-                                  cycle=a.cycle_id) for a in st.audit_rows(job_id=job_id)]}
+                                  cycle=a.cycle_id) for a in audit]}
     if out is None:
         snap, plan, order = _live(cfg)
         if job_id not in snap.inputs:
@@ -332,14 +358,17 @@ def revert_cmd(config_path, db, backend, as_json, jobs, dry_run):
     cfg = _setup(config_path, db=db, backend=backend)
     from .daemon import revert
     from .slurm import SlurmError, SlurmUnavailable
+    from .store import StoreError
     be = _backend(cfg)
-    st = _store(cfg)
+    st = _store(cfg, dry_run=dry_run)
     try:
         changes = revert(be, st, dry_run=dry_run, job_ids=list(jobs) or None)
     except SlurmUnavailable as e:
         _fail(f"Slurm unavailable: {e}", Exit.SLURM_UNAVAILABLE)
     except SlurmError as e:
         _fail(f"Slurm: {e}", Exit.ERROR)
+    except StoreError as e:
+        _fail(f"state store error: {e}", Exit.STORE)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "changes": [c.as_dict() for c in changes]},
                               default=str))

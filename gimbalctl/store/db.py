@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .models import (AuditRow, CycleRow, DecisionRow, JobDecisionRow, JobRow, ProfileRow,
@@ -66,7 +66,8 @@ class Store:
             if self.url.startswith("sqlite"):
                 kw["connect_args"] = {"timeout": 30}
             self.engine: Engine = create_engine(self.url, echo=echo, future=True, **kw)
-        except (ArgumentError, ImportError, SQLAlchemyError) as e:
+        except (ArgumentError, ImportError, SQLAlchemyError, ValueError) as e:
+            # ValueError: a malformed URL (e.g. a non-numeric port)
             raise StoreError(f"--db {_redact(self.url)!r}: cannot open ({e})") from None
         if self.url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -84,13 +85,16 @@ class Store:
     def upgrade(self, revision: str = "head") -> str:
         """Apply migrations up to ``revision``; returns the new revision."""
         from alembic import command
+        from alembic.util.exc import CommandError
         cfg = self._alembic_config()
         try:
             with self.engine.begin() as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
-        except OperationalError as e:
+        except DBAPIError as e:
             raise StoreError(f"--db {_redact(self.url)!r}: {e.orig}") from None
+        except CommandError as e:  # e.g. the DB is at a revision this gimbal does not know
+            raise StoreError(f"--db {_redact(self.url)!r}: schema revision: {e}") from None
         return self.revision() or ""
 
     def revision(self) -> Optional[str]:
@@ -101,7 +105,7 @@ class Store:
         try:
             with self.engine.connect() as conn:
                 return MigrationContext.configure(conn).get_current_revision()
-        except OperationalError as e:
+        except DBAPIError as e:
             raise StoreError(f"--db {_redact(self.url)!r}: {e.orig}") from None
 
     def head(self) -> str:
@@ -125,9 +129,14 @@ class Store:
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[Session]:
-        with self._session() as s:
-            with s.begin():
-                yield s
+        """One transaction; a database error (cannot connect, read-only, locked, a value refused)
+        becomes :class:`StoreError` naming the URL."""
+        try:
+            with self._session() as s:
+                with s.begin():
+                    yield s
+        except DBAPIError as e:
+            raise StoreError(f"--db {_redact(self.url)!r}: {e.orig}") from e
 
     # ---- cycles and decisions ----------------------------------------------
     def begin_cycle(self, *, policy: str, mode: str, knob: str, backend: str, release: str,
@@ -266,7 +275,7 @@ class Store:
                 continue
             try:
                 added += self._ingest_file(path, file_key, size, job_info)
-            except SQLAlchemyError as e:  # e.g. a value the database refuses: retried next time
+            except (SQLAlchemyError, StoreError) as e:  # e.g. a value the DB refuses: retried next time
                 log.warning("reports: cannot ingest %s (%s); the file's offset is unchanged",
                             path, e)
         return added
