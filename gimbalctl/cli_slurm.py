@@ -181,6 +181,9 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
         except StoreError as e:
             click.echo(f"gimbalctl daemon: state store error: {e}", err=True)
             return Exit.STORE
+        except ConfigError as e:
+            click.echo(f"gimbalctl daemon: bad configuration: {e}", err=True)
+            return Exit.USAGE
         for w in res.warnings:
             click.echo(f"warning: {w}", err=True)
         if as_json:
@@ -240,8 +243,11 @@ def _live(cfg):
         jobs, nodes = be.jobs(), be.nodes()
     except SlurmError as e:
         _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
-    snap = build_snapshot(jobs, nodes, default_models(), default_app=cfg.default_app,
-                          default_batch=cfg.default_batch)
+    try:
+        snap = build_snapshot(jobs, nodes, default_models(), default_app=cfg.default_app,
+                              default_batch=cfg.default_batch)
+    except ConfigError as e:
+        _fail(str(e), Exit.USAGE)
     plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)
     order, _ = compute_targets(cfg, plan, snap, nodes, [])
     return snap, plan, order

@@ -90,6 +90,8 @@ class Config:
                 raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.share_fraction <= 1:
             raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
+        if self.default_batch < 1:
+            raise ConfigError(f"{where}: defaults.batch must be >= 1, got {self.default_batch!r}")
         if self.priority_step < 1 or self.priority_base < 1:
             raise ConfigError(f"{where}: ordering.priority_base/priority_step must be >= 1")
         return self

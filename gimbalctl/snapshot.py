@@ -29,6 +29,7 @@ from typing import Iterable, Mapping, Optional
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.throughput import MemoryProfile, ThroughputProfile
 
+from .config import ConfigError
 from .slurm.types import SlurmJob, SlurmNode
 
 log = logging.getLogger("gimbal.snapshot")
@@ -79,8 +80,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
     if default_app not in profiles:
-        raise ValueError(f"default app {default_app!r} has no throughput profile; known: "
-                         f"{', '.join(sorted(profiles))}")
+        raise ConfigError(f"defaults.app {default_app!r} has no throughput profile; known: "
+                          f"{', '.join(sorted(profiles))}")
     node_objs = tuple(Node(n.name, n.num_gpus) for n in sorted(nodes, key=lambda n: n.name)
                       if n.usable and n.num_gpus > 0)
     valid = {g for n in node_objs for g in n.gpus()}

@@ -77,3 +77,22 @@ def test_database_of_an_unknown_revision_is_exit_4(replay, tmp_path):
     assert "9999" in r.output
     r = run("revert", "--db", str(db), tmp_path=tmp_path)
     assert r.exit_code == 4, r.output
+
+
+def test_unknown_default_app_is_exit_2_naming_the_setting(replay, tmp_path):
+    conf = tmp_path / "g.toml"
+    conf.write_text('[defaults]\napp = "nosuchapp"\n')
+    db = tmp_path / "g.db"
+    r = run("daemon", "--once", "--policy", "sjf", "--config", str(conf), "--db", str(db),
+            tmp_path=tmp_path)
+    assert r.exit_code == 2, r.output
+    assert "defaults.app 'nosuchapp'" in r.output
+    assert replay.mutations() == []
+
+
+def test_default_batch_below_1_is_a_config_error(tmp_path):
+    from gimbalctl.config import ConfigError, load
+    conf = tmp_path / "g.toml"
+    conf.write_text("[defaults]\nbatch = 0\n")
+    with pytest.raises(ConfigError, match="defaults.batch"):
+        load(str(conf))
