@@ -152,7 +152,7 @@ class Store:
                     s.add(row)
                 for k, v in j.items():
                     if k != "job_id" and hasattr(JobRow, k):
-                        setattr(row, k, v)
+                        setattr(row, k, _clip(JobRow, k, v))
                 row.last_seen = now
             n_pend = sum(1 for j in jobs if j.get("state") == "PENDING")
             cyc = CycleRow(policy=policy, mode=mode, knob=knob, backend=backend,
@@ -162,7 +162,8 @@ class Store:
             s.flush()
             s.add(DecisionRow(cycle_id=cyc.id, plan=plan, inputs=inputs))
             for d in job_decisions:
-                s.add(JobDecisionRow(cycle_id=cyc.id, **d))
+                s.add(JobDecisionRow(cycle_id=cyc.id,
+                                     **{k: _clip(JobDecisionRow, k, v) for k, v in d.items()}))
             return cyc.id
 
     def finish_cycle(self, cycle_id: int, status: str, error: Optional[str] = None,
@@ -369,6 +370,14 @@ class Store:
             row = s.get(JobRow, str(job_id))
             if row is not None:
                 row.preemptions = (row.preemptions or 0) + 1
+
+
+def _clip(model, key: str, v: Any) -> Any:
+    """``v`` cut to the length of ``model``'s String column ``key``: job names, users and apps
+    come from users, and PostgreSQL refuses (SQLite ignores) a value longer than its column."""
+    col = model.__table__.columns.get(key)
+    n = getattr(col.type, "length", None) if col is not None else None
+    return v[:n] if n and isinstance(v, str) and len(v) > n else v
 
 
 def _attribution(s: Session, job_id: str, job_info: Mapping) -> tuple[Optional[str], int, bool]:

@@ -113,3 +113,17 @@ def test_bad_urls(tmp_path):
         Store("nosuchdriver://x/y")
     with pytest.raises(StoreError, match="no/such/dir"):
         Store(str(tmp_path / "no/such/dir/g.db")).upgrade()
+
+
+def test_overlong_job_strings_do_not_break_the_cycle(store):
+    """Job names, users and apps come from users; a value longer than its column must not make
+    PostgreSQL refuse the whole cycle (SQLite does not check lengths)."""
+    job = dict(job_id="91", name="n" * 300, user="u" * 200, app="a" * 100, state="PENDING",
+               num_gpus=1, gate=0)
+    cid = store.begin_cycle(policy="sjf", mode="ordering", knob="priority", backend="cli",
+                            release="22.05", dry_run=False, jobs=[job], plan={}, inputs={},
+                            job_decisions=[])
+    assert cid
+    row = store.job_rows()["91"]
+    assert row.name.startswith("nnn") and len(row.name) <= 256
+    assert len(row.user) <= 128 and len(row.app) <= 64
