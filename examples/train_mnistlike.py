@@ -114,7 +114,7 @@ def run_gimbal(args, rank, world, x, y):
     from launcher.stealing import StealingBatchSampler, StealingController
 
     cfg = launcher.config()
-    global_batch, sub_batch = cfg.resolve_batch(args.global_batch)
+    global_batch, sub_batch = cfg.resolve_batch(args.global_batch, world_size=world)
     model = make_model(args.seed, args.hidden)
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)

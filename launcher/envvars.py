@@ -87,14 +87,19 @@ class TrainingConfig:
     def resumed(self) -> bool:
         return self.restart_count > 0
 
-    def resolve_batch(self, default_global: int, default_sub: Optional[int] = None):
+    def resolve_batch(self, default_global: int, default_sub: Optional[int] = None,
+                      world_size: int = 1):
         """(global_batch, sub_batch) with the decision applied over defaults.
 
-        ``accum_steps`` is turned into a sub-batch of ``ceil(global/accum)``."""
+        ``sub_batch`` is the per-rank micro-batch, as the scheduler plans it (seed 000
+        eq. 7: each GPU runs ``accum_steps`` micro-steps of ``B/s``, B its share of the
+        global batch).  With only ``accum_steps`` given, the sub-batch is
+        ``ceil(ceil(global/world_size)/accum_steps)``."""
         gb = self.global_batch or default_global
         sb = self.sub_batch or default_sub
         if sb is None and self.accum_steps:
-            sb = -(-gb // self.accum_steps)
+            local = -(-gb // max(world_size, 1))
+            sb = -(-local // self.accum_steps)
         return gb, min(sb or gb, gb)
 
 

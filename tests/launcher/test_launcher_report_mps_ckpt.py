@@ -76,6 +76,8 @@ def test_config_from_env():
     assert (c.sub_batch, c.global_batch, c.stealing, c.resumed, c.mps_thread_pct) == (8, 64, True, True, "40")
     assert c.resolve_batch(32) == (64, 8)
     assert config({"GIMBAL_ACCUM_STEPS": "3"}).resolve_batch(10) == (10, 4)
+    # accum_steps is per rank: 64 samples over 4 ranks = 16 each, 4 steps -> micro-batch 4
+    assert config({"GIMBAL_ACCUM_STEPS": "4"}).resolve_batch(64, world_size=4) == (64, 4)
     assert config({}).resolve_batch(10) == (10, 10)
     with pytest.raises(ConfigError, match="GIMBAL_SUB_BATCH"):
         config({"GIMBAL_SUB_BATCH": "x"})
