@@ -13,7 +13,7 @@ Standalone (no Slurm)::
 The command it runs (``--dry-run`` prints it with the variables it sets)::
 
     python -m torch.distributed.run --nnodes=N --nproc-per-node=G \
-        --rdzv-backend=c10d --rdzv-endpoint=<first host>:<20000 + jobid % 20000> \
+        --rdzv-backend=c10d --rdzv-endpoint=<first host>:<10000 + jobid % 20000> \
         --rdzv-id=<jobid> --rdzv-conf=is_host=<1 on node 0 else 0> --max-restarts=0 \
         -m launcher.worker train.py ...
 

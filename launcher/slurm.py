@@ -7,8 +7,8 @@ and derives the torchrun rendezvous from the allocation:
   :func:`expand_hostlist`; the first host is the c10d rendezvous host;
 * ``--nnodes``: ``SLURM_JOB_NUM_NODES`` (fallback ``SLURM_NNODES``), checked
   against the node list length;
-* rendezvous port: ``20000 + job_id % 20000`` (:func:`rendezvous_port`), i.e.
-  in 20000..39999, so that two jobs sharing a first node only collide when
+* rendezvous port: ``10000 + job_id % 20000`` (:func:`rendezvous_port`), i.e.
+  in 10000..29999 (below Linux's default ephemeral range, 32768-60999), so that two jobs sharing a first node only collide when
   their ids are congruent modulo 20000;
 * rendezvous id: the job id;
 * this node is the rendezvous host when ``SLURM_NODEID == 0`` (fallback: the
@@ -25,7 +25,7 @@ import socket
 from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional
 
-PORT_BASE = 20000
+PORT_BASE = 10000
 PORT_SPAN = 20000
 
 
@@ -114,7 +114,7 @@ def expand_hostlist(expr: str) -> List[str]:
 
 
 def rendezvous_port(job_id: int) -> int:
-    """Port of the c10d rendezvous store: ``20000 + job_id % 20000``."""
+    """Port of the c10d rendezvous store: ``10000 + job_id % 20000``."""
     return PORT_BASE + int(job_id) % PORT_SPAN
 
 

@@ -32,7 +32,7 @@ def test_dry_run_two_node_fixture(slurm_env_2node, tmp_path):
     argv = plan["argv"]
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     for a in ["--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-              "--rdzv-endpoint=gpu07:28213", "--rdzv-id=48213", "--rdzv-conf=is_host=1",
+              "--rdzv-endpoint=gpu07:18213", "--rdzv-id=48213", "--rdzv-conf=is_host=1",
               "--max-restarts=0"]:
         assert a in argv
     assert argv[argv.index("launcher.worker") + 1:] == ["train.py", "--lr", "0.1"]
@@ -51,7 +51,7 @@ def test_dry_run_second_node_text(slurm_env_2node, tmp_path):
     res = _invoke(["--dry-run", "--state-dir", str(tmp_path), "--mps-thread-pct", "60", "--",
                    "train.py"], env)
     assert res.exit_code == 0, res.output
-    assert "--rdzv-conf=is_host=0" in res.output and "--rdzv-endpoint=gpu07:28213" in res.output
+    assert "--rdzv-conf=is_host=0" in res.output and "--rdzv-endpoint=gpu07:18213" in res.output
     assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in res.output  # never loosened
     assert "export PYTHONUNBUFFERED=1" in res.output
 
@@ -175,7 +175,7 @@ def test_fake_one_node_slurm_env_decision_and_exit_code(tmp_path):
     assert o["world_size"] == 2 and o["steps"] == 12
     assert (o["sub_batch"], o["global_batch"], o["stealing"], o["mps_thread_pct"]) == (16, 64, True, "50")
     assert sum(o["shares"]) == 64
-    assert "--rdzv-endpoint=localhost:24242" in out and "--rdzv-id=4242" in out
+    assert "--rdzv-endpoint=localhost:14242" in out and "--rdzv-id=4242" in out
 
 
 def test_decision_mps_change_relaunches_with_new_limit(tmp_path):

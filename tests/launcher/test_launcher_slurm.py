@@ -24,15 +24,15 @@ def test_expand_hostlist_rejects(bad):
 
 
 def test_port_formula():
-    assert rendezvous_port(48213) == 28213
-    assert rendezvous_port(20000) == 20000
-    assert all(20000 <= rendezvous_port(j) < 40000 for j in (1, 19999, 123456789))
+    assert rendezvous_port(48213) == 18213
+    assert rendezvous_port(20000) == 10000
+    assert all(10000 <= rendezvous_port(j) < 30000 for j in (1, 19999, 123456789))
 
 
 def test_parse_fixture(slurm_env_2node):
     a = parse_allocation(slurm_env_2node)
     assert a.job_id == "48213" and a.nnodes == 2 and a.hosts == ("gpu07", "gpu08")
-    assert a.is_host and a.rdzv_host == "gpu07" and a.rdzv_port == 28213 and a.gpus_on_node == 4
+    assert a.is_host and a.rdzv_host == "gpu07" and a.rdzv_port == 18213 and a.gpus_on_node == 4
 
 
 def test_node_rank_from_nodename(slurm_env_2node):
