@@ -94,6 +94,9 @@ class Job:
     attained_service: float = 0.0  # GPU-seconds
     executed_time: float = 0.0  # seconds spent running
     iter_rate: float = 0.0  # iterations / s while running (0 otherwise)
+    # seconds of restore after a pre-emption still left as of ``as_of``: the
+    # job holds its GPUs but makes no progress until they are over
+    restore_left: float = 0.0
     preemptions: int = 0
 
     @property
@@ -181,9 +184,13 @@ class ClusterSnapshot:
                             key=lambda j: (j.submit_time, j.id)))
 
     def completed(self, job: Job) -> float:
-        """Iterations done by ``now``."""
-        return job.completed_iters + job.iter_rate * (self.now - job.as_of) if job.running \
-            else job.completed_iters
+        """Iterations done by ``now`` (no progress during ``restore_left``)."""
+        if not job.running:
+            return job.completed_iters
+        dt = self.now - job.as_of
+        if job.restore_left:
+            dt = max(0.0, dt - job.restore_left)
+        return job.completed_iters + job.iter_rate * dt
 
     def attained_service(self, job: Job) -> float:
         """GPU-seconds received by ``now`` (Tiresias' 2D attained service)."""

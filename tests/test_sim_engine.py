@@ -132,3 +132,59 @@ def test_cluster_spec_errors():
     for bad in ("16", "0x4", "4x", "axb"):
         with pytest.raises(ClusterSpecError, match="--cluster"):
             parse_cluster(bad)
+
+
+class _SeesProgress(Policy):
+    """SRTF that records, at every call, what the snapshot says each running job
+    has done next to what the simulator itself has settled."""
+
+    name = "sees-progress"
+    preemptive = True
+    needs_lengths = True
+
+    def __init__(self):
+        self.inner = get_policy("srtf")
+        self.sim = None
+        self.seen = []
+
+    def schedule(self, snap):
+        for j in snap.jobs.values():
+            if j.running:
+                r = self.sim.recs[j.id]
+                dt = snap.now - r.as_of
+                truth = r.done_iters + r.rate * (dt - min(r.overhead, dt))
+                self.seen.append((snap.now, j.id, snap.completed(j), truth))
+        return self.inner.schedule(snap)
+
+
+def test_snapshot_progress_excludes_restore_time():
+    # j0 is pre-empted by the short j1 and resumes with 120 s of restore; the long
+    # j3 then waits, so the policy keeps looking at j0 during and after the restore
+    jobs = [job(0, 0, 4, 20000), job(1, 100, 4, 50), job(3, 150, 1, 10**8)]
+    pol = _SeesProgress()
+    sim = Simulator(jobs, parse_cluster("1x4"), pol, M, SimConfig(preempt_cost=120))
+    pol.sim = sim
+    sim.run()
+    after_resume = [s for s in pol.seen if s[0] > 150 and s[1] == "j0"]
+    assert len(after_resume) > 3
+    for now, jid, seen, truth in after_resume:
+        assert seen == pytest.approx(truth), (now, jid)
+
+
+def test_job_larger_than_cluster_is_an_error_not_a_hang():
+    # before: the 8-GPU job waited for ever and the ticks never stopped
+    with pytest.raises(ValueError, match="j1 asks 8 GPUs, the cluster has 4"):
+        Simulator([job(0, 0, 1, 10), job(1, 5, 8, 10)], parse_cluster("1x4"),
+                  get_policy("fifo"), M)
+
+
+class NeverStarts(Policy):
+    name = "never-starts"
+
+    def schedule(self, snap):
+        return make_plan(self.name, [], [j.id for j in snap.pending()], {})
+
+
+def test_policy_that_never_starts_a_job_stops_the_run():
+    with pytest.raises(RuntimeError, match="never-starts left 1 job"):
+        simulate([job(0, 0, 1, 10)], parse_cluster("1x4"), NeverStarts(), M)

@@ -30,6 +30,7 @@ from .result import JobRecord, SimResult, TimelineSample
 
 ARRIVAL, COMPLETION, TICK = 0, 1, 2
 EPS = 1e-6
+STALL_CALLS = 1000  # idle-cluster policy calls before the run is declared stuck
 
 
 class PlanError(ValueError):
@@ -80,9 +81,13 @@ class Simulator:
         ids = [j.id for j in jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("job ids must be unique")
+        cluster_gpus = sum(n.num_gpus for n in nodes)
         for j in jobs:
             if j.total_iters is None or j.total_iters <= 0:
                 raise ValueError(f"job {j.id}: the simulator needs total_iters > 0")
+            if j.num_gpus > cluster_gpus:  # could never start: the run would never end
+                raise ValueError(f"job {j.id} asks {j.num_gpus} GPUs, the cluster has "
+                                 f"{cluster_gpus}")
             if j.app not in models.profiles:
                 raise ValueError(f"job {j.id}: no throughput profile for application {j.app!r}")
         self.nodes = tuple(nodes)
@@ -114,6 +119,8 @@ class Simulator:
         self.timeline: list[TimelineSample] = []
         self.policy_calls = 0
         self.n_done = 0
+        self.arrivals_left = len(jobs)
+        self.idle_calls = 0  # consecutive calls that left an idle cluster idle for good
         arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         for j in arrivals:
             self._push(j.submit_time, ARRIVAL, j.id, 0)
@@ -137,6 +144,7 @@ class Simulator:
             while self.events and self.events[0][0] <= t:
                 _, kind, _, jid, version = heapq.heappop(self.events)
                 if kind == ARRIVAL:
+                    self.arrivals_left -= 1
                     rec = self.recs[jid]
                     self.active[jid] = rec
                     self.waiting_ids[jid] = None
@@ -152,6 +160,7 @@ class Simulator:
                     tick = True
             if (changed or tick) and self.waiting_ids:
                 self._schedule()
+                self._check_stall()
             if self.waiting_ids and not self.tick_pending:
                 self._push(self.now + self.cfg.interval, TICK, "", 0)
                 self.tick_pending = True
@@ -164,6 +173,20 @@ class Simulator:
         if unfinished:
             raise RuntimeError(f"simulation ended with unfinished jobs: {unfinished[:5]}")
         return SimResult.build(self)
+
+    def _check_stall(self) -> None:
+        """Nothing runs, nothing is left to arrive and the policy started nothing:
+        without a guard the ticks would go on for ever."""
+        if self.arrivals_left or len(self.waiting_ids) < len(self.active):
+            self.idle_calls = 0
+            return
+        self.idle_calls += 1
+        if self.idle_calls >= STALL_CALLS:
+            name = getattr(self.policy, "name", type(self.policy).__name__)
+            raise RuntimeError(
+                f"policy {name} left {len(self.waiting_ids)} job(s) waiting on an idle cluster "
+                f"for {self.idle_calls} calls with nothing left to arrive: "
+                f"{list(self.waiting_ids)[:5]}")
 
     def _advance_busy(self, t: float) -> None:
         self.busy_gpu_seconds += self.busy_gpus * (t - self.last_busy_t)
@@ -276,6 +299,7 @@ class Simulator:
                 as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
                 executed_time=rec.executed,
                 iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
+                restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
                 preemptions=rec.preemptions)
         return rec.view
 
