@@ -188,3 +188,32 @@ class NeverStarts(Policy):
 def test_policy_that_never_starts_a_job_stops_the_run():
     with pytest.raises(RuntimeError, match="never-starts left 1 job"):
         simulate([job(0, 0, 1, 10)], parse_cluster("1x4"), NeverStarts(), M)
+
+
+class StartsWith(Policy):
+    """Starts the first pending job on GPU 0 with the given Allocation fields."""
+
+    name = "starts-with"
+
+    def __init__(self, **fields):
+        self.fields = fields
+
+    def schedule(self, snap):
+        j = snap.pending()[0]
+        kw = dict(sub_batch=j.global_batch, accum_steps=1)
+        kw.update(self.fields)
+        return make_plan(self.name, [StartJob(j.id, (Gpu(snap.nodes[0].name, 0),), **kw)], [], {})
+
+
+@pytest.mark.parametrize("fields,msg", [
+    # a micro-batch of 1 without accumulation would pass the memory check while
+    # the rate model runs the whole batch
+    (dict(sub_batch=1, accum_steps=1), "does not cover its global batch"),
+    (dict(sub_batch=0, accum_steps=128), "does not cover its global batch"),
+    # more than 100 % of a GPU would make the job faster than running alone
+    (dict(mps_pct=200), "MPS share 200%"),
+])
+def test_plan_fields_validated(fields, msg):
+    with pytest.raises(PlanError, match=msg):
+        simulate([job(0, 0, 1, 10)], parse_cluster("1x4"), StartsWith(**fields), M)
+

@@ -352,6 +352,15 @@ class Simulator:
         jid = rec.spec.id
         if len(set(gpus)) != len(gpus):
             raise PlanError(f"job {jid}: the same GPU listed twice")
+        # the rate (eq. 7) runs the whole per-GPU share in ``accum`` steps and the
+        # memory check uses ``sub_batch``: they must agree with the global batch
+        if int(sub_batch) < 1 or int(accum) < 1 or \
+                int(sub_batch) * int(accum) * len(gpus) < rec.spec.global_batch:
+            raise PlanError(f"job {jid}: sub-batch {sub_batch} x {accum} accumulation steps on "
+                            f"{len(gpus)} GPUs does not cover its global batch "
+                            f"{rec.spec.global_batch}")
+        if mps_pct is not None and not 1 <= mps_pct <= 100:
+            raise PlanError(f"job {jid}: MPS share {mps_pct}% is not in 1..100")
         for g in gpus:
             if g not in self.valid_gpus:
                 raise PlanError(f"job {jid}: no such GPU {g}")
