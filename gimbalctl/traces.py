@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -65,6 +66,7 @@ _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 
 class TraceError(ValueError):
     def __init__(self, path, line: Optional[int], column: Optional[str], problem: str):
+        self.path, self.line, self.column, self.problem = path, line, column, problem
         where = str(path) + (f":{line}" if line is not None else "")
         where += f": column {column!r}" if column else ""
         super().__init__(f"{where}: {problem}")
@@ -105,7 +107,14 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
         with open(path, encoding="utf-8", errors="replace") as fh:
             head = fh.readline()
         sep = "|" if (kind == "sacct" or (kind is None and "|" in head)) else ","
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, sep=sep)
+        with warnings.catch_warnings():
+            # index_col=False: a first row with more fields than the header is an
+            # error, not silently read as an index column (every column shifted)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
+                             sep=sep, index_col=False)
+    except pd.errors.ParserWarning:
+        raise _at_line(TraceError(path, 2, None, "more fields than the header")) from None
     except FileNotFoundError:
         raise TraceError(path, None, None, "file not found") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -129,9 +138,50 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
         raise TraceError(path, None, None, "no jobs in trace")
     if limit is not None:
         df = df.iloc[:limit]
-    jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models)
+    try:
+        _check_ids(df, path, kind)
+        jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models)
+    except TraceError as e:
+        raise _at_line(e) from None
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     return jobs
+
+
+ID_COLUMN = {"pollux": "name", "tiresias": "job_id", "muri": "job_id", "generic": "id",
+             "sacct": "JobID"}
+
+
+def _check_ids(df: pd.DataFrame, path, kind: str) -> None:
+    """Job ids must be present and unique (the simulator and reports key on them)."""
+    col = ID_COLUMN.get(kind)
+    if col is None:
+        return
+    ids = df[col].fillna("").astype(str).str.strip()
+    empty = ids.eq("")
+    if empty.any():
+        i = int(np.flatnonzero(empty.to_numpy())[0])
+        raise TraceError(path, i + 2, col, "empty job id")
+    dup = ids.duplicated()
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise TraceError(path, i + 2, col, f"duplicate job id {ids.iloc[i]!r} "
+                         "(an earlier row has it)")
+
+
+def _at_line(e: TraceError) -> TraceError:
+    """Loaders count data rows as lines 2, 3, …; pandas skips blank lines, so
+    map that row number to the file's physical line (read only on error)."""
+    if e.line is None or e.line < 2:
+        return e
+    try:
+        with open(e.path, encoding="utf-8", errors="replace") as fh:
+            filled = [n for n, text in enumerate(fh, 1) if text.strip()]
+    except OSError:
+        return e
+    row = e.line - 1  # 1 = header
+    if row >= len(filled) or filled[row] == e.line:
+        return e
+    return TraceError(e.path, filled[row], e.column, e.problem)
 
 
 def _assign_app(model_name: str, rng) -> str:
@@ -229,9 +279,15 @@ def _generic(df, path, rng, models) -> list[Job]:
         if "batch_size" in df else None
     extra = [{} for _ in range(len(df))]
     if "deadline" in df:
-        dl = pd.to_numeric(df.deadline.replace("", np.nan), errors="coerce")
+        given = df.deadline.fillna("").astype(str).str.strip().ne("")
+        dl = pd.to_numeric(df.deadline.where(given), errors="coerce")
+        bad = given & ~np.isfinite(dl.fillna(np.inf))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise TraceError(path, i + 2, "deadline",
+                             f"expected a number or nothing, got {df.deadline.iloc[i]!r}")
         for i, v in enumerate(dl):
-            if not (isinstance(v, float) and math.isnan(v)):
+            if given.iloc[i]:
                 extra[i]["deadline"] = float(v) - float(sub.min())
     if "group" in df:
         for i, v in enumerate(df.group):

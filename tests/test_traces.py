@@ -126,3 +126,34 @@ def test_sacct_bad_time(tmp_path):
     p = write(tmp_path, "JobID|Submit|Start|End|AllocTRES\n1|yesterday|x|y|gres/gpu=1\n", "s.txt")
     with pytest.raises(TraceError, match=r":2: column 'Submit'"):
         load_trace(p)
+
+
+POLLUX_HEAD = "name,time,application,num_replicas,batch_size\n"
+
+
+@pytest.mark.parametrize("text,where", [
+    # the same id twice: the simulator keys on ids, so the loader names the row
+    (POLLUX_HEAD + "a,1,cifar10,2,128\na,2,cifar10,2,128\n",
+     ":3: column 'name': duplicate job id 'a'"),
+    ("id,submit_time,num_gpus,duration\n,0,1,100\n", ":2: column 'id': empty job id"),
+    # pandas skips blank lines; the error must still name the file's own line
+    (POLLUX_HEAD + "a,1,cifar10,2,128\n\n\nb,x,cifar10,2,128\n", ":5: column 'time'"),
+    ("\n" + POLLUX_HEAD + "a,1,cifar10,2,128\n\nb,2,cifar10,0,128\n", ":5: column 'num_replicas'"),
+    # one field too many on the first row was read as an index column, shifting
+    # every column ("time: got 'cifar10'")
+    (POLLUX_HEAD + "a,1,cifar10,2,128,9\n", ":2: more fields than the header"),
+    # a deadline that is not a number was dropped silently
+    ("id,submit_time,num_gpus,duration,deadline\na,0,1,100,\nb,0,1,100,soon\n",
+     ":3: column 'deadline': expected a number or nothing, got 'soon'"),
+])
+def test_malformed_rows_named_exactly(tmp_path, text, where):
+    p = write(tmp_path, text)
+    with pytest.raises(TraceError) as e:
+        load_trace(p)
+    assert str(p) in str(e.value) and where in str(e.value)
+
+
+def test_generic_deadline_optional_per_row(tmp_path):
+    p = write(tmp_path, "id,submit_time,num_gpus,duration,deadline\na,10,1,100,\nb,10,1,100,500\n")
+    jobs = {j.id: j for j in load_trace(p)}
+    assert jobs["a"].deadline is None and jobs["b"].deadline == 490.0
