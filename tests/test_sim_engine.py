@@ -217,3 +217,15 @@ def test_plan_fields_validated(fields, msg):
     with pytest.raises(PlanError, match=msg):
         simulate([job(0, 0, 1, 10)], parse_cluster("1x4"), StartsWith(**fields), M)
 
+
+
+def test_cluster_efficiency_is_zero_while_restoring():
+    # j0 is pre-empted at 100 by j1, resumes when j1 ends and then restores for
+    # 1000 s on all 4 GPUs: the cluster trains nothing, so CE (seed 001 §2.2) is 0
+    jobs = [job(0, 0, 4, 20000), job(1, 100, 4, 50), job(2, 150, 1, 10**8)]
+    res = simulate(jobs, parse_cluster("1x4"), get_policy("srtf"), M,
+                   SimConfig(preempt_cost=1000, sample_every=1.0))
+    resumed = res.jobs.set_index("id").loc["j1", "end"]
+    during = res.timeline[(res.timeline.t > resumed + 1) & (res.timeline.t < resumed + 999)]
+    assert len(during) > 5
+    assert (during.ce == 0).all()

@@ -403,7 +403,8 @@ class Simulator:
             prof = self.models.profiles[rec.spec.app]
             one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, _one_gpu_accum(prof, rec.spec))
             if rec.state is JobState.RUNNING:
-                ce += rec.rate / one
+                if self.now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
+                    ce += rec.rate / one
             else:
                 n_wait += 1
                 left = rec.spec.total_iters - rec.done_iters
