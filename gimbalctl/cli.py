@@ -108,15 +108,10 @@ def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi,
     show_progress = not as_json and sys.stderr.isatty() and len(jobs) >= 1000
     for pol in pols:
         t0 = time.perf_counter()
-        if show_progress:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task(f"{pol.name}", total=len(jobs))
-                res = run_sim(jobs, nodes, pol, models, cfg,
-                              progress=lambda done, total: bar.update(task, completed=done))
-        else:
-            res = run_sim(jobs, nodes, pol, models, cfg)
+        try:
+            res = _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress)
+        except ValueError as e:  # jobs the cluster cannot hold, or an invalid plan
+            raise click.ClickException(f"{pol.name}: {e}") from None
         res.summary["wall_s"] = time.perf_counter() - t0
         results.append(res)
     written = []
@@ -132,6 +127,17 @@ def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi,
     _print_table(results, trace, cluster, len(jobs))
     if written:
         click.echo(f"wrote {len(written)} files to {out}")
+
+
+def _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress):
+    if not show_progress:
+        return run_sim(jobs, nodes, pol, models, cfg)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"{pol.name}", total=len(jobs))
+        return run_sim(jobs, nodes, pol, models, cfg,
+                       progress=lambda done, total: bar.update(task, completed=done))
 
 
 def _print_table(results, trace, cluster, njobs) -> None:

@@ -64,3 +64,9 @@ def test_generic_trace_with_column_map(tmp_path):
     assert json.loads(r.output)["results"]["fifo"]["jobs"] == 2
     bad = CliRunner().invoke(main, ["simulate", "--map", "nonsense"])
     assert bad.exit_code == 2 and "COLUMN=FIELD" in bad.output
+
+
+def test_job_larger_than_cluster_is_a_clear_error():
+    r = CliRunner().invoke(main, ["simulate", "--cluster", "4x4", "--policy", "fifo"])
+    assert r.exit_code == 1
+    assert "asks 32 GPUs" in r.output and "Traceback" not in r.output

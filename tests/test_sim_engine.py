@@ -229,3 +229,17 @@ def test_cluster_efficiency_is_zero_while_restoring():
     during = res.timeline[(res.timeline.t > resumed + 1) & (res.timeline.t < resumed + 999)]
     assert len(during) > 5
     assert (during.ce == 0).all()
+
+
+def test_timeline_averages_are_time_weighted():
+    import pandas as pd
+
+    from gimbalctl.sim.result import summarize
+
+    jobs = pd.DataFrame(dict(jct=[100.0], queueing=[0.0], wait_total=[0.0], preemptions=[0],
+                             shared=[False], deadline=[None], end=[100.0]))
+    tl = pd.DataFrame(dict(t=[0.0, 90.0], queue_length=[10.0, 0.0], ce=[0.5, 1.0], bi=[2.0, 0.0],
+                           gpu_busy=[1.0, 1.0]))
+    s = summarize(jobs, tl, 100.0, 100.0, 1)
+    assert s["avg_ql"] == pytest.approx(9.0)  # 10 for 90 s, 0 for 10 s (a plain mean says 5)
+    assert s["avg_ce"] == pytest.approx(0.55)
