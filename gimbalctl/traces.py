@@ -199,9 +199,7 @@ def _batch_for(app: str, gpus: int, models: Models) -> int:
 def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
                         gpus_per_node: int = 4) -> float:
     prof = models.profiles[app]
-    s = 1
-    while batch / gpus / s > prof.max_local_batch:
-        s *= 2
+    s = prof.min_accum_steps(batch / gpus)
     t = prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
     return max(duration / t, 1.0)
 

@@ -49,6 +49,14 @@ class ThroughputProfile:
             return self.alpha_intra + self.beta_intra * (num_gpus - 2)
         return self.alpha_inter + self.beta_inter * (num_gpus - 2)
 
+    def min_accum_steps(self, local_batch: float) -> int:
+        """Smallest power-of-two accumulation count whose micro-batch fits the largest
+        profiled per-GPU batch (the search order of seed 000 Alg. 2)."""
+        s = 1
+        while local_batch / s > self.max_local_batch:
+            s *= 2
+        return s
+
     def iter_time(self, local_batch: float, num_gpus: int, num_nodes: int,
                   accum_steps: int = 1) -> float:
         """Seed 000 eq. 7: ``local_batch`` is the per-GPU share of the global

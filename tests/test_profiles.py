@@ -58,3 +58,8 @@ def test_bundled_models_are_complete():
             assert m.interference.ratio(a, b) >= 1.0
     assert m.with_xi(1.7).interference.ratio("bert", "ncf") == 1.7
     assert np.isfinite([m.iterations_for(a, 64) for a in m.profiles]).all()
+
+
+def test_min_accum_steps_powers_of_two():
+    p = ThroughputProfile("x", 0.1, 0.01, 0, 0, 0, 0, max_local_batch=16)
+    assert [p.min_accum_steps(b) for b in (1, 16, 17, 32, 33, 100)] == [1, 1, 2, 2, 4, 8]

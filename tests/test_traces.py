@@ -38,9 +38,7 @@ def test_philly_lengths_match_duration(tmp_path):
     assert [j.submit_time for j in jobs] == [0.0, 2932.0]
     for j, dur in zip(jobs, (3600, 600)):
         prof = M.profiles[j.app]
-        s = 1
-        while j.global_batch / j.num_gpus / s > prof.max_local_batch:
-            s *= 2
+        s = prof.min_accum_steps(j.global_batch / j.num_gpus)
         t = prof.iter_time(j.global_batch / j.num_gpus, j.num_gpus, -(-j.num_gpus // 4), s)
         assert j.total_iters * t == pytest.approx(dur, rel=1e-9)
     # seeded: same seed same apps; the draw is in submit order
@@ -116,9 +114,7 @@ def test_sacct_history(tmp_path):
         ("101", "alice", 4, "bert", 48, 0.0), ("102", "bob", 1, "ncf", 256, 60.0)]
     j = jobs[0]
     prof = M.profiles["bert"]
-    s = 1
-    while 48 / 4 / s > prof.max_local_batch:
-        s *= 2
+    s = prof.min_accum_steps(12)
     assert j.total_iters * prof.iter_time(12, 4, 1, s) == pytest.approx(3600)
 
 

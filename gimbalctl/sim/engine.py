@@ -401,7 +401,7 @@ class Simulator:
         bi_sum, n_wait = 0.0, 0
         for rec in self.active.values():
             prof = self.models.profiles[rec.spec.app]
-            one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, _one_gpu_accum(prof, rec.spec))
+            one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, prof.min_accum_steps(rec.spec.global_batch))
             if rec.state is JobState.RUNNING:
                 if self.now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
                     ce += rec.rate / one
@@ -413,13 +413,6 @@ class Simulator:
         self.timeline.append(TimelineSample(
             self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
             self.busy_gpus / max(self.total_gpus, 1)))
-
-
-def _one_gpu_accum(prof, spec: Job) -> int:
-    s = 1
-    while spec.global_batch / s > prof.max_local_batch:
-        s *= 2
-    return s
 
 
 def simulate(jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
