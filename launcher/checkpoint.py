@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 from typing import Any, Optional
+
+from .fsutil import atomic_target
 
 EXIT_CHECKPOINT = 75  # EX_TEMPFAIL: "checkpointed, relaunch me"
 CHECKPOINT_SIGNAL = signal.SIGUSR2
@@ -104,19 +105,8 @@ def save_checkpoint(state: Any, path: Optional[str] = None) -> str:
     a crash mid-save leaves the previous checkpoint intact."""
     import torch
     path = default_path(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    with atomic_target(path, ".ckpt-") as tmp:
         torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return path
 
 

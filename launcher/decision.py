@@ -25,9 +25,10 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
+
+from .fsutil import atomic_target
 
 SCHEMA_VERSION = 1
 DEFAULT_STATE_DIR = "/var/spool/gimbal"
@@ -165,20 +166,10 @@ def write_decision(path: PathLike, decision: LauncherDecision) -> None:
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         decision = dataclasses.replace(decision, written_at=now)
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".decision-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    with atomic_target(path, ".decision-") as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(decision.to_dict(), fh, sort_keys=True)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
