@@ -25,6 +25,7 @@ from tests.slurm.cluster import (ClusterNotApplicable, ClusterUnavailable, Slurm
                                  ensure_cluster)
 
 _ACTIVE: Dict[str, SlurmCluster] = {}
+_LOCK = None  # filelock held for the whole pytest session once a cluster is used
 _FAILED: Dict[str, str] = {}
 _NA: Dict[str, str] = {}
 
@@ -37,7 +38,26 @@ def slurm_unavailable(reason: str) -> None:
     pytest.skip(f"Slurm test cluster unavailable: {reason}")
 
 
+def _hold_machine_lock() -> None:
+    """The test clusters are machine-wide (fixed ports, shared spool): two pytest sessions
+    using them at once cancel each other's jobs.  The first session to use a cluster holds
+    /tmp/gimbal-slurm-tests.lock until it exits; others wait for it, saying so."""
+    global _LOCK
+    if _LOCK is not None:
+        return
+    from filelock import FileLock, Timeout
+    lock = FileLock(os.environ.get("GIMBAL_SLURM_LOCK", "/tmp/gimbal-slurm-tests.lock"))
+    try:
+        lock.acquire(timeout=1)
+    except Timeout:
+        print("\n[tests/slurm] another pytest session is using the Slurm test clusters; "
+              "waiting for /tmp/gimbal-slurm-tests.lock", flush=True)
+        lock.acquire(timeout=3600)
+    _LOCK = lock
+
+
 def _get(key: str) -> SlurmCluster:
+    _hold_machine_lock()
     if key in _NA:
         pytest.skip(_NA[key])
     if key in _FAILED:
