@@ -24,6 +24,9 @@ class Policy:
     name = "base"
     preemptive = False
     needs_lengths = False  # True: uses total_iters / duration estimates
+    # seconds between calls the policy asks for even when nothing waits (round-based
+    # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
+    round_length: "float | None" = None
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError

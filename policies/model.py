@@ -16,9 +16,9 @@ import enum
 from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
-from .throughput import InterferenceTable, MemoryProfile, ThroughputProfile
+from .throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
 
 
 class Gpu(NamedTuple):
@@ -46,23 +46,102 @@ class JobState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class WorkerAlloc:
+    """One worker (rank) of a job: the allocation record the whole system passes along.
+
+    policy -> Plan -> simulator / daemon -> launcher decision -> launcher report ->
+    snapshot: every hop carries these fields unchanged.
+
+    * ``share``: samples of the global batch this worker processes per optimizer step
+      (unequal shares = seed 004 LISS sample stealing; the shares of a job sum to its
+      global batch);
+    * ``micro_batch``: samples per forward/backward pass; ``accum_steps`` micro-steps
+      (seed 000 eq. 7) cover the share: ``micro_batch * accum_steps >= share``;
+    * ``mps_pct``: CUDA MPS active-thread percentage (seed 004 LGRR) or ``None``;
+    * ``mem_limit_mb``: MPS pinned device-memory limit or ``None``;
+    * ``stage``: pipeline stage this worker runs (seed 003), 0 for pure data parallelism.
+    """
+
+    gpu: Gpu
+    share: int
+    micro_batch: int
+    accum_steps: int = 1
+    mps_pct: Optional[int] = None
+    mem_limit_mb: Optional[int] = None
+    stage: int = 0
+
+
+def uniform_workers(gpus: tuple[Gpu, ...], sub_batch: int, accum_steps: int = 1,
+                    mps_pct: Optional[int] = None,
+                    global_batch: Optional[int] = None) -> tuple[WorkerAlloc, ...]:
+    """Workers of an evenly split job.  With ``global_batch`` the shares are the even split
+    of it (the first ``global_batch % k`` workers take one sample more, as the launcher
+    splits); without it every worker's share is ``sub_batch * accum_steps``."""
+    k = len(gpus)
+    if global_batch is None or k == 0:
+        return tuple(WorkerAlloc(g, sub_batch * accum_steps, sub_batch, accum_steps, mps_pct)
+                     for g in gpus)
+    base, extra = divmod(int(global_batch), k)
+    return tuple(WorkerAlloc(g, base + (1 if i < extra else 0), sub_batch, accum_steps, mps_pct)
+                 for i, g in enumerate(gpus))
+
+
+@dataclass(frozen=True)
 class Allocation:
-    """Where and how a running job runs.
+    """Where and how a running job runs: the job-level view of its worker records.
 
     ``sub_batch`` is the per-GPU micro-batch and ``accum_steps`` the number of
     gradient-accumulation steps (seed 000 eq. 7): ``sub_batch * accum_steps *
     len(gpus)`` covers the job's global batch.  ``mps_pct`` is an MPS active
     thread percentage (seed 004 LGRR) or ``None`` for no limit.
+
+    ``workers`` is the per-worker record (:class:`WorkerAlloc`); when not given it is
+    derived as the uniform split.  Build an allocation from explicit workers with
+    :meth:`from_workers`: the job-level fields are then derived (largest micro-batch and
+    accumulation count, the MPS share when all workers agree, else the smallest).
+    ``global_batch`` is the batch in force when a policy overrode the job's own
+    (``None``: the job's submitted batch).
     """
 
     gpus: tuple[Gpu, ...]
     sub_batch: int
     accum_steps: int = 1
     mps_pct: Optional[int] = None
+    workers: tuple[WorkerAlloc, ...] = ()
+    global_batch: Optional[int] = None
+
+    def __post_init__(self):
+        if not self.workers:
+            object.__setattr__(self, "workers", uniform_workers(
+                self.gpus, self.sub_batch, self.accum_steps, self.mps_pct, self.global_batch))
+
+    @classmethod
+    def from_workers(cls, workers: tuple[WorkerAlloc, ...],
+                     global_batch: Optional[int] = None) -> "Allocation":
+        if not workers:
+            raise ValueError("an allocation needs at least one worker")
+        pcts = [w.mps_pct for w in workers]
+        if all(p is None for p in pcts):
+            mps = None
+        else:
+            mps = min(p if p is not None else 100 for p in pcts)
+        return cls(tuple(w.gpu for w in workers), max(w.micro_batch for w in workers),
+                   max(w.accum_steps for w in workers), mps, tuple(workers), global_batch)
 
     @property
     def num_nodes(self) -> int:
         return len({g.node for g in self.gpus})
+
+    @property
+    def total_share(self) -> int:
+        return sum(w.share for w in self.workers)
+
+    def stages(self) -> tuple[tuple[Gpu, ...], ...]:
+        """GPU set of each pipeline stage, in stage order (one stage for data parallel)."""
+        out: dict[int, list[Gpu]] = {}
+        for w in self.workers:
+            out.setdefault(w.stage, []).append(w.gpu)
+        return tuple(tuple(out[k]) for k in sorted(out))
 
 
 @dataclass(frozen=True)
@@ -85,6 +164,12 @@ class Job:
     duration_estimate: Optional[float] = None
     deadline: Optional[float] = None
     group_id: Optional[str] = None
+    name: str = ""
+    # the job's metadata allows a policy to change its global batch (seed 002 Alg. 2/3):
+    # ``None`` = fixed; else the (min, max) global batch the user accepts
+    batch_range: Optional[tuple[int, int]] = None
+    # pipeline stages the job's model is split into (seed 003); 1 = data parallel only
+    stages: int = 1
     state: JobState = JobState.PENDING
     allocation: Optional[Allocation] = None
     start_time: Optional[float] = None  # first start
@@ -106,6 +191,30 @@ class Job:
     @property
     def waiting(self) -> bool:
         return self.state is not JobState.RUNNING
+
+
+@dataclass(frozen=True)
+class FinishedJob:
+    """A job that has ended: the history predictors train on (seed 003 §IV).
+
+    In the simulator: jobs finished before ``now``; on the cluster: the site's sacct
+    history plus gimbal's own records.  ``iterations`` is ``None`` when unknown."""
+
+    id: str
+    user: str
+    submit_time: float
+    start_time: float
+    end_time: float
+    num_gpus: int
+    app: str = ""
+    name: str = ""
+    group_id: Optional[str] = None
+    iterations: Optional[float] = None
+    global_batch: Optional[int] = None
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end_time - self.start_time)
 
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -151,6 +260,13 @@ class ClusterSnapshot:
     free_index: Optional[Mapping[str, tuple[Gpu, ...]]] = None
     # optional precomputed ids of the waiting jobs (same as scanning ``jobs``)
     waiting_ids: Optional[tuple[str, ...]] = None
+    # relative speed of each application on each GPU type (Node.gpu_type)
+    gpu_types: GpuTypeTable = field(default_factory=GpuTypeTable)
+    # finished jobs, oldest first (seed 003 predictors train on them)
+    history: tuple[FinishedJob, ...] = ()
+    # fitted objects a policy may consult by name (e.g. "iterations": an A-SRPT
+    # predictor fitted in gimbalctl); pure: they only map inputs to numbers
+    predictors: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     # ---- derived views -------------------------------------------------
     @property

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional, Union
 
-from .model import Gpu
+from .model import Gpu, WorkerAlloc
 
 
 class ReasonCode(str, enum.Enum):
@@ -50,6 +50,11 @@ class StartJob:
     ``sub_batch`` × ``accum_steps`` per GPU covers the global batch (seed 000
     eq. 7); ``share_with`` names the job(s) already on those GPUs; ``mps_pct``
     is an MPS thread percentage (seed 004 LGRR) or ``None``.
+
+    ``workers`` (optional) is the per-worker allocation record (unequal sample shares,
+    per-worker MPS shares, pipeline stages); when given, ``gpus`` must list the same GPUs
+    in the same order.  ``global_batch`` overrides the job's batch (only within
+    ``Job.batch_range``; progress then counts samples).
     """
 
     job_id: str
@@ -58,6 +63,8 @@ class StartJob:
     accum_steps: int = 1
     share_with: tuple[str, ...] = ()
     mps_pct: Optional[int] = None
+    workers: tuple[WorkerAlloc, ...] = ()
+    global_batch: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -69,13 +76,17 @@ class PreemptJob:
 
 @dataclass(frozen=True)
 class ResizeJob:
-    """Change a running job's GPU set / share (elastic policies)."""
+    """Change a running job's GPU set / share (elastic policies, seed 001), or only its
+    per-worker record on the same GPUs (seed 004 squeeze/swell: MPS shares and sample
+    shares).  Fields as :class:`StartJob`."""
 
     job_id: str
     gpus: tuple[Gpu, ...]
     sub_batch: int
     accum_steps: int = 1
     mps_pct: Optional[int] = None
+    workers: tuple[WorkerAlloc, ...] = ()
+    global_batch: Optional[int] = None
 
 
 Action = Union[StartJob, PreemptJob, ResizeJob]
@@ -107,6 +118,13 @@ class Plan:
                 d.update(gpus=[f"{g.node}:{g.index}" for g in a.gpus],
                          sub_batch=a.sub_batch, accum_steps=a.accum_steps,
                          mps_pct=a.mps_pct)
+                if a.workers:
+                    d["workers"] = [{"gpu": f"{w.gpu.node}:{w.gpu.index}", "share": w.share,
+                                     "micro_batch": w.micro_batch, "accum_steps": w.accum_steps,
+                                     "mps_pct": w.mps_pct, "mem_limit_mb": w.mem_limit_mb,
+                                     "stage": w.stage} for w in a.workers]
+                if a.global_batch is not None:
+                    d["global_batch"] = a.global_batch
             if isinstance(a, StartJob):
                 d["share_with"] = list(a.share_with)
             acts.append(d)

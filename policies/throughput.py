@@ -95,10 +95,49 @@ class InterferenceTable:
     default: float = 1.5
     override: float | None = None
 
-    def ratio(self, app: str, other: str) -> float:
+    def ratio(self, app: str, other: str, mps_pct: "int | None" = None,
+              other_mps_pct: "int | None" = None) -> float:
+        """ξ of ``app`` beside ``other``.  ``mps_pct``/``other_mps_pct``: the two jobs'
+        MPS shares when they share through MPS (``None``: time-slicing).  This table has
+        no MPS model, so the shares are accepted and ignored here; the MPS-aware model
+        (issue: allocation record, item 3) refines it."""
         if self.override is not None:
             return self.override
         return self.pairs.get((app, other), self.default)
 
+    def mps_alone(self, app: str, mps_pct: "int | None") -> float:
+        """Slowdown (>= 1) of ``app`` running alone under an MPS thread limit.  This table
+        models it as compute capped in proportion to the share (what the simulator did
+        before): ``100 / mps_pct``."""
+        if mps_pct is None:
+            return 1.0
+        return 100.0 / max(1, min(100, int(mps_pct)))
+
     def with_override(self, xi: float | None) -> "InterferenceTable":
         return InterferenceTable(self.pairs, self.default, xi)
+
+
+@dataclass(frozen=True)
+class GpuTypeTable:
+    """Relative speed of an application on a GPU type (heterogeneous clusters, seed 002).
+
+    ``speed(app, gpu_type)`` multiplies the application's throughput from its
+    :class:`ThroughputProfile` (which describes the reference type): 2.0 = twice as many
+    iterations per second.  Looked up per (app, type) first (measured, e.g. Gavel's
+    K80/P100/V100 table), then per type (a site's ``[gpu_types]`` relative speed), else 1.0.
+    A gang spread over several types runs at the slowest one's speed.
+    """
+
+    per_app: Mapping[tuple[str, str], float] = field(
+        default_factory=lambda: MappingProxyType({}))
+    per_type: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    memory_mb: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def speed(self, app: str, gpu_type: str) -> float:
+        v = self.per_app.get((app, gpu_type))
+        if v is None:
+            v = self.per_type.get(gpu_type, 1.0)
+        return v
+
+    def types(self) -> tuple[str, ...]:
+        return tuple(sorted({t for _, t in self.per_app} | set(self.per_type)))
