@@ -245,7 +245,7 @@ def _live(cfg):
         _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
     try:
         snap = build_snapshot(jobs, nodes, default_models(), default_app=cfg.default_app,
-                              default_batch=cfg.default_batch)
+                              default_batch=cfg.default_batch, estimates=cfg.estimates)
     except ConfigError as e:
         _fail(str(e), Exit.USAGE)
     plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)

@@ -26,6 +26,12 @@ Example ``etc/gimbal.toml``::
     preempt_grace = 10         # seconds between USR2 and requeue
     share_fraction = 0.5       # GPU share of a share=yes job started alone
 
+    [estimates]                # users' duration estimates (metadata est=), docs/daemon.md
+    use = "limit"              # limit: rank by the Slurm time limit only (est ignored);
+                               # bounded: min(est, time limit) (a site rule: trusts users)
+    penalty_s = 604800         # bounded: a user whose job outran its estimate has every
+                               # estimate ignored for this long (0: no penalty)
+
     [defaults]                 # for jobs without (valid) gimbal metadata
     app = "cifar10"
     batch = 128
@@ -41,6 +47,7 @@ from typing import Any, Mapping, Optional
 MODES = ("ordering", "gate")
 KNOBS = ("priority", "site_factor")
 BACKENDS = ("auto", "cli", "pyslurm")
+ESTIMATES = ("limit", "bounded")
 
 
 class ConfigError(ValueError):
@@ -69,6 +76,9 @@ class Config:
     # gate
     preempt_grace: float = 10.0
     share_fraction: float = 0.5
+    # users' duration estimates
+    estimates: str = "limit"
+    estimate_penalty_s: float = 7 * 86400.0
     # defaults for jobs without metadata
     default_app: str = "cifar10"
     default_batch: int = 128
@@ -90,6 +100,12 @@ class Config:
                 raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.share_fraction <= 1:
             raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
+        if self.estimates not in ESTIMATES:
+            raise ConfigError(f"{where}: estimates.use {self.estimates!r} is not one of "
+                              f"{', '.join(ESTIMATES)}")
+        if not self.estimate_penalty_s >= 0:
+            raise ConfigError(f"{where}: estimates.penalty_s must be >= 0, got "
+                              f"{self.estimate_penalty_s!r}")
         if self.default_batch < 1:
             raise ConfigError(f"{where}: defaults.batch must be >= 1, got {self.default_batch!r}")
         if self.priority_step < 1 or self.priority_base < 1:
@@ -107,6 +123,7 @@ _KEYS = {
     ("ordering", "priority_base"): "priority_base", ("ordering", "priority_step"): "priority_step",
     ("ordering", "site_step"): "site_step",
     ("gate", "preempt_grace"): "preempt_grace", ("gate", "share_fraction"): "share_fraction",
+    ("estimates", "use"): "estimates", ("estimates", "penalty_s"): "estimate_penalty_s",
     ("defaults", "app"): "default_app", ("defaults", "batch"): "default_batch",
 }
 

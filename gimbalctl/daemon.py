@@ -45,6 +45,7 @@ from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 from .config import Config
 from .slurm.backend import FIELDS, Backend, _same
 from .slurm.errors import SlurmError, SlurmUnavailable
+from .slurm.meta import GimbalMeta
 from .slurm.types import SlurmJob, SlurmNode
 from .snapshot import SnapshotResult, build_snapshot
 
@@ -157,12 +158,26 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     return f"gpu:{count}"
 
 
+def own_hold(sj: SlurmJob, last_action: Optional[str]) -> bool:
+    """Whether the hold on a gated job is one gimbal may release: the submission hold of
+    ``gsbatch --gate`` (never released by gimbal yet) or gimbal's own requeue-hold / hold
+    (its newest hold/release change, ``last_action``, from the audit).  Never an admin's
+    hold (``JobHeldAdmin``), never a hold placed after gimbal released the job."""
+    if sj.reason == "JobHeldAdmin":
+        return False
+    return last_action is None or last_action in ("requeue_hold", "hold", "revert:hold")
+
+
 def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                  nodes: dict[str, SlurmNode], warnings: list[str],
-                 now: Optional[float] = None) -> list[Target]:
+                 now: Optional[float] = None,
+                 hold_actions: Optional[dict[str, str]] = None) -> list[Target]:
     """Targets of gate mode: GRES, nodes, start delay (requeued jobs), decision file and
-    release for a start; USR2 + requeue-hold for a pre-emption / resize."""
+    release for a start; USR2 + requeue-hold for a pre-emption / resize.  A start is
+    applied only to a job whose hold gimbal may release (:func:`own_hold`;
+    ``hold_actions``: job id -> gimbal's newest hold/release change)."""
     now = time.time() if now is None else now
+    hold_actions = hold_actions or {}
     out: list[Target] = []
     for a in plan.actions:
         sj = sjobs.get(a.job_id)
@@ -170,6 +185,11 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
             continue
         if isinstance(a, StartJob):
             if not (sj.pending and sj.held):
+                continue
+            if not own_hold(sj, hold_actions.get(sj.job_id)):
+                who = "an admin" if sj.reason == "JobHeldAdmin" else "its user or an admin"
+                warnings.append(f"job {sj.job_id}: held by {who} ({sj.reason}), not by gimbal; "
+                                f"left held (gimbal releases only its own holds)")
                 continue
             gres = gate_gres(a, sj, nodes, cfg, warnings)
             hosts = sorted({g.node for g in a.gpus})
@@ -187,7 +207,8 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
 
 
 def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
-                    warnings: list[str]) -> tuple[list[str], list[Target]]:
+                    warnings: list[str], hold_actions: Optional[dict[str, str]] = None
+                    ) -> tuple[list[str], list[Target]]:
     sjobs = dict(snap.slurm_jobs)
     pending = [j for j, sj in sjobs.items() if sj.pending]
     order = queue_order(plan, pending)
@@ -198,7 +219,8 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
             warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
                             f"(use --mode gate with gsbatch --gate jobs)")
         return order, ordering_targets(cfg, order, sjobs)
-    gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now)
+    gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now,
+                         hold_actions=hold_actions)
     rest = [j for j in order if not sjobs[j].gated]
     return order, gated + ordering_targets(cfg, rest, sjobs)
 
@@ -361,16 +383,28 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
         from .profiles import default_models
         models = default_models()
     jobs, nodes = read_slurm(backend)
+    problems = input_problems(backend, jobs)
+    job_rows = store.job_rows()
+    jobs = restore_meta(jobs, job_rows)
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
     if not dry_run:
         store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
+    penalised: frozenset = frozenset()
+    if cfg.estimates == "bounded" and cfg.estimate_penalty_s > 0:
+        import datetime as _dt
+        since = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None) - \
+            _dt.timedelta(seconds=cfg.estimate_penalty_s)
+        penalised = frozenset(store.users_outran_since(since))
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
-                          history=store.job_rows(), reports=store.latest_reports(),
-                          default_app=cfg.default_app, default_batch=cfg.default_batch)
+                          history=job_rows, reports=store.latest_reports(),
+                          default_app=cfg.default_app, default_batch=cfg.default_batch,
+                          estimates=cfg.estimates, penalised_users=penalised)
     plan = policy.schedule(snap.snapshot)
-    warnings = list(snap.warnings)
-    order, targets = compute_targets(cfg, plan, snap, nodes, warnings)
+    warnings = problems + list(snap.warnings)
+    hold_actions = store.last_hold_actions(
+        [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
+    order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions)
     pos = {j: i for i, j in enumerate(order)}
     tmap: dict[str, dict] = {}
     for t in targets:
@@ -389,7 +423,8 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
         seen = [dict(job_id=sj.job_id, name=sj.name, user=sj.user, app=sj.meta.app,
                      batch=sj.meta.batch, iters=sj.meta.iters, est_s=sj.meta.est,
                      gate=int(sj.gated), num_gpus=sj.num_gpus, submit_time=sj.submit_time,
-                     state=sj.state, meta_warnings="\n".join(sj.meta.warnings) or None)
+                     state=sj.state, meta_warnings="\n".join(sj.meta.warnings) or None,
+                     **({"meta": sj.meta.as_dict()} if sj.meta.source == "admin_comment" else {}))
                 for sj in snap.slurm_jobs.values()]
         cycle_id = store.begin_cycle(
             policy=plan.policy, mode=cfg.mode, knob=cfg.knob, backend=backend.name,
@@ -399,10 +434,45 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
         store.set_cycle_status(cycle_id, "applying")
         _pause_point("applying")
     changes = apply_targets(cfg, backend, store, cycle_id, targets, snap, plan.policy, dry_run)
-    status = "dry_run" if dry_run else ("partial" if any(c.error for c in changes) else "done")
+    failed = [c for c in changes if c.error]
+    status = "dry_run" if dry_run else ("partial" if failed or problems else "done")
     if not dry_run:
-        store.finish_cycle(cycle_id, status, n_changes=sum(1 for c in changes if c.applied))
+        if snap.outran:
+            store.mark_outran(snap.outran)
+        why = [f"{len(failed)} Slurm change(s) failed"] if failed else []
+        why += [f"input: {p}" for p in problems]
+        store.finish_cycle(cycle_id, status, error=_bounded("; ".join(why)) or None,
+                           n_changes=sum(1 for c in changes if c.applied))
     return CycleResult(cycle_id, plan, snap, order, targets, changes, reconciled, warnings, status)
+
+
+def input_problems(backend: Backend, jobs: list[SlurmJob]) -> list[str]:
+    """One message per record Slurm reported that gimbal had to skip or repair, naming the
+    job (or node): the cycle goes on without (or with the repaired) record and is recorded
+    ``partial`` with these as its reason."""
+    out = list(getattr(backend, "read_warnings", ()) or ())
+    out += list(getattr(backend, "node_warnings", ()) or ())
+    for sj in jobs:
+        if sj.warnings:
+            out.append(f"job {sj.job_id}: " + "; ".join(sj.warnings))
+    return out
+
+
+def restore_meta(jobs: list[SlurmJob], rows: dict) -> list[SlurmJob]:
+    """Jobs whose AdminComment no longer holds gimbal's tag (another tool, such as jobstats'
+    ``JS1:`` summary, wrote it) get the metadata gimbal read from it earlier (``jobs.meta``)."""
+    out = []
+    for sj in jobs:
+        row = rows.get(sj.job_id)
+        kept = getattr(row, "meta", None) if row is not None else None
+        if not sj.meta.tagged and kept:
+            sj = dataclasses.replace(sj, meta=GimbalMeta.from_state(kept))
+        out.append(sj)
+    return out
+
+
+def _bounded(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[:limit] + f" ... ({len(text) - limit} more characters)"
 
 
 def _action_dict(a) -> Optional[dict]:

@@ -8,10 +8,14 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
   come from gimbal metadata; missing or malformed values fall back to the
   configured defaults and produce a warning;
 * expected duration (length-aware policies): metadata ``iters`` (→
-  ``total_iters``) and ``est`` (→ ``duration_estimate``), else the Slurm time
-  limit;
-* allocations: the GPU indices Slurm reports (``IDX`` / per-GPU detail);
-  shard/mps jobs on the same GPU index share it (``gpu_jobs``);
+  ``total_iters``); ``duration_estimate`` is the Slurm time limit, or with the site
+  rule ``estimates = "bounded"`` min(``est``, time limit) unless the user is penalised
+  or the job already ran past its estimate (then the limit again; docs/daemon.md);
+* allocations: the GPU indices Slurm reports allocated to each running job
+  (``IDX`` / per-GPU detail), whatever the job asked for: an ``--exclusive`` job gets
+  every GPU of its nodes without asking for GRES; shard/mps jobs on the same GPU index
+  share it (``gpu_jobs``).  GPUs of a node Slurm reports fully ``allocated`` (a
+  whole-node job without GRES) are not free either;
 * progress: launcher throughput reports (latest step) and the DB's
   pre-emption counts;
 * profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles;
@@ -42,6 +46,7 @@ class SnapshotResult:
     warnings: tuple[str, ...] = ()
     slurm_jobs: Mapping[str, SlurmJob] = field(default_factory=dict)
     skipped: tuple[str, ...] = ()  # Slurm jobs left out (no GPUs, ended)
+    outran: tuple[str, ...] = ()  # running jobs past the estimate used for them
 
 
 def merged_models(models, db_profiles: Optional[Mapping] = None):
@@ -70,18 +75,41 @@ def _job_gpus(sj: SlurmJob) -> tuple[tuple[Gpu, ...], dict[Gpu, str]]:
     return tuple(sorted(kinds)), kinds
 
 
+def duration_estimate(meta_est: Optional[float], limit_s: Optional[float], *, rule: str,
+                      penalised: bool = False, executed_s: float = 0.0
+                      ) -> tuple[Optional[float], Optional[str], bool]:
+    """(estimate, source, outran) for one job (docs/daemon.md, "Duration estimates").
+
+    ``rule="limit"``: the Slurm time limit only, whatever the user wrote.
+    ``rule="bounded"`` (a site rule): min(``est``, limit), as schedulers with user
+    estimates do (an estimate never exceeds the limit Slurm enforces); the limit alone
+    when the user is ``penalised`` or once the job has run past its estimate
+    (``outran``: re-estimated from its limit, and recorded for the user's next jobs)."""
+    if meta_est is None or rule != "bounded":
+        return limit_s, ("time_limit" if limit_s else None), False
+    est = meta_est if limit_s is None else min(meta_est, limit_s)
+    if executed_s > est:
+        return limit_s, ("time_limit (outran meta.est)" if limit_s else None), True
+    if penalised:
+        return limit_s, ("time_limit (user penalised)" if limit_s else None), False
+    return est, ("meta.est" if est == meta_est else "time_limit (meta.est above it)"), False
+
+
 def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models, *,
                    now: Optional[float] = None, db_profiles: Optional[Mapping] = None,
                    history: Optional[Mapping] = None, reports: Optional[Mapping] = None,
                    default_app: str = "cifar10", default_batch: int = 128,
-                   seed: int = 0) -> SnapshotResult:
+                   seed: int = 0, estimates: str = "limit",
+                   penalised_users: frozenset = frozenset()) -> SnapshotResult:
     """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
-    ``reports``: job id -> newest ``ReportRow``."""
+    ``reports``: job id -> newest ``ReportRow``; ``estimates``/``penalised_users``: see
+    :func:`duration_estimate`."""
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
     if default_app not in profiles:
         raise ConfigError(f"defaults.app {default_app!r} has no throughput profile; known: "
                           f"{', '.join(sorted(profiles))}")
+    nodes = list(nodes)
     node_objs = tuple(Node(n.name, n.num_gpus) for n in sorted(nodes, key=lambda n: n.name)
                       if n.usable and n.num_gpus > 0)
     valid = {g for n in node_objs for g in n.gpus()}
@@ -90,15 +118,24 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     inputs: dict[str, dict] = {}
     by_id: dict[str, SlurmJob] = {}
     skipped: list[str] = []
+    outran: list[str] = []
     gpu_jobs: dict[Gpu, list[str]] = {}
     history = history or {}
     reports = reports or {}
+    jobs = sorted(jobs, key=lambda j: (j.submit_time, _idkey(j.job_id)))
+    whole = _whole_node_gpus(jobs, nodes, valid)
 
-    for sj in sorted(jobs, key=lambda j: (j.submit_time, _idkey(j.job_id))):
+    for sj in jobs:
         if sj.state not in ("PENDING", "RUNNING", "SUSPENDED"):
             skipped.append(sj.job_id)
             continue
         n = sj.num_gpus
+        held_gpus: tuple[Gpu, ...] = ()
+        if sj.running:
+            # what Slurm allocated, not what the job asked for (exclusive / whole-node jobs)
+            held_gpus = tuple(sorted(set(g for g in _job_gpus(sj)[0] if g in valid)
+                                     | set(whole.get(sj.job_id, ()))))
+            n = max(n, len(held_gpus))
         if n <= 0:
             skipped.append(sj.job_id)
             continue
@@ -114,8 +151,12 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         batch = meta.batch or default_batch
         if meta.tagged and meta.batch is None:
             warnings.append(f"job {sj.job_id}: no batch given; using default batch {batch}")
-        est = meta.est if meta.est is not None else sj.time_limit_s
-        est_src = "meta.est" if meta.est is not None else ("time_limit" if sj.time_limit_s else None)
+        executed_s = max(0.0, now - (sj.start_time or now)) if sj.running else 0.0
+        est, est_src, ran_past = duration_estimate(
+            meta.est, sj.time_limit_s, rule=estimates, executed_s=executed_s,
+            penalised=sj.user in penalised_users)
+        if ran_past:
+            outran.append(sj.job_id)
         hist = history.get(sj.job_id)
         rep = reports.get(sj.job_id)
         state = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING,
@@ -128,8 +169,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         completed = float(rep.step) if rep is not None else 0.0
         rate = 0.0
         if sj.running:
-            gpus, kinds = _job_gpus(sj)
-            gpus = tuple(g for g in gpus if g in valid)
+            gpus, kinds = held_gpus, _job_gpus(sj)[1]
             if not gpus:
                 warnings.append(f"job {sj.job_id}: running but Slurm reports no GPU indices")
             local = -(-batch // max(len(gpus) or n, 1))
@@ -159,6 +199,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         inputs[sj.job_id] = {
             "state": state.value, "num_gpus": n, "app": app, "batch": batch,
             "iters": total_iters, "duration_estimate": est, "duration_source": est_src,
+            "meta_est": meta.est,
             "time_limit_s": sj.time_limit_s, "submit_time": sj.submit_time,
             "slurm_priority": sj.priority, "site_factor": sj.site_factor, "gate": sj.gated,
             "gpus": inputs_alloc, "shared": shared, "meta_source": meta.source,
@@ -175,7 +216,28 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     for w in warnings:
         log.warning("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
-                          MappingProxyType(by_id), tuple(skipped))
+                          MappingProxyType(by_id), tuple(skipped), tuple(outran))
+
+
+def _whole_node_gpus(jobs: list[SlurmJob], nodes: list[SlurmNode],
+                     valid: set) -> dict[str, tuple[Gpu, ...]]:
+    """GPUs no job holds on nodes Slurm reports fully ``allocated``, given to the running
+    jobs there that hold no GPU (a whole-node job without GRES): nothing else can start
+    on such a node, so its GPUs are not free.  Job id -> GPUs."""
+    out: dict[str, list[Gpu]] = {}
+    held = {g for sj in jobs if sj.running for g in _job_gpus(sj)[0]}
+    for node in nodes:
+        base = node.state.split("+")[0]
+        if base not in ("allocated", "alloc"):
+            continue
+        idle = [g for g in (Gpu(node.name, i) for i in range(node.num_gpus))
+                if g in valid and g not in held]
+        owners = [sj.job_id for sj in jobs if sj.running and node.name in sj.nodes
+                  and not _job_gpus(sj)[0]]
+        for k, g in enumerate(idle):
+            if owners:
+                out.setdefault(owners[k % len(owners)], []).append(g)
+    return {j: tuple(v) for j, v in out.items()}
 
 
 def _measured_input(app: str, key: str, meas: Optional[Mapping], rep) -> Optional[dict]:

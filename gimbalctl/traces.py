@@ -335,8 +335,11 @@ def _sacct(df, path, rng, models) -> list[Job]:
         st, en, sub = times["Start"].iloc[i], times["End"].iloc[i], times["Submit"].iloc[i]
         if gpus <= 0 or pd.isna(st) or pd.isna(en) or pd.isna(sub):
             continue
-        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "",
-                          str(df.Comment.iloc[i]) if "Comment" in df else "")
+        # offline workload modelling only (never a scheduling input): the user Comment's
+        # tag is accepted here when the AdminComment has none
+        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "")
+        if not meta.tagged and "Comment" in df:
+            meta = parse_meta(str(df.Comment.iloc[i]))
         app = meta.app if meta.app in models.profiles else None
         rows.append((jid, sub.timestamp(), gpus, max((en - st).total_seconds(), 1.0),
                      str(df.User.iloc[i]) if "User" in df else "user", app, meta.batch))

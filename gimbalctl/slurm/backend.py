@@ -40,6 +40,10 @@ class Backend:
 
     def __init__(self) -> None:
         self._ver: Optional[tuple[int, int, int]] = None
+        # records the last jobs() / nodes() read had to leave out, one message each (naming
+        # the job or node); the daemon records them in the cycle
+        self.read_warnings: list[str] = []
+        self.node_warnings: list[str] = []
 
     # ---- primitives -----------------------------------------------------
     def _version(self) -> tuple[int, int, int]:
@@ -72,6 +76,7 @@ class Backend:
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> list[SlurmJob]:
         want = {s.upper() for s in states} if states else None
+        self.read_warnings = []
         return [j for j in self._load_jobs() if want is None or j.state in want]
 
     def job(self, job_id: str) -> SlurmJob:
@@ -81,6 +86,7 @@ class Backend:
         raise JobNotFound(job_id)
 
     def nodes(self) -> list[SlurmNode]:
+        self.node_warnings = []
         return self._load_nodes()
 
     # ---- mutations ------------------------------------------------------

@@ -24,8 +24,12 @@ Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
 
 
 def subprocess_runner(argv: Sequence[str], timeout: float) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                          check=False, stdin=subprocess.DEVNULL)
+    """Run ``argv``; its output is decoded as UTF-8 with ``errors="replace"``: Slurm passes
+    user-chosen bytes (job names, comments) through unchanged, and one job named
+    ``a\\xff\\xfe`` must not make every read fail (:mod:`.sanitize` cleans the fields)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, encoding="utf-8",
+                          errors="replace", timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL)
 
 
 class CliBackend(Backend):
@@ -62,12 +66,15 @@ class CliBackend(Backend):
     def run_json(self, *argv: str) -> Any:
         out = self.run(*argv)
         try:
-            doc = json.loads(out)
-        except json.JSONDecodeError as e:
+            # strict=False: a raw control character inside a string (a user's comment)
+            # is not a reason to drop the whole document
+            doc = json.loads(out, strict=False)
+        except (json.JSONDecodeError, RecursionError) as e:
             raise SlurmParseError(f"{' '.join(argv)} printed invalid JSON: {e}") from None
         # 22.05 squeue/sinfo --json exit 0 with an "errors" list when the controller is down
         errs = doc.get("errors") if isinstance(doc, dict) else None
         if errs:
+            errs = errs if isinstance(errs, list) else [errs]
             text = "; ".join(str(e.get("description") or e.get("error") or e) if isinstance(e, dict)
                              else str(e) for e in errs)
             raise SlurmUnavailable(f"{' '.join(argv)} reported errors: {text}")
@@ -80,7 +87,7 @@ class CliBackend(Backend):
     def site_factors(self) -> dict[str, int]:
         """Site factor per pending job (``sprio``; only pending jobs are listed)."""
         try:
-            return parse_sprio(self.run("sprio", "-h", "-o", "%i|%Y|%S|%N"))
+            return parse_sprio(self.run("sprio", "-h", "-o", "%i|%Y|%S|%N"), self.read_warnings)
         except SlurmCommandError as e:  # "Unable to find jobs" with no pending job
             if "Unable to find" in e.stderr or "No job" in e.stderr:
                 return {}
@@ -89,15 +96,18 @@ class CliBackend(Backend):
     def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
         # 22.05 ignores -t/-j together with --json, so take everything and filter here
         doc = self.run_json("squeue", "--json")
-        sf = self.site_factors() if any(_is_pending(j) for j in doc.get("jobs", [])) else {}
-        return jobs_from_squeue_json(doc, site_factors=sf, job_ids=job_ids)
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        sf = self.site_factors() if isinstance(jobs, list) and any(
+            _is_pending(j) for j in jobs) else {}
+        return jobs_from_squeue_json(doc, site_factors=sf, job_ids=job_ids,
+                                     warnings=self.read_warnings)
 
     def _load_nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2, 0):
             doc = self.run_json("scontrol", "--json", "show", "nodes")
         else:
             doc = self.run_json("sinfo", "--json")
-        return nodes_from_json(doc, self.partition)
+        return nodes_from_json(doc, self.partition, warnings=self.node_warnings)
 
     # ---- mutations --------------------------------------------------------
     def describe(self, job_id: str, field: str, value: Any) -> tuple[str, ...]:
@@ -133,7 +143,9 @@ class CliBackend(Backend):
         return argv
 
 
-def _is_pending(j: dict) -> bool:
+def _is_pending(j: Any) -> bool:
+    if not isinstance(j, dict):
+        return False
     st = j.get("job_state")
     if isinstance(st, list):
         return "PENDING" in st

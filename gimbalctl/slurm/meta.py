@@ -1,18 +1,27 @@
-"""gimbal job metadata carried in Slurm comments.
+"""gimbal job metadata, read only from the job's ``AdminComment``.
 
-Two spellings are read (the first one found wins):
+``slurm_hooks/job_submit.lua`` validates what a user passes with ``--comment
+gimbal:app=bert,batch=64,...`` (or ``gsbatch``) at submission and writes the normalized,
+versioned tag into ``AdminComment``, which users cannot set::
 
-* ``AdminComment``: ``gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1;gpus=2``
-  (written by ``slurm_hooks/job_submit.lua``; users cannot change it);
-* ``Comment``: ``gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,gate=1,gpus=2``
-  (what ``gsbatch`` / the user passes with ``--comment``).
+    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1;gpus=2
+
+This is the only place gimbal reads metadata from.  The user's own ``Comment`` is free
+text the user controls (and can change after submission, even when Slurm answers
+"Access/permission denied" to the accompanying AdminComment change), so it is never read:
+a ``gimbal:`` tag there that job_submit.lua did not copy counts for nothing.  An admin may
+also write the tag (``scontrol update jobid=N admincomment=gimbal:v1;...``) or the
+unversioned ``gimbal:k=v,k=v`` form by hand.
 
 ``gpus`` (1..1024) is the GPU count of a job submitted without GRES (``gsbatch --gate
 --gpus N``); a job's own GRES request, when it has one, wins (see ``SlurmJob.num_gpus``).
 
-Other text around the tag (``;jsl:submitted`` appended by a site's lua, for
-example) is ignored.  Values that cannot be parsed are dropped and reported in
-``warnings``; the snapshot builder then uses defaults.
+An AdminComment that holds something else (a jobstats ``JS1:`` summary written by
+``EpilogSlurmctld``, a site's own notes) is not gimbal's: it is ignored without a
+warning (the daemon keeps the metadata it read earlier in its state store).  Text after
+the tag (``;jsl:submitted`` appended by a site's lua, for example) is ignored.  Values
+that cannot be parsed are dropped and reported in ``warnings``; the snapshot builder then
+uses defaults.
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline")
+MAX_LEN = 1024  # longest AdminComment read as metadata (job_submit.lua writes <= 600)
 MAX_GPUS = 1024  # upper bound of ``gpus`` (as in job_submit.lua and gsbatch)
 _TRUE = ("1", "yes", "true", "on", "y")
 _FALSE = ("0", "no", "false", "off", "n")
@@ -37,16 +47,26 @@ class GimbalMeta:
     gate: bool = False
     gpus: Optional[int] = None  # GPUs wanted (gate jobs are submitted without GRES)
     deadline: Optional[float] = None  # epoch seconds
-    source: Optional[str] = None  # "admin_comment" | "comment" | None
+    source: Optional[str] = None  # "admin_comment" | "state" (kept from an earlier cycle) | None
     warnings: tuple[str, ...] = ()
 
     @property
     def tagged(self) -> bool:
         return self.source is not None
 
+    @classmethod
+    def from_state(cls, d: Optional[dict]) -> "GimbalMeta":
+        """The metadata gimbal kept in its state store (:meth:`as_dict`), source ``state``."""
+        if not isinstance(d, dict) or not d.get("source"):
+            return cls()
+        keep = {k: d.get(k) for k in KNOWN}
+        keep["gate"] = bool(keep.get("gate"))
+        return cls(**keep, source="state")
+
     def as_dict(self) -> dict:
         return {"app": self.app, "batch": self.batch, "iters": self.iters, "est": self.est,
-                "share": self.share, "gate": self.gate, "gpus": self.gpus, "source": self.source,
+                "share": self.share, "gate": self.gate, "gpus": self.gpus,
+                "deadline": self.deadline, "source": self.source,
                 "warnings": list(self.warnings)}
 
 
@@ -74,9 +94,11 @@ def _extract(text: str) -> Optional[list[tuple[str, str]]]:
     return pairs
 
 
-def parse_meta(admin_comment: str = "", comment: str = "") -> GimbalMeta:
-    """Parse gimbal metadata from a job's admin comment or comment."""
-    for source, text in (("admin_comment", admin_comment), ("comment", comment)):
+def parse_meta(admin_comment: str = "") -> GimbalMeta:
+    """Parse gimbal metadata from a job's AdminComment (never from its user Comment)."""
+    for source, text in (("admin_comment", admin_comment),):
+        if not isinstance(text, str) or len(text) > MAX_LEN:
+            continue  # not something job_submit.lua wrote (its tag is at most 512 characters)
         pairs = _extract(text or "")
         if pairs is None:
             continue
@@ -108,9 +130,9 @@ def parse_meta(admin_comment: str = "", comment: str = "") -> GimbalMeta:
                     else:
                         raise ValueError("must be yes/no")
                 else:
-                    warns.append(f"{source}: unknown gimbal key {k!r} ignored")
-            except ValueError as e:
-                warns.append(f"{source}: bad value {k}={v!r} ({e}); using the default")
+                    warns.append(f"{source}: unknown gimbal key {k[:40]!r} ignored")
+            except (ValueError, OverflowError) as e:
+                warns.append(f"{source}: bad value {k[:40]}={v[:40]!r} ({e}); using the default")
         return GimbalMeta(app=vals.get("app"), batch=vals.get("batch"), iters=vals.get("iters"),
                           est=vals.get("est"), share=vals.get("share"),
                           gate=bool(vals.get("gate", False)), gpus=vals.get("gpus"),

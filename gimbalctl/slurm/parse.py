@@ -23,9 +23,12 @@ from launcher.slurm import HostlistError, expand_hostlist
 
 from .errors import SlurmParseError
 from .meta import parse_meta
+from .sanitize import clean, printable
 from .types import GresUse, SlurmJob, SlurmNode
 
 INFINITE32 = 0xFFFFFFFE  # NO_VAL / INFINITE and above
+MAX_GRES_COUNT = 1 << 31  # no node or job has more units of one GRES
+MAX_GPU_INDEX = 4096  # GRES indices per node beyond this are not a real node
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -81,6 +84,8 @@ def parse_index_list(text: str) -> list[int]:
             raise SlurmParseError(f"bad GRES index list {text!r}")
         lo = int(m.group(1))
         hi = int(m.group(2) or lo)
+        if hi < lo or hi >= MAX_GPU_INDEX or len(out) + hi - lo >= MAX_GPU_INDEX:
+            raise SlurmParseError(f"GRES index list {printable(text, 80)!r} out of range")
         out.extend(range(lo, hi + 1))
     return out
 
@@ -145,6 +150,8 @@ def parse_gres_spec(text: Any) -> dict[str, int]:
             count = int(bits[-1])
         elif len(bits) > 1 and bits[-1] == "(null)" and len(bits) > 2 and bits[-2].isdigit():
             count = int(bits[-2])
+        if count > MAX_GRES_COUNT:
+            raise SlurmParseError(f"GRES count {count} in {printable(text, 80)!r} out of range")
         out[name] = out.get(name, 0) + count
     return out
 
@@ -155,61 +162,135 @@ def _state(v: Any) -> str:
     return str(v or "UNKNOWN").upper()
 
 
-def job_from_json(j: Mapping[str, Any], site_factors: Mapping[str, int] | None = None) -> SlurmJob:
-    """One element of ``squeue --json``'s ``jobs`` (22.05 or 26.05 shape)."""
+def _num_field(j: Mapping[str, Any], key: str, probs: list[str], default: Any = 0,
+               unlimited: Any = None, kind=int) -> Any:
+    """A numeric field of a job record; a value of the wrong type or out of range becomes
+    ``default`` and is named in ``probs``."""
+    raw = j.get(key)
     try:
-        job_id = str(num(j["job_id"]))
-        nodes = expand_nodes(j.get("nodes") or "")
-        state = _state(j.get("job_state"))
+        v = num(raw, unlimited=unlimited)
+        if v is None or v is unlimited:
+            return default if v is None else v
+        if isinstance(v, str) or not isinstance(v, (int, float)):
+            raise TypeError(type(v).__name__)
+        v = kind(v)
+        if v != v or abs(v) > 2 ** 53:  # NaN or beyond any Slurm value
+            raise ValueError(v)
+        return v
+    except (TypeError, ValueError, OverflowError):
+        probs.append(f"{key}={printable(raw, 40)!s} is not a number; using {default!r}")
+        return default
+
+
+def _text_field(j: Mapping[str, Any], key: str, probs: list[str], field: str = "",
+                default: str = "") -> str:
+    raw = j.get(key)
+    if raw is None or raw == "":
+        return default
+    if isinstance(raw, (dict, list, tuple)):
+        probs.append(f"{key} is a {type(raw).__name__}, not text; using {default!r}")
+        return default
+    text, p = clean(raw, field or key)
+    probs.extend(p)
+    return text
+
+
+def _job_id(j: Mapping[str, Any]) -> str:
+    v = num(j.get("job_id"))
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SlurmParseError(f"squeue JSON job record with job_id "
+                              f"{printable(j.get('job_id'), 40)!s} skipped: not a job id")
+    return str(v)
+
+
+def job_from_json(j: Mapping[str, Any], site_factors: Mapping[str, int] | None = None) -> SlurmJob:
+    """One element of ``squeue --json``'s ``jobs`` (22.05 or 26.05 shape).
+
+    Text fields are cleaned (:func:`sanitize.clean`); a field of the wrong type gets its
+    default.  Both are listed in ``SlurmJob.warnings``.  A record that cannot describe a
+    job at all (no usable id, state, node list or GRES detail) raises
+    :class:`SlurmParseError` naming the job."""
+    if not isinstance(j, Mapping):
+        raise SlurmParseError(f"squeue JSON job record is a {type(j).__name__}, not an object")
+    job_id = _job_id(j)
+    probs: list[str] = []
+    try:
+        st = j.get("job_state")
+        if not isinstance(st, (str, list, tuple, type(None))):
+            raise SlurmParseError(f"job_state {printable(st, 40)} is not a state")
+        state = clean(_state(st), "state", 32)[0]
+        nodes = expand_nodes(_text_field(j, "nodes", probs, "node", ""))
         details = j.get("gres_detail") or []
+        if not isinstance(details, (list, tuple)):
+            raise SlurmParseError("gres_detail is not a list")
         alloc: list[GresUse] = []
         if state != "PENDING":
             for node, text in zip(nodes, details):
-                alloc.extend(parse_gres_detail(text, node))
-        limit_min = num(j.get("time_limit"), unlimited=None)
-        start = num(j.get("start_time"))
-        comment = (j.get("comment") or "").strip()
-        admin = (j.get("admin_comment") or "").strip()
-        tres = j.get("tres_per_node") or ""
+                alloc.extend(parse_gres_detail(clean(text, "gres_detail")[0], node))
+        limit_min = _num_field(j, "time_limit", probs, default=None, kind=float)
+        if limit_min is not None and limit_min < 0:
+            probs.append(f"time_limit={limit_min} is negative; using unlimited")
+            limit_min = None
+        start = _num_field(j, "start_time", probs, default=None, kind=float)
+        comment = _text_field(j, "comment", probs).strip()
+        admin = _text_field(j, "admin_comment", probs).strip()
+        tres = _text_field(j, "tres_per_node", probs, "tres_per_node")
+        user = _text_field(j, "user_name", probs, "user") or \
+            str(_num_field(j, "user_id", probs, default=""))
         return SlurmJob(
             job_id=job_id,
-            name=str(j.get("name") or ""),
-            user=str(j.get("user_name") or j.get("user_id") or ""),
+            name=_text_field(j, "name", probs),
+            user=user,
             state=state,
-            reason=str(j.get("state_reason") or "None"),
-            priority=int(num(j.get("priority")) or 0),
-            nice=int(num(j.get("nice")) or 0),
-            submit_time=float(num(j.get("submit_time")) or 0),
+            reason=_text_field(j, "state_reason", probs, "reason", "None"),
+            priority=_num_field(j, "priority", probs),
+            nice=_num_field(j, "nice", probs),
+            submit_time=_num_field(j, "submit_time", probs, default=0.0, kind=float),
             start_time=float(start) if start and state != "PENDING" else None,
             time_limit_s=float(limit_min) * 60.0 if limit_min else None,
-            partition=str(j.get("partition") or ""),
-            num_nodes=int(num(j.get("node_count")) or 1),
+            partition=_text_field(j, "partition", probs),
+            num_nodes=max(1, _num_field(j, "node_count", probs, default=1)),
             nodes=nodes if state != "PENDING" else (),
-            req_nodes=expand_nodes(j.get("required_nodes") or ""),
+            req_nodes=expand_nodes(_text_field(j, "required_nodes", probs, "node", "")),
             gres_req=parse_gres_spec(tres),
             gres_alloc=tuple(alloc),
             comment=comment,
             admin_comment=admin,
-            restarts=int(num(j.get("restart_cnt")) or 0),
+            restarts=_num_field(j, "restart_cnt", probs),
             site_factor=(site_factors or {}).get(job_id),
-            eligible_time=float(num(j.get("eligible_time")) or 0) or None,
-            meta=parse_meta(admin, comment),
+            eligible_time=_num_field(j, "eligible_time", probs, default=0.0, kind=float) or None,
+            meta=parse_meta(admin),
+            warnings=tuple(probs),
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise SlurmParseError(f"cannot parse squeue JSON job {j.get('job_id')!r}: {e!r}") from None
+    except SlurmParseError as e:
+        raise SlurmParseError(f"squeue JSON job {job_id} skipped: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise SlurmParseError(f"squeue JSON job {job_id} skipped: {e!r}") from None
 
 
 def jobs_from_squeue_json(doc: Mapping[str, Any], states: Iterable[str] | None = None,
                           site_factors: Mapping[str, int] | None = None,
-                          job_ids: Iterable[str] | None = None) -> list[SlurmJob]:
-    """All jobs of an ``squeue --json`` document, filtered here (22.05 ignores ``-t``)."""
+                          job_ids: Iterable[str] | None = None,
+                          warnings: Optional[list[str]] = None) -> list[SlurmJob]:
+    """All jobs of an ``squeue --json`` document, filtered here (22.05 ignores ``-t``).
+
+    A record that cannot be read is left out with one message in ``warnings`` naming it;
+    one bad job never hides the others."""
     if not isinstance(doc, Mapping) or "jobs" not in doc:
         raise SlurmParseError("squeue JSON has no 'jobs' key")
+    if not isinstance(doc["jobs"], (list, tuple)):
+        raise SlurmParseError("squeue JSON 'jobs' is not a list")
     want = {s.upper() for s in states} if states else None
     ids = {str(i) for i in job_ids} if job_ids else None
     out = []
-    for j in doc["jobs"]:
-        job = job_from_json(j, site_factors)
+    for k, j in enumerate(doc["jobs"]):
+        try:
+            job = job_from_json(j, site_factors)
+        except SlurmParseError as e:
+            msg = str(e) if "job record is a" not in str(e) else f"{e} (record #{k}); skipped"
+            if warnings is not None:
+                warnings.append(msg)
+            continue
         if want is not None and job.state not in want:
             continue
         if ids is not None and job.job_id not in ids:
@@ -218,36 +299,74 @@ def jobs_from_squeue_json(doc: Mapping[str, Any], states: Iterable[str] | None =
     return out
 
 
-def nodes_from_json(doc: Mapping[str, Any], partition: Optional[str] = None) -> list[SlurmNode]:
-    """``sinfo --json`` (22.05) or ``scontrol --json show nodes`` -> nodes (each once)."""
+def nodes_from_json(doc: Mapping[str, Any], partition: Optional[str] = None,
+                    warnings: Optional[list[str]] = None) -> list[SlurmNode]:
+    """``sinfo --json`` (22.05) or ``scontrol --json show nodes`` -> nodes (each once).
+
+    A node record that cannot be read is left out with a message in ``warnings``."""
     if not isinstance(doc, Mapping) or "nodes" not in doc:
         raise SlurmParseError("node JSON has no 'nodes' key")
+    if not isinstance(doc["nodes"], (list, tuple)):
+        raise SlurmParseError("node JSON 'nodes' is not a list")
     seen: dict[str, SlurmNode] = {}
-    for n in doc["nodes"]:
-        name = n.get("name") or n.get("hostname")
-        if not name or name in seen:
+    for k, n in enumerate(doc["nodes"]):
+        try:
+            node = _node(n)
+        except (SlurmParseError, TypeError, ValueError, AttributeError) as e:
+            if warnings is not None:
+                warnings.append(f"node record #{k} skipped: {printable(e, 200)}")
             continue
-        st = n.get("state")
-        state = "+".join(s.lower() for s in st) if isinstance(st, list) else str(st or "").lower()
-        flags = n.get("state_flags") or []
-        if flags:
-            state = "+".join([state] + [str(f).lower() for f in flags])
-        parts = tuple(n.get("partitions") or ())
-        if partition and parts and partition not in parts:
+        if node is None or node.name in seen:
             continue
-        seen[name] = SlurmNode(name, state, parse_gres_spec(n.get("gres") or ""), parts)
+        if partition and node.partitions and partition not in node.partitions:
+            continue
+        seen[node.name] = node
     return sorted(seen.values(), key=lambda x: x.name)
 
 
-def parse_sprio(text: str) -> dict[str, int]:
-    """``sprio -h -o '%i|%Y|%S|%N'`` -> {job_id: site factor}."""
+def _node(n: Any) -> Optional[SlurmNode]:
+    if not isinstance(n, Mapping):
+        raise SlurmParseError(f"a {type(n).__name__}, not an object")
+    name = n.get("name") or n.get("hostname")
+    if not name:
+        return None
+    if not isinstance(name, str) or clean(name, "node")[1]:
+        raise SlurmParseError(f"node name {printable(name, 60)!r} is not a host name")
+    st = n.get("state")
+    state = "+".join(str(s).lower() for s in st) if isinstance(st, (list, tuple)) \
+        else str(st or "").lower()
+    flags = n.get("state_flags") or []
+    if isinstance(flags, (list, tuple)) and flags:
+        state = "+".join([state] + [str(f).lower() for f in flags])
+    parts_raw = n.get("partitions") or ()
+    if isinstance(parts_raw, str):
+        parts_raw = parts_raw.split(",")
+    if not isinstance(parts_raw, (list, tuple)):
+        raise SlurmParseError(f"node {name}: partitions is not a list")
+    parts = tuple(clean(p, "partition")[0] for p in parts_raw)
+    gres = n.get("gres") or ""
+    if not isinstance(gres, str):
+        raise SlurmParseError(f"node {name}: gres is not text")
+    return SlurmNode(name, clean(state, "state", 128)[0], parse_gres_spec(gres), parts)
+
+
+def parse_sprio(text: str, warnings: Optional[list[str]] = None) -> dict[str, int]:
+    """``sprio -h -o '%i|%Y|%S|%N'`` -> {job_id: site factor}; a line that cannot be read is
+    left out with a message in ``warnings``."""
     out: dict[str, int] = {}
     for line in (text or "").splitlines():
         bits = [b.strip() for b in line.split("|")]
         if len(bits) < 3 or not bits[0]:
             continue
         try:
-            out[bits[0]] = int(float(bits[2]))
-        except ValueError:
-            raise SlurmParseError(f"bad sprio line {line!r}") from None
+            if not bits[0].isdigit():
+                raise ValueError("job id")
+            v = float(bits[2])
+            if v != v or abs(v) > 2 ** 53:
+                raise ValueError("site factor")
+            out[bits[0]] = int(v)
+        except (ValueError, OverflowError):
+            if warnings is not None:
+                warnings.append(f"sprio line {printable(line, 120)!r} skipped: not "
+                                f"'job id|priority|site factor|...'")
     return out

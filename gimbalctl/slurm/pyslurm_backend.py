@@ -18,6 +18,7 @@ from .cli import CliBackend
 from .errors import SlurmError, SlurmUnavailable, SlurmVersionError, is_unavailable
 from .meta import parse_meta
 from .parse import parse_gres_spec
+from .sanitize import clean, printable
 from .types import SlurmJob, SlurmNode
 
 import pyslurm  # noqa: E402  (ImportError -> select.py falls back to the CLI)
@@ -54,38 +55,61 @@ class PyslurmBackend(Backend):
     def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
         try:
             jobs = pyslurm.Jobs.load()
+        except UnicodeDecodeError as e:
+            # pyslurm decodes every C string as strict UTF-8: one job named b"a\xff" makes
+            # Jobs.load() fail for all.  Read this cycle's jobs through the CLI (tolerant).
+            self.read_warnings.append(
+                f"pyslurm Jobs.load() cannot decode a job's text ({e.reason} at byte "
+                f"{e.start}); jobs read with squeue --json this cycle")
+            self.cli.read_warnings = self.read_warnings
+            return self.cli._load_jobs(job_ids)
         except Exception as e:  # pyslurm raises RPCError and friends
             raise _err(e, "Jobs.load()") from None
         pyjobs = [j for jid, j in jobs.items() if not job_ids or str(jid) in job_ids]
+        self.cli.read_warnings = self.read_warnings
         alloc: dict[str, Any] = {}
         if any(j.state == "RUNNING" for j in pyjobs):
             alloc = {j.job_id: j.gres_alloc for j in self.cli._load_jobs(job_ids)}
         sf = self.cli.site_factors() if any(j.state == "PENDING" for j in pyjobs) else {}
-        return [self._convert(j, alloc, sf) for j in pyjobs]
+        out = []
+        for j in pyjobs:
+            try:
+                out.append(self._convert(j, alloc, sf))
+            except (SlurmError, TypeError, ValueError, AttributeError, OverflowError) as e:
+                self.read_warnings.append(f"pyslurm job {getattr(j, 'id', '?')} skipped: "
+                                          f"{printable(e, 200)}")
+        return out
 
     @staticmethod
     def _convert(j, alloc: dict, sf: dict) -> SlurmJob:
-        jid = str(j.id)
+        jid = str(int(j.id))
+        probs: list[str] = []
+
+        def txt(v, fld, default=""):
+            t, p = clean(v, fld)
+            probs.extend(p)
+            return t or default
+
         gres = {}
         for k, v in (j.gres_per_node or {}).items():
             gres.update(parse_gres_spec(f"{k}:{v}"))
         limit = j.time_limit
-        comment = (j.comment or "").strip()
-        admin = (j.admin_comment or "").strip()
-        state = str(j.state or "UNKNOWN").upper()
+        comment = txt(j.comment, "comment").strip()
+        admin = txt(j.admin_comment, "admin_comment").strip()
+        state = txt(j.state, "state", "UNKNOWN").upper()
         nodes = _expand(j.allocated_nodes) if state != "PENDING" else ()
         return SlurmJob(
-            job_id=jid, name=j.name or "", user=j.user_name or "", state=state,
-            reason=str(j.state_reason or "None"), priority=int(j.priority or 0),
+            job_id=jid, name=txt(j.name, "name"), user=txt(j.user_name, "user"), state=state,
+            reason=txt(j.state_reason, "reason", "None"), priority=int(j.priority or 0),
             nice=int(j.nice or 0), submit_time=float(j.submit_time or 0),
             start_time=float(j.start_time) if j.start_time and state != "PENDING" else None,
             time_limit_s=float(limit) * 60.0 if isinstance(limit, (int, float)) and limit else None,
-            partition=j.partition or "", num_nodes=int(j.num_nodes or 1), nodes=nodes,
+            partition=txt(j.partition, "partition"), num_nodes=int(j.num_nodes or 1), nodes=nodes,
             req_nodes=_expand(j.required_nodes), gres_req=gres,
             gres_alloc=tuple(alloc.get(jid, ())), comment=comment, admin_comment=admin,
             restarts=int(j.requeue_count or 0), site_factor=sf.get(jid),
             eligible_time=_epoch(getattr(j, "eligible_time", None)),
-            meta=parse_meta(admin, comment))
+            meta=parse_meta(admin), warnings=tuple(probs))
 
     def _load_nodes(self) -> list[SlurmNode]:
         try:

@@ -64,6 +64,9 @@ class SlurmJob:
     # when a pending job may start (Slurm's EligibleTime; a requeue puts it ~2 min ahead)
     eligible_time: Optional[float] = None
     meta: GimbalMeta = field(default_factory=GimbalMeta)
+    # what had to be repaired in Slurm's record (undecodable bytes, control characters, cut
+    # fields, values of the wrong type): one message per field, without the job id
+    warnings: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:

@@ -14,7 +14,8 @@ import logging
 import math
 import os
 from importlib import resources
-from typing import Any, Iterator, Mapping, Optional
+import datetime as dt
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
@@ -364,6 +365,38 @@ class Store:
     def job_rows(self) -> dict[str, JobRow]:
         with self.tx() as s:
             return {r.job_id: r for r in s.scalars(select(JobRow))}
+
+    def mark_outran(self, job_ids: Iterable[str]) -> None:
+        """Jobs that ran longer than the duration estimate gimbal used (estimate accuracy)."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return
+        with self.tx() as s:
+            for row in s.scalars(select(JobRow).where(JobRow.job_id.in_(ids))):
+                row.est_outran = 1
+
+    def users_outran_since(self, since: dt.datetime) -> set[str]:
+        """Users with a job seen since ``since`` (UTC, naive) that outran its estimate."""
+        with self.tx() as s:
+            return set(s.scalars(select(JobRow.user).where(JobRow.est_outran == 1,
+                                                            JobRow.last_seen >= since)))
+
+    def last_hold_actions(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """Job id -> the field of gimbal's newest applied hold/release change to it
+        (``release``, ``requeue_hold``, ``hold``, ``revert:hold``, ``revert:release``):
+        whether a job's current hold is one gimbal placed (gate mode releases only those)."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return {}
+        fields = ("release", "requeue_hold", "hold", "revert:hold", "revert:release")
+        out: dict[str, str] = {}
+        with self.tx() as s:
+            for row in s.scalars(select(AuditRow).where(
+                    AuditRow.job_id.in_(ids), AuditRow.field.in_(fields),
+                    AuditRow.status.in_(("applied", "reconciled", "reverted")))
+                    .order_by(AuditRow.id)):
+                out[row.job_id] = row.field
+        return out
 
     def bump_preemptions(self, job_id: str) -> None:
         with self.tx() as s:

@@ -53,6 +53,11 @@ class JobRow(Base):
     last_seen: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     meta_warnings: Mapped[Optional[str]] = mapped_column(Text)
+    # gimbal metadata as last read from the AdminComment (GimbalMeta.as_dict): kept so that
+    # another tool overwriting the AdminComment (jobstats' JS1: summary) does not lose it
+    meta: Mapped[Optional[dict]] = mapped_column(JSON)
+    # 1 once the job ran past the duration estimate gimbal used (estimate accuracy)
+    est_outran: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class CycleRow(Base):

@@ -21,20 +21,20 @@ NOW = 1_800_000_000.0
 
 @pytest.mark.parametrize("admin,comment,want,warned", [
     ("gimbal:v1;app=bert;gate=1;gpus=2", "", 2, False),
-    ("", "gimbal:app=bert,gate=1,gpus=16", 16, False),
+    ("", "gimbal:app=bert,gate=1,gpus=16", None, False),  # the user Comment is never read
     ("gimbal:v1;app=bert;gpus=1024", "", 1024, False),
     ("gimbal:v1;app=bert;gpus=1025", "", None, True),
     ("gimbal:v1;app=bert;gpus=0", "", None, True),
     ("gimbal:v1;app=bert;gpus=two", "", None, True),
 ])
 def test_parse_gpus(admin, comment, want, warned):
-    m = parse_meta(admin, comment)
+    m = parse_meta(admin)
     assert m.gpus == want
     assert bool([w for w in m.warnings if "gpus" in w]) == warned
 
 
 def _with_meta(sj, admin):
-    return dataclasses.replace(sj, admin_comment=admin, meta=parse_meta(admin, sj.comment))
+    return dataclasses.replace(sj, admin_comment=admin, meta=parse_meta(admin))
 
 
 def test_snapshot_counts_gpus_of_gateless_gres_jobs(release, replay):

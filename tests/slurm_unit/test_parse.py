@@ -75,14 +75,14 @@ def test_nodes(release, replay):
 
 def test_sprio_and_meta():
     assert parse_sprio("12|600|500|0\n13|100|0|0\n") == {"12": 500, "13": 0}
-    m = parse_meta("gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1", "")
+    m = parse_meta("gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1")
     assert (m.app, m.batch, m.iters, m.est, m.share, m.gate, m.source) == \
         ("bert", 64, 1000, 3600, True, True, "admin_comment")
-    m = parse_meta("jsl:uid=0", "gimbal:app=bert,batch=64;jsl:submitted")
-    assert m.source == "comment" and m.batch == 64 and not m.warnings
-    m = parse_meta("", "gimbal:app=bert,batch=-1,share=maybe,color=red")
+    m = parse_meta("gimbal:app=bert,batch=64;jsl:submitted")  # hand-written admin form
+    assert m.source == "admin_comment" and m.batch == 64 and not m.warnings
+    m = parse_meta("gimbal:app=bert,batch=-1,share=maybe,color=red")
     assert m.batch is None and m.share is None and len(m.warnings) == 3
-    assert not parse_meta("", "just a comment").tagged
+    assert not parse_meta("just a comment").tagged
 
 
 def test_json_errors_mean_unavailable():

@@ -33,10 +33,14 @@ def test_snapshot_from_recorded_state(release, replay):
     shared = [g for g, js in s.gpu_jobs.items() if set(js) == {ids["r2"], ids["r3"]}]
     assert shared == [Gpu("gpu1", 3)]
     assert Gpu("gpu2", 2) in s.free_gpus and Gpu("gpu2", 0) not in s.free_gpus
-    # durations: est from metadata, else the Slurm time limit
+    # durations: the Slurm time limit; the user's est only under the site rule "bounded"
     p = [s.jobs[j] for j in ids["p"]]
     assert [j.duration_estimate for j in p] == [2400, 600, 1800, 1200]
-    assert s.jobs[ids["g1"]].duration_estimate == 900 and s.jobs[ids["g1"]].app == "yolov3"
+    assert s.jobs[ids["g1"]].duration_estimate == 1500 and s.jobs[ids["g1"]].app == "yolov3"
+    assert res.inputs[ids["g1"]]["meta_est"] == 900
+    bounded = snap_of(be, estimates="bounded")
+    assert bounded.snapshot.jobs[ids["g1"]].duration_estimate == 900
+    assert bounded.inputs[ids["g1"]]["duration_source"] == "meta.est"
     # malformed metadata: defaults plus warnings naming the job
     p5 = s.jobs[ids["p5"]]
     assert p5.app == "bert" and p5.global_batch == 128 and p5.total_iters is None
@@ -52,7 +56,12 @@ def test_sjf_order_becomes_priorities(release, replay, tmp_path):
     cfg = Config(policy="sjf", state_dir=str(tmp_path / "state"))
     res = run_cycle(cfg, be, st, get_policy("sjf"), now=NOW)
     p = ids["p"]
-    assert res.queue == [p[1], ids["p5"], ids["g1"], p[3], p[2], p[0]]
+    # by time limit (g1: 25 min, its est=900 s is not trusted by default)
+    assert res.queue == [p[1], ids["p5"], p[3], ids["g1"], p[2], p[0]]
+    # the site rule "bounded" uses min(est, limit): g1 moves ahead of p20
+    cfg_b = Config(policy="sjf", state_dir=str(tmp_path / "state"), estimates="bounded")
+    res_b = run_cycle(cfg_b, be, st, get_policy("sjf"), now=NOW, dry_run=True)
+    assert res_b.queue == [p[1], ids["p5"], ids["g1"], p[3], p[2], p[0]]
     upd = {c[2]: c[3] for c in runner.mutations()}
     # the held gate job is not touched in ordering mode; the others get descending priorities
     assert ids["g1"] not in [c[2].split("=")[1] for c in runner.mutations()]
