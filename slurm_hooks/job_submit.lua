@@ -30,7 +30,9 @@ metadata but is malformed rejects the job with a message to the user (slurm.log_
 code 22 (EINVAL: sbatch prints "Batch job submission failed: Invalid argument"). Slurm 22.05
 exposes only a handful of ESLURM_* codes to Lua and none of them fits ("invalid licenses",
 "invalid account", ...), so the errno value is used; it means the same on every release.
-On modify (scontrol update comment=...) the same check runs and the tag is renewed.
+On modify (scontrol update comment=...) the same check runs; only root may renew the tag (a
+user's update of a gimbal comment is refused: metadata is fixed at submission), and an
+AdminComment that holds another tool's data (jobstats' JS1: summary) is never overwritten.
 
 Constant work per job: one bounded string, no I/O, no os/io calls, no globals besides the two
 Slurm entry points.
@@ -143,10 +145,28 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    return slurm.SUCCESS
 end
 
+local function refuse(what, err, uid)
+   slurm.log_user("%s", "gimbal: " .. err)
+   slurm.log_info("gimbal job_submit: %s from uid %s refused: %s", what, tostring(uid), err)
+   return slurm.ESLURM_ACCESS_DENIED or EINVAL
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
    local tag, err = gimbal_parse(job_desc.comment)
    if tag == false then return slurm.SUCCESS end
    if tag == nil then return reject("modify", err, modify_uid) end
+   if modify_uid ~= 0 then
+      -- Users cannot change AdminComment; without this refusal slurmctld denies only the
+      -- AdminComment part and the Comment changes anyway.  Metadata is fixed at submission.
+      return refuse("modify", "gimbal metadata is fixed at submission; cancel and resubmit "
+         .. "the job (or ask an administrator) to change it", modify_uid)
+   end
+   local cur = job_rec and job_rec.admin_comment
+   if cur ~= nil and cur ~= "" and string.sub(cur, 1, #PREFIX) ~= PREFIX then
+      -- another tool's AdminComment (a jobstats JS1: summary, ...) is never overwritten
+      return refuse("modify", "the job's AdminComment holds another tool's data; gimbal "
+         .. "metadata not changed", modify_uid)
+   end
    job_desc.admin_comment = tag
    return slurm.SUCCESS
 end

@@ -1,7 +1,8 @@
 -- Test harness: runs slurm_hooks/job_submit.lua outside slurmctld with a fake `slurm` table.
 --   lua5.1 fake_slurm.lua <path/to/job_submit.lua>
--- stdin: one case per line, "<submit|modify> <hex comment>" (hex so any bytes fit; "-" = nil,
--- "~" = empty string)
+-- stdin: one case per line, "<submit|modify|modify_root> <hex comment> [<hex admin_comment of
+-- the job>]" (hex so any bytes fit; "-" = nil, "~" = empty string); modify runs as uid 1000,
+-- modify_root as uid 0
 -- stdout: one line per case, "rc=<n> admin=<hex>|- user=<hex>|-" (user = last log_user text)
 local script = arg[1]
 
@@ -31,9 +32,11 @@ assert(load_rc == slurm.SUCCESS, "script did not return slurm.SUCCESS")
 assert(type(slurm_job_submit) == "function" and type(slurm_job_modify) == "function")
 
 for line in io.lines() do
-   local mode, c = string.match(line, "^(%a+) (%S+)$")
+   local mode, c, a = string.match(line, "^([%a_]+) (%S+) ?(%S*)$")
    local comment = nil
    if c == "~" then comment = "" elseif c ~= "-" then comment = unhex(c) end
+   local rec_admin = nil
+   if a ~= nil and a ~= "" and a ~= "-" then rec_admin = (a == "~") and "" or unhex(a) end
    local job_desc = { comment = comment, admin_comment = nil }
    last_user = nil
    local saved_io, saved_os = io, os
@@ -42,7 +45,9 @@ for line in io.lines() do
    if mode == "submit" then
       ok, rc = pcall(slurm_job_submit, job_desc, {}, 1000)
    else
-      ok, rc = pcall(slurm_job_modify, job_desc, { job_id = 7, comment = "old" }, {}, 1000)
+      local uid = (mode == "modify_root") and 0 or 1000
+      ok, rc = pcall(slurm_job_modify, job_desc,
+         { job_id = 7, comment = "old", admin_comment = rec_admin }, {}, uid)
    end
    io, os = saved_io, saved_os
    if not ok then

@@ -15,15 +15,17 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parents[1] / "slurm_hooks" / "job_submit.lua"
 LUAS = [x for x in ("lua5.1", "lua5.3", "lua5.4") if shutil.which(x)]
 EINVAL = 22
+ESLURM_ACCESS_DENIED = 2002  # as in fake_slurm.lua
 
 if not LUAS:
     pytest.skip("no lua5.x interpreter (apt-get install lua5.1)", allow_module_level=True)
 
 
-def run_lua(cases: List[Tuple[str, Optional[str]]], lua: str = LUAS[0]):
-    """[(mode, comment)] -> [(rc, admin_comment, user_message)]"""
+def run_lua(cases: List[Tuple], lua: str = LUAS[0]):
+    """[(mode, comment[, job's current admin_comment])] -> [(rc, admin_comment, user_message)]"""
     enc = lambda c: "-" if c is None else (c.encode().hex() or "~")
-    stdin = "".join(f"{m} {enc(c)}\n" for m, c in cases)
+    stdin = "".join(f"{c[0]} {enc(c[1])}" + (f" {enc(c[2])}" if len(c) > 2 else "") + "\n"
+                    for c in cases)
     proc = subprocess.run([lua, str(HERE / "fake_slurm.lua"), str(SCRIPT)], input=stdin,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -37,8 +39,8 @@ def run_lua(cases: List[Tuple[str, Optional[str]]], lua: str = LUAS[0]):
     return out
 
 
-def one(comment, mode="submit", lua=LUAS[0]):
-    return run_lua([(mode, comment)], lua)[0]
+def one(comment, mode="submit", lua=LUAS[0], current=None):
+    return run_lua([(mode, comment) + ((current,) if current is not None else ())], lua)[0]
 
 
 @pytest.mark.parametrize("lua", LUAS)
@@ -112,11 +114,30 @@ def test_malformed_is_rejected_with_message(comment, needle):
 
 
 def test_modify_validates_and_renews_tag():
-    assert one("gimbal:app=gpt2,iters=5", mode="modify") == (0, "gimbal:v1;app=gpt2;iters=5", None)
-    rc, admin, msg = one("gimbal:app=gpt2,iters=x", mode="modify")
+    assert one("gimbal:app=gpt2,iters=5", mode="modify_root") == \
+        (0, "gimbal:v1;app=gpt2;iters=5", None)
+    rc, admin, msg = one("gimbal:app=gpt2,iters=x", mode="modify_root")
     assert rc == EINVAL and admin is None and "iters must be" in msg
     # modifications that do not touch the comment (priority, hold, admin_comment...) pass
     assert one(None, mode="modify") == (0, None, None)
+    assert one("just a note", mode="modify") == (0, None, None)
+
+
+def test_user_cannot_change_metadata_after_submission():
+    """Issue #14 item 4: a user's `scontrol update comment=gimbal:...` is refused as a whole
+    (before: the tag was set, slurmctld denied only the AdminComment part and the Comment
+    changed anyway)."""
+    rc, admin, msg = one("gimbal:app=bert,est=7", mode="modify")
+    assert rc == ESLURM_ACCESS_DENIED and admin is None
+    assert "fixed at submission" in msg
+
+
+def test_modify_never_overwrites_another_tools_admin_comment():
+    """Issue #14 item 12: a jobstats JS1: summary in AdminComment is kept."""
+    rc, admin, msg = one("gimbal:app=bert", mode="modify_root", current="JS1:H4sIAAAA")
+    assert rc == ESLURM_ACCESS_DENIED and admin is None and "another tool" in msg
+    assert one("gimbal:app=bert", mode="modify_root", current="gimbal:v1;app=x") == \
+        (0, "gimbal:v1;app=bert", None)
 
 
 def test_percent_signs_do_not_break_log_user():
