@@ -453,7 +453,7 @@ def input_problems(backend: Backend, jobs: list[SlurmJob]) -> list[str]:
     out = list(getattr(backend, "read_warnings", ()) or ())
     out += list(getattr(backend, "node_warnings", ()) or ())
     for sj in jobs:
-        if sj.warnings:
+        if sj.warnings and sj.state in ("PENDING", "RUNNING", "SUSPENDED"):  # ended: not used
             out.append(f"job {sj.job_id}: " + "; ".join(sj.warnings))
     return out
 
