@@ -455,9 +455,16 @@ class Coordination:
 
 
 def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
-    """A running job's workers as the coordinator starts from (unset MPS share = 100 %)."""
-    return tuple(replace(w, mps_pct=100 if w.mps_pct is None else w.mps_pct)
-                 for w in job.allocation.workers)
+    """A running job's workers as the coordinator starts from (unset MPS share = 100 %).  When
+    the record's shares do not add up to the global batch (an allocation built from sub-batch x
+    accumulation only), they are re-derived as the launcher's even split of the batch."""
+    alloc = job.allocation
+    batch = alloc.global_batch or job.global_batch
+    ws = alloc.workers
+    if sum(w.share for w in ws) != batch:
+        base, extra = divmod(int(batch), len(ws))
+        ws = tuple(_with_share(w, base + (1 if i < extra else 0)) for i, w in enumerate(ws))
+    return tuple(replace(w, mps_pct=100 if w.mps_pct is None else w.mps_pct) for w in ws)
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
