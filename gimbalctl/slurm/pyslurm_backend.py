@@ -72,9 +72,21 @@ class PyslurmBackend(Backend):
             alloc = {j.job_id: j.gres_alloc for j in self.cli._load_jobs(job_ids)}
         sf = self.cli.site_factors() if any(j.state == "PENDING" for j in pyjobs) else {}
         out = []
+        cli_jobs: Optional[dict[str, SlurmJob]] = None
         for j in pyjobs:
             try:
                 out.append(self._convert(j, alloc, sf))
+            except UnicodeDecodeError:
+                # pyslurm decodes a job's strings strictly (and lazily, here): read this job
+                # through the tolerant CLI backend instead
+                if cli_jobs is None:
+                    cli_jobs = {c.job_id: c for c in self.cli._load_jobs(job_ids)}
+                jid = str(getattr(j, "id", "?"))
+                if jid in cli_jobs:
+                    out.append(cli_jobs[jid])
+                else:
+                    self.read_warnings.append(f"pyslurm job {jid} skipped: its text is not "
+                                              f"UTF-8 and squeue does not list it")
             except (SlurmError, TypeError, ValueError, AttributeError, OverflowError) as e:
                 self.read_warnings.append(f"pyslurm job {getattr(j, 'id', '?')} skipped: "
                                           f"{printable(e, 200)}")

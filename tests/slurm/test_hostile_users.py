@@ -57,7 +57,7 @@ def write_config(g, text: str) -> str:
 
 
 def cycle(g, *args, rc=(0, 5)):
-    r = g("daemon", "--once", "--json", *args)
+    r = g("daemon", "--once", "--json", *args, timeout=400)
     assert r.returncode in rc, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1]), r
 
@@ -227,7 +227,7 @@ def test_denied_comment_update_counts_for_nothing(cluster_2205):
     time.sleep(2)
     upd = c.run(["scontrol", "update", f"jobid={a}", "comment=gimbal:app=bert,est=1"],
                 user=ATTACKER)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err
     assert upd.returncode != 0, upd.stdout
     now = c.show_job(a)
@@ -301,12 +301,16 @@ def test_gpu_occupancy_comes_from_allocated_gres(cluster_2205):
     assert inp[whole]["gpus"] == [f"gpu2:{i}" for i in range(4)]
     assert len(inp[shard]["gpus"]) == 1 and inp[shard]["gpus"][0].startswith("gpu3:")
     assert len(inp[mps]["gpus"]) == 1 and inp[mps]["gpus"][0].startswith("mps1:")
-    # no node has 4 free GPUs: the 4-GPU gate job is not started anywhere
-    assert not [x for x in res["plan"]["actions"] if x["job_id"] == big]
-    assert c.show_job(big)["Reason"] == "JobHeldUser"
+    # nothing is placed on a GPU Slurm allocated (before: the 4-GPU job went to gpu1, "4 GPUs
+    # free"); Slurm 22.05 itself gives a gpu:1 job mps1's GPU 0 next to the MPS job, so only
+    # the GPUs gimbal places on are checked here
+    placed = [gpu for x in res["plan"]["actions"] for gpu in x.get("gpus", [])]
+    assert placed and not [gpu for gpu in placed if gpu.split(":")[0] in ("gpu1", "gpu2")]
+    assert not set(placed) & {inp[shard]["gpus"][0], inp[mps]["gpus"][0]}
     e = g("explain", big, "--json")
-    assert e.returncode == 0 and "4 GPUs free" not in e.stdout
+    assert e.returncode == 0 and set(json.loads(e.stdout)["action"]["gpus"]) == set(placed)
     c.run(["scancel", big])
+    c.wait_state(big, ("CANCELLED",), timeout=30)
     small = str(attack(c, ["-t", "10", "--comment=gimbal:app=bert,gate=1,gpus=2"], hold=True))
     res, _ = cycle(g, "--mode", "gate", "--policy", "fifo")
     sane(g, res)
