@@ -68,7 +68,8 @@ def _parse_policies(names: tuple[str, ...]) -> list:
 @click.option("--policy", "policy_names", multiple=True,
               help="policy to run (repeatable; default: " + ", ".join(DEMO_POLICIES) + ")")
 @click.option("--cluster", default="16x4", show_default=True, help="NODESxGPUS[:TYPE[:MEM_MB]][,...]")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="random seed (0 .. 2**32-1, numpy's range)")
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1e-3),
               help="seconds between scheduling rounds while jobs wait")
 @click.option("--xi", type=click.FloatRange(min=1.0), default=None,
