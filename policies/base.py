@@ -18,12 +18,20 @@ from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
 
 class Policy:
     """Base class: subclasses set ``name`` (by ``@register``) and implement
-    :meth:`schedule`.  ``preemptive`` tells the simulator it must call the
-    policy periodically even when nothing arrives or ends."""
+    :meth:`schedule`.  The class flags are read by the simulator (docs/architecture.md):
+
+    * ``preemptive``: the policy may return :class:`~policies.plan.PreemptJob`; a plan from
+      a policy declaring ``False`` that pre-empts is rejected (``PlanError``);
+    * ``needs_lengths``: the policy reads ``Job.total_iters``; the simulator shows true
+      lengths only to policies declaring ``True`` (and never with ``--unknown-lengths``);
+    * ``elastic``: a :class:`~policies.plan.StartJob` may give a job any number of GPUs,
+      not exactly ``Job.num_gpus`` (seed 001 AFS); resizes are allowed to any policy;
+    * ``round_length``: see below."""
 
     name = "base"
     preemptive = False
     needs_lengths = False  # True: uses total_iters / duration estimates
+    elastic = False  # True: starts may give a job another GPU count than it asked
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None
