@@ -24,14 +24,11 @@ class Policy:
       a policy declaring ``False`` that pre-empts is rejected (``PlanError``);
     * ``needs_lengths``: the policy reads ``Job.total_iters``; the simulator shows true
       lengths only to policies declaring ``True`` (and never with ``--unknown-lengths``);
-    * ``elastic``: a :class:`~policies.plan.StartJob` may give a job any number of GPUs,
-      not exactly ``Job.num_gpus`` (seed 001 AFS); resizes are allowed to any policy;
     * ``round_length``: see below."""
 
     name = "base"
     preemptive = False
     needs_lengths = False  # True: uses total_iters / duration estimates
-    elastic = False  # True: starts may give a job another GPU count than it asked
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None

@@ -211,7 +211,7 @@ def _resize_after(t_resize, gpus_fn, workers_fn=None):
 
 
 def test_resize_onto_other_gpus_costs_resize_cost_and_service_counts_held_gpus():
-    j = job(0, 0, 2, 20000, batch=128)
+    j = job(0, 0, 2, 20000, batch=128, gpu_range=(1, 4))
     four = lambda snap: first_gpus(snap, 4)  # noqa: E731
     pol = Scripted(_resize_after(100.0, four), round_length=100.0)
     res = simulate([j], parse_cluster("1x4"), pol, M, SimConfig(resize_cost=30.0))
@@ -283,15 +283,18 @@ def test_non_preemptive_policy_cannot_preempt():
                  Scripted(fn, preemptive=False), M)
 
 
-def test_elastic_start_may_give_fewer_gpus_than_asked():
+def test_gpu_count_is_the_gang_size_unless_the_job_gives_a_gpu_range():
     def make(snap, j):
         return StartJob(j.id, first_gpus(snap, 2), 64)
 
     with pytest.raises(PlanError, match="gang violation"):
         simulate([job(0, 0, 4, 100, batch=128)], parse_cluster("1x4"),
                  Scripted(start_pending(make)), M)
-    res = simulate([job(0, 0, 4, 100, batch=128)], parse_cluster("1x4"),
-                   Scripted(start_pending(make), elastic=True), M)
+    with pytest.raises(PlanError, match="outside its gpu_range"):
+        simulate([job(0, 0, 4, 100, batch=128, gpu_range=(3, 4))], parse_cluster("1x4"),
+                 Scripted(start_pending(make)), M)
+    res = simulate([job(0, 0, 4, 100, batch=128, gpu_range=(1, 4))], parse_cluster("1x4"),
+                   Scripted(start_pending(make)), M)
     assert res.jobs.jct.iloc[0] == pytest.approx(100 * PROF.iter_time(64, 2, 1))
 
 

@@ -120,7 +120,6 @@ class Simulator:
         # wrappers, are taken as needing lengths and allowed to pre-empt)
         self.reveal = config.reveal_lengths and getattr(policy, "needs_lengths", True)
         self.may_preempt = getattr(policy, "preemptive", True)
-        self.elastic = getattr(policy, "elastic", False)
         self.round_length = getattr(policy, "round_length", None)
         if self.round_length is not None and not self.round_length > 0:
             raise ValueError(f"policy round_length must be > 0 seconds, got {self.round_length!r}")
@@ -427,6 +426,7 @@ class Simulator:
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
+            self._check_count(rec, act)
             self._settle(rec)
             old = frozenset(rec.alloc.gpus)
             affected |= self._release(rec)
@@ -436,14 +436,25 @@ class Simulator:
             rec = self.active[act.job_id]
             if rec.state is JobState.RUNNING:
                 raise PlanError(f"cannot start job {act.job_id}: it is already running")
-            if len(act.gpus) != rec.spec.num_gpus and not (self.elastic and act.gpus):
-                raise PlanError(f"gang violation: job {act.job_id} needs {rec.spec.num_gpus} GPUs,"
-                                f" plan gives {len(act.gpus)}")
+            self._check_count(rec, act)
             self._settle(rec)
             self._place(rec, act)
             del self.waiting_ids[rec.spec.id]
             affected |= set(rec.partners)
         self._refresh(affected)
+
+    @staticmethod
+    def _check_count(rec: _Rec, act) -> None:
+        """Gang size: exactly ``Job.num_gpus``, or within ``Job.gpu_range`` when the job lets
+        policies choose its GPU count (elastic / moldable jobs)."""
+        spec, n = rec.spec, len(act.gpus)
+        if spec.gpu_range is None:
+            if n != spec.num_gpus:
+                raise PlanError(f"gang violation: job {act.job_id} needs {spec.num_gpus} GPUs,"
+                                f" plan gives {n}")
+        elif not spec.gpu_range[0] <= n <= spec.gpu_range[1]:
+            raise PlanError(f"job {act.job_id}: plan gives {n} GPUs, outside its gpu_range "
+                            f"{tuple(spec.gpu_range)}")
 
     def _batch_in_force(self, rec: _Rec, act) -> int:
         """The global batch the action runs: its override (within ``Job.batch_range``), else
