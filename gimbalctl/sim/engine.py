@@ -23,6 +23,18 @@ a different GPU set ``resize_cost`` seconds (no progress either way).  With a
 global-batch override progress counts samples: ``completed_iters`` is samples
 divided by the job's submitted batch, so ``total_iters`` stays the total work.
 
+Jobs of a seed 003 Table I model (``policies.pipeline.MODELS``; pipeline stages
+``Job.stages``) run at ``1/α`` with ``α`` from eq. 4–7 on their placement: the stage of
+each GPU is the plan's ``WorkerAlloc.stage`` (without worker records: stages fill the GPUs
+in the order given) and the bandwidths are ``SimConfig.network`` (§V-B defaults); their
+worker shares are nominal (that model has no batch) and only the GPUs, stages and MPS
+shares of their records are checked.
+
+History and predictors (seed 003 §IV): every finished job is appended to
+``snapshot.history`` (after ``prior_history``, jobs that ended before the run); when a
+``refit`` callable is given it is called with the history every ``refit_every`` seconds
+of simulated time and its mapping becomes ``snapshot.predictors``.
+
 Progress is settled lazily (only for jobs whose state or rate changes), so the
 cost grows with the number of events, not with simulated seconds.  The
 simulator is deterministic: no randomness, ties broken by event sequence.
@@ -35,10 +47,12 @@ import math
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState,
                             Node, WorkerAlloc, uniform_workers)
+from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
+    iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from ..profiles import Models
@@ -63,6 +77,7 @@ class SimConfig:
     reveal_lengths: bool = True  # policies that declare needs_lengths see total_iters
     sample_every: Optional[float] = None  # timeline sampling; default adaptive
     max_jobs_per_gpu: int = 2
+    network: Network = Network()  # seed 003 eq. 5-6 bandwidths (Table I jobs)
 
 
 class _Rec:
@@ -98,7 +113,10 @@ class _Rec:
 class Simulator:
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
                  config: SimConfig = SimConfig(),
-                 progress: Optional[Callable[[int, int], None]] = None):
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 prior_history: Sequence[FinishedJob] = (),
+                 refit: Optional[Callable[[tuple, float], Mapping[str, Any]]] = None,
+                 refit_every: float = 3600.0):
         ids = [j.id for j in jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("job ids must be unique")
@@ -109,7 +127,7 @@ class Simulator:
             if j.num_gpus > cluster_gpus:  # could never start: the run would never end
                 raise ValueError(f"job {j.id} asks {j.num_gpus} GPUs, the cluster has "
                                  f"{cluster_gpus}")
-            if j.app not in models.profiles:
+            if j.app not in models.profiles and j.app not in PIPELINE_MODELS:
                 raise ValueError(f"job {j.id}: no throughput profile for application {j.app!r}")
         self.nodes = tuple(nodes)
         self.policy = policy
@@ -139,8 +157,6 @@ class Simulator:
         self.views: dict[str, Job] = {}  # active job -> its current frozen view
         self.dirty_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
-        self.finished: list[FinishedJob] = []
-        self.history: tuple[FinishedJob, ...] = ()  # rebuilt only after a completion
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -154,6 +170,12 @@ class Simulator:
         self.n_done = 0
         self.arrivals_left = len(jobs)
         self.idle_calls = 0  # consecutive calls that left an idle cluster idle for good
+        self.history: list[FinishedJob] = list(prior_history)
+        self.history_view: Optional[tuple] = tuple(self.history)  # rebuilt after a completion
+        self.refit, self.refit_every = refit, float(refit_every)
+        self.last_fit: Optional[float] = None
+        self.predictors: Mapping[str, Any] = MappingProxyType({})
+        self.gpn = {n.name: n.num_gpus for n in self.nodes}
         arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         for j in arrivals:
             self._push(j.submit_time, ARRIVAL, j.id, 0)
@@ -269,11 +291,33 @@ class Simulator:
         speed = self.models.gpu_types.speed(app, self.gpu_type[w.gpu.node])
         return slow if speed == 1.0 else slow / speed
 
+    @staticmethod
+    def _pipeline_spec(spec: Job, k: int):
+        stages = spec.stages if 1 <= spec.stages <= k else (configurations(spec.app, k) or (k,))[0]
+        return pipeline_spec(spec.app, stages, k)
+
+    def _pipeline_alpha(self, spec: Job, alloc: Allocation) -> float:
+        """Seed 003 eq. 7 of a Table I job on ``alloc`` (stages from the worker records)."""
+        ps = self._pipeline_spec(spec, len(alloc.gpus))
+        stages = len(ps.stages)
+        nodes: list[list[str]] = [[] for _ in range(stages)]
+        if any(w.stage for w in alloc.workers):
+            for w in alloc.workers:
+                nodes[min(max(w.stage, 0), stages - 1)].append(w.gpu.node)
+        else:
+            it = iter(alloc.gpus)
+            for s, st in enumerate(ps.stages):
+                nodes[s] = [next(it).node for _ in range(st.replicas)]
+        return pipeline_iter_time(ps, counts_of(nodes), self.gpn, self.cfg.network)
+
     def _rate(self, rec: _Rec) -> float:
         """Submitted-batch iterations per second (samples / s over the submitted batch)."""
         spec, alloc = rec.spec, rec.alloc
-        prof = self.models.profiles[spec.app]
         workers = alloc.workers
+        if spec.app in PIPELINE_MODELS:
+            t_iter = self._pipeline_alpha(spec, alloc)
+            return 1.0 / (t_iter * max(self._worker_slowdown(rec, w) for w in workers))
+        prof = self.models.profiles[spec.app]
         k = len(workers)
         if rec.uniform:
             t_iter = prof.iter_time(rec.batch / k, k, alloc.num_nodes, alloc.accum_steps)
@@ -349,9 +393,10 @@ class Simulator:
         self.dirty_views.discard(rec.spec.id)
         self.n_done += 1
         s = rec.spec
-        self.finished.append(FinishedJob(
+        self.history.append(FinishedJob(
             s.id, s.user, s.submit_time, rec.first_start, self.now, s.num_gpus, s.app, s.name,
             s.group_id, s.total_iters, s.global_batch))
+        self.history_view = None
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
@@ -369,8 +414,12 @@ class Simulator:
             self.free_cache = (tuple(chain.from_iterable(index.values())),
                                MappingProxyType(index))
         free, index = self.free_cache
-        if len(self.history) != len(self.finished):  # one copy per completion, not per call
-            self.history = tuple(self.finished)
+        if self.history_view is None:  # one copy per completion, not per call
+            self.history_view = tuple(self.history)
+        if self.refit is not None and (self.last_fit is None
+                                       or self.now - self.last_fit >= self.refit_every):
+            self.predictors = MappingProxyType(dict(self.refit(self.history_view, self.now)))
+            self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
@@ -378,7 +427,7 @@ class Simulator:
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index,
             waiting_ids=tuple(self.waiting_ids), gpu_types=self.models.gpu_types,
-            history=self.history)
+            history=self.history_view, predictors=self.predictors)
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -490,6 +539,14 @@ class Simulator:
         if tuple(w.gpu for w in workers) != gpus:
             raise PlanError(f"job {jid}: workers name other GPUs than the plan's gpus "
                             f"(they must list the same GPUs in the same order)")
+        if rec.spec.app in PIPELINE_MODELS:  # timed by seed 003 eq. 7: shares are nominal
+            for w in workers:
+                if w.mps_pct is not None and not 1 <= w.mps_pct <= 100:
+                    raise PlanError(f"job {jid}: worker on {w.gpu}: MPS share {w.mps_pct}% is "
+                                    f"not in 1..100")
+                if w.stage < 0:
+                    raise PlanError(f"job {jid}: worker on {w.gpu}: negative stage {w.stage}")
+            return workers, False
         per_stage: dict[int, int] = {}
         for w in workers:
             if w.share < 1 or w.micro_batch < 1 or w.accum_steps < 1 or \
@@ -591,8 +648,7 @@ class Simulator:
         ce = 0.0
         bi_sum, n_wait = 0.0, 0
         for rec in self.active.values():
-            prof = self.models.profiles[rec.spec.app]
-            one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, prof.min_accum_steps(rec.spec.global_batch))
+            one = self._one_gpu_rate(rec.spec)
             if rec.state is JobState.RUNNING:
                 if self.now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
                     ce += rec.rate / one
@@ -605,11 +661,28 @@ class Simulator:
             self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
             self.busy_gpus / max(self.total_gpus, 1)))
 
+    def _one_gpu_rate(self, spec: Job) -> float:
+        """Rate of ``spec`` on one GPU (CE/BI normalisation); a Table I job that needs
+        several GPUs counts as ``num_gpus`` GPUs at its consolidated rate."""
+        if spec.app in PIPELINE_MODELS:
+            g = max(self.gpn.values(), default=1)
+            ps = self._pipeline_spec(spec, spec.num_gpus)
+            nodes, i = [], 0
+            for st in ps.stages:
+                nodes.append([f"_{(i + r) // g}" for r in range(st.replicas)])
+                i += st.replicas
+            gpn = {f"_{x}": g for x in range(spec.num_gpus // g + 1)}
+            alpha = pipeline_iter_time(ps, counts_of(nodes), gpn, self.cfg.network)
+            return 1.0 / (alpha * spec.num_gpus)
+        prof = self.models.profiles[spec.app]
+        return 1.0 / prof.iter_time(spec.global_batch, 1, 1, prof.min_accum_steps(spec.global_batch))
+
 
 def simulate(jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
-             config: SimConfig = SimConfig(), progress=None) -> SimResult:
-    """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator`."""
-    return Simulator(jobs, nodes, policy, models, config, progress).run()
+             config: SimConfig = SimConfig(), progress=None, **kw) -> SimResult:
+    """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator` (``kw``:
+    ``prior_history``, ``refit``, ``refit_every``)."""
+    return Simulator(jobs, nodes, policy, models, config, progress, **kw).run()
 
 
 def _eq7(prof, share: float, k: int, nodes: int, accum: int, depth: int) -> float:
