@@ -420,8 +420,7 @@ def record_failure(store, cfg: Config, policy: str, backend: Optional[Backend],
 def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bool,
                now: Optional[float], state: dict) -> CycleResult:
     if models is None:
-        from .profiles import default_models
-        models = default_models()
+        models = cfg.models()
     jobs, nodes = read_slurm(backend)
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
