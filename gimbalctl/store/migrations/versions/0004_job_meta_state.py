@@ -5,15 +5,15 @@ AdminComment, so a later AdminComment written by another tool (a jobstats ``JS1:
 summary) does not lose it.  ``est_outran``: 1 once the job ran longer than the duration
 estimate gimbal used for it (estimate-accuracy tracking, docs/daemon.md).
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-22
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
