@@ -65,8 +65,9 @@ def _preempt(c, backend="cli"):
     blockers.append(c.submit(["--gres=gpu:2", "-w", "mps1", "-t", "20", "-J", "blocker"]))
     for b in blockers:
         c.wait_state(b, "RUNNING", timeout=30)
+    # time limits as the estimates: by default only the limit ranks (docs/daemon.md)
     long_ = gsbatch(c, g, "--app", "bert", "--batch", "64", "--est", "3000", "--gate", "--gpus", "4",
-                    "--output=/dev/null", f"--chdir={g.inner}", f"{g.inner}/long.sh")
+                    "-t", "50", "--output=/dev/null", f"--chdir={g.inner}", f"{g.inner}/long.sh")
     assert c.show_job(long_).get("TresPerNode", "(null)") in ("(null)", "N/A", "")  # no GRES yet
     # cycle 1: the long job is the only one waiting and fits on gpu3
     r1 = cycle(g, cfg)
@@ -75,7 +76,7 @@ def _preempt(c, backend="cli"):
     wait_for(lambda: lines(long_) == ["start", "0"], 15, "long job start marker")
     # cycle 2: a short job arrives; SRTF pre-empts the long one and gives gpu3 to the short one
     short = gsbatch(c, g, "--app", "bert", "--batch", "64", "--est", "60", "--gate", "--gpus", "4",
-                    "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 4")
+                    "-t", "1", "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 4")
     r2 = cycle(g, cfg)
     acts = {a["job_id"]: a for a in r2["plan"]["actions"]}
     assert acts[long_]["action"] == "PreemptJob"
