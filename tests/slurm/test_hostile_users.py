@@ -42,6 +42,15 @@ def cluster_2205(slurm_2205, clean_slurm):
     return slurm_2205
 
 
+@pytest.fixture
+def any_cluster(slurm_cluster, clean_slurm):
+    """22.05 and 26.05: for the attacks where slurmctld itself takes part (job_submit.lua on
+    modify, AdminComment updates)."""
+    for u in (ATTACKER, VICTIM):
+        ensure_user(slurm_cluster, u)
+    return slurm_cluster
+
+
 def attack(c, args, **kw) -> int:
     return c.submit(args, user=ATTACKER, **kw)
 
@@ -204,11 +213,11 @@ def test_user_comment_is_never_metadata(cluster_2205):
         assert inp[a]["app"] == "cifar10" and inp[a]["num_gpus"] == 4
 
 
-def test_denied_comment_update_counts_for_nothing(cluster_2205):
+def test_denied_comment_update_counts_for_nothing(any_cluster):
     """Item 4: a user's ``scontrol update jobid=N comment=gimbal:...`` was denied for the
     AdminComment but changed the Comment, which the daemon read.  Now the whole update is
     refused; also when it races a cycle (the cycle pauses between plan and apply)."""
-    c = cluster_2205
+    c = any_cluster
     fill_cluster(c)
     v10 = str(c.submit(["--gres=gpu:4", "-t", "10"], user=VICTIM))
     v30 = str(c.submit(["--gres=gpu:4", "-t", "30"], user=VICTIM))
@@ -322,10 +331,10 @@ def test_gpu_occupancy_comes_from_allocated_gres(cluster_2205):
 JS1 = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTtVRKi1OLUrNS05VslIqS8wpTgUA"
 
 
-def test_jobstats_admin_comment_is_kept_and_ignored(cluster_2205):
+def test_jobstats_admin_comment_is_kept_and_ignored(any_cluster):
     """Item 12: jobstats' EpilogSlurmctld writes a ``JS1:`` summary into AdminComment.  gimbal
     never overwrites it, never warns about it, and keeps the metadata it read before."""
-    c = cluster_2205
+    c = any_cluster
     run = str(c.submit(["--gres=gpu:1", "-t", "30", "--comment=gimbal:app=bert,batch=64"],
                        user=VICTIM))
     fin = str(c.submit(["--gres=gpu:1", "-t", "30", "--comment=gimbal:app=bert,batch=32"],
