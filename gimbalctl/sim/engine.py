@@ -95,6 +95,9 @@ class Simulator:
         self.models = models.with_xi(config.xi) if config.xi is not None else models
         self.cfg = config
         self.progress = progress
+        # an elastic policy may start a job on any number of GPUs (>= 1), not only the
+        # count it asked for, and is called at every arrival and completion
+        self.elastic = bool(getattr(policy, "elastic", False))
         self.recs = {j.id: _Rec(j) for j in jobs}
         self.gpu_mem = {n.name: n.gpu_mem_mb for n in self.nodes}
         self.gpu_jobs: dict[Gpu, tuple[str, ...]] = {}
@@ -158,7 +161,9 @@ class Simulator:
                 else:
                     self.tick_pending = False
                     tick = True
-            if (changed or tick) and self.waiting_ids:
+            # elastic policies (seed 001) re-divide the GPUs at every churn event, even
+            # when nothing waits (a completion frees GPUs the running jobs can take)
+            if (changed or tick) and (self.waiting_ids or (changed and self.elastic and self.active)):
                 self._schedule()
                 self._check_stall()
             if self.waiting_ids and not self.tick_pending:
@@ -199,7 +204,7 @@ class Simulator:
             o = min(rec.overhead, dt)
             rec.overhead -= o
             rec.done_iters += rec.rate * (dt - o)
-            rec.service += rec.spec.num_gpus * dt
+            rec.service += len(rec.alloc.gpus) * dt  # GPU-seconds on the GPUs held
             rec.executed += dt
         rec.as_of = self.now
         rec.view = None
@@ -327,19 +332,26 @@ class Simulator:
             rec.preemptions += 1
             rec.version += 1
             self.waiting_ids[rec.spec.id] = None
-        for act in plan.resizes():
+        resizes = plan.resizes()
+        for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
+            if not act.gpus:
+                raise PlanError(f"cannot resize job {act.job_id} to no GPU (pre-empt it instead)")
             self._settle(rec)
             affected |= self._release(rec)
+        for act in resizes:
+            rec = self.active[act.job_id]
             self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct, resize=True)
             affected |= set(rec.partners)
         for act in plan.starts():
             rec = self.active[act.job_id]
             if rec.state is JobState.RUNNING:
                 raise PlanError(f"cannot start job {act.job_id}: it is already running")
-            if len(act.gpus) != rec.spec.num_gpus:
+            if self.elastic and not act.gpus:
+                raise PlanError(f"job {act.job_id}: a start needs at least one GPU")
+            if not self.elastic and len(act.gpus) != rec.spec.num_gpus:
                 raise PlanError(f"gang violation: job {act.job_id} needs {rec.spec.num_gpus} GPUs,"
                                 f" plan gives {len(act.gpus)}")
             self._settle(rec)
