@@ -23,6 +23,11 @@ counts into a Plan:
   GPU set cannot contain any of its old GPUs.
 * :func:`elastic_plan` — Start / Resize / Preempt actions and one reason per job.
 
+Every job is elastic, as CoDDL makes every job (§4: it parallelizes any job over the
+share it is given, and gimbal-run keeps the global batch exact on any count); a job's
+``gpu_range``, when set, bounds its share (a share above it is cut to the largest
+allowed value inside it, a share below it becomes 0).
+
 Choices where the paper is open (ours): GPU counts per node are taken as the
 largest node's count; on nodes whose count is not a power of two, the sub-node
 shares are the powers of two dividing it (they still divide each other, so
@@ -118,12 +123,14 @@ class Rates:
         return None
 
     def cap(self, job: Job, n_jobs: int) -> int:
-        """Largest share a job may get: for a job with neither a profile nor a measured
-        rate, its fair share ``max(1, M // n)`` (§4.5 "initial share within 1/n")."""
+        """Largest share a job may get: the top of its ``gpu_range`` (else the cluster);
+        for a job with neither a profile nor a measured rate, at most its fair share
+        ``max(1, M // n)`` (§4.5 "initial share within 1/n")."""
         M = self.snap.total_gpus
+        top = min(M, job.gpu_range[1]) if job.gpu_range is not None else M
         if self.profiled(job) or self.measured.get(job.id) or (job.running and job.iter_rate > 0):
-            return M
-        return max(1, M // max(n_jobs, 1))
+            return top
+        return min(top, max(1, M // max(n_jobs, 1)))
 
 
 # ---------------------------------------------------------------- network packing
@@ -293,6 +300,12 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
         positive = regulate(positive, per_node, total,
                             lambda j, k: rates.rate(snap.jobs[j], k)
                             > rates.rate(snap.jobs[j], shares[j]) * (1 + 1e-9))
+    for jid, r in list(positive.items()):  # a job's own GPU range bounds its share
+        rng = snap.jobs[jid].gpu_range
+        if rng is not None and not rng[0] <= r <= rng[1]:
+            r = round_down(min(r, rng[1]), per_node) if packing else min(r, rng[1])
+            positive[jid] = r if r >= rng[0] else 0
+    positive = {j: r for j, r in positive.items() if r > 0}
     placed = place(snap, positive)
     actions: list = []
     reasons: dict = {}

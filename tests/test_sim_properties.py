@@ -40,6 +40,8 @@ class Checked:
                 if self.elastic:  # seed 001 elastic shares: any count >= 1, network-packed
                     per = snap.max_gpus_per_node
                     assert len(gpus) >= 1, "a running job holds no GPU"
+                    if job.gpu_range is not None:
+                        assert job.gpu_range[0] <= len(gpus) <= job.gpu_range[1]
                     assert (len(gpus) % per == 0 if len(gpus) >= per else
                             per % len(gpus) == 0), f"forbidden share {len(gpus)}"
                 else:

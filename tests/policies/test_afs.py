@@ -291,3 +291,25 @@ def test_simulator_regrows_after_a_completion_with_nothing_waiting():
     # attained service grows with the GPUs held, not the 1 GPU asked for
     t1, held1, att1 = after[0]
     assert att1["long"] > (t1 - t0) * 1.5
+
+
+@pytest.mark.parametrize("name", ELASTIC)
+def test_gpu_range_bounds_the_share(name):
+    jobs = [Job("r", 0.0, 1, "cifar10", 1024, total_iters=5000, gpu_range=(1, 2)),
+            Job("f", 0.0, 1, "cifar10", 1024, total_iters=5000)]
+    seen = []
+
+    class Spy:
+        preemptive, elastic = True, True
+
+        def __init__(self):
+            self.inner = policies.get_policy(name)
+            self.name = name
+
+        def schedule(self, snap):
+            seen.extend(len(j.allocation.gpus) for j in snap.jobs.values()
+                        if j.running and j.id == "r")
+            return self.inner.schedule(snap)
+
+    simulate(jobs, parse_cluster("2x4"), Spy(), MODELS, SimConfig(interval=30.0))
+    assert seen and max(seen) <= 2

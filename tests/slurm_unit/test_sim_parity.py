@@ -18,7 +18,8 @@ class _Done(Exception):
     pass
 
 
-@pytest.mark.parametrize("policy", ["fifo", "sjf", "afs-l", "afs-p", "max-min", "optimus", "themis"])
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "a-srpt", "spjf", "wcs-duration", "afs-l",
+                                    "afs-p", "max-min", "optimus", "themis"])
 def test_recorded_state_same_plan_as_simulator(release, replay, policy):
     _, be = replay
     real = build_snapshot(be.jobs(), be.nodes(), default_models())
