@@ -15,6 +15,7 @@ _MODULES = (
     "policies.wcs_duration", "policies.wcs_workload", "policies.wcs_subtime",
     "policies.afs_l", "policies.afs_p", "policies.max_min", "policies.themis",
     "policies.optimus",
+    "policies.lucid", "policies.gandiva", "policies.gavel_pack",
 )
 
 
