@@ -17,8 +17,8 @@ Unit time (footnote 11): 2 hours for full-scale traces, to be scaled with the
 workload; ``unit_s`` sets it (bench/repro_afs.py scales it for the Pollux workloads
 and states how).  A unit boundary is detected exactly when the job's record was
 last updated before it (the simulator's ``as_of``), else when the executed time is
-within one ``round_length`` past a multiple of the unit (the live daemon rebuilds
-records every cycle).
+within ``window_s`` (60 s, the scheduling tick) past a multiple of the unit (the live
+daemon rebuilds records every cycle).
 
 Throughput, network packing, placement and the ``explain`` numbers are as in AFS-L
 (:mod:`policies.afs_l`), plus ``counter`` for each job.
@@ -40,7 +40,7 @@ class AfsP(Policy):
 
     preemptive = True
     elastic = True
-    round_length = 60.0
+    window_s = 60.0  # the simulator's tick while jobs wait (see unit_done)
 
     def __init__(self, unit_s: float = 7200.0, packing: bool = True):
         if not unit_s > 0:
@@ -56,7 +56,7 @@ class AfsP(Policy):
         e_now = snap.executed_time(job)
         if int(e_now // self.unit_s) > int(job.executed_time // self.unit_s):
             return True
-        return e_now >= self.unit_s and (e_now % self.unit_s) < (self.round_length or 0.0)
+        return e_now >= self.unit_s and (e_now % self.unit_s) < self.window_s
 
     def schedule(self, snap):
         rates = Rates(snap)
