@@ -24,6 +24,7 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     by_id: dict[str, SlurmJob] = {}
     skipped: list[str] = []
     outran: list[str] = []
+    iter_bounds: dict[str, tuple[Optional[float], bool]] = {}
     gpu_jobs: dict[Gpu, list[str]] = {}
     history = history or {}
     reports = reports or {}
@@ -157,6 +159,9 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             penalised=sj.user in penalised_users)
         if ran_past:
             outran.append(sj.job_id)
+        if meta.iters is not None:  # a user's claim too: bounded like est (_bound_iters)
+            iter_bounds[sj.job_id] = (sj.time_limit_s, estimates == "bounded" and not ran_past
+                                      and sj.user not in penalised_users)
         hist = history.get(sj.job_id)
         rep = reports.get(sj.job_id)
         state = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING,
@@ -199,7 +204,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         inputs[sj.job_id] = {
             "state": state.value, "num_gpus": n, "app": app, "batch": batch,
             "iters": total_iters, "duration_estimate": est, "duration_source": est_src,
-            "meta_est": meta.est,
+            "meta_est": meta.est, "meta_iters": meta.iters, "iters_source": (
+                "meta.iters" if meta.iters is not None else None),
             "time_limit_s": sj.time_limit_s, "submit_time": sj.submit_time,
             "slurm_priority": sj.priority, "site_factor": sj.site_factor, "gate": sj.gated,
             "gpus": inputs_alloc, "shared": shared, "meta_source": meta.source,
@@ -213,10 +219,41 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
         interference=models.interference, seed=seed)
+    snap = _bound_iters(snap, iter_bounds, inputs)
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
                           MappingProxyType(by_id), tuple(skipped), tuple(outran))
+
+
+def _bound_iters(snap: ClusterSnapshot, bounds: Mapping[str, tuple[Optional[float], bool]],
+                 inputs: dict) -> ClusterSnapshot:
+    """A user's ``iters`` is a length claim like ``est`` (length-aware policies rank by
+    ``iters`` x exclusive iteration time): under ``estimates = "limit"`` the job's length is
+    its time limit (``iters`` = limit / iteration time; none without a limit); under
+    ``"bounded"`` at most the limit.  ``bounds``: job -> (time limit, claim trusted)."""
+    jobs = dict(snap.jobs)
+    for jid, (limit_s, trusted) in bounds.items():
+        job = jobs[jid]
+        try:
+            t = snap.exclusive_iter_time(job)
+        except (KeyError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if not t > 0:
+            continue
+        cap = limit_s / t if limit_s else None
+        total = (job.total_iters if cap is None else min(job.total_iters, cap)) if trusted else cap
+        if total == job.total_iters:
+            continue
+        jobs[jid] = dataclasses.replace(
+            job, total_iters=total,
+            completed_iters=min(job.completed_iters, total) if total else job.completed_iters)
+        inputs[jid]["iters"] = total
+        inputs[jid]["iters_source"] = ("time_limit" if total is not None else None) if not trusted \
+            else "time_limit (meta.iters above it)"
+    if jobs == dict(snap.jobs):
+        return snap
+    return dataclasses.replace(snap, jobs=MappingProxyType(jobs))
 
 
 def _whole_node_gpus(jobs: list[SlurmJob], nodes: list[SlurmNode],

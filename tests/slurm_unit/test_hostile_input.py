@@ -221,3 +221,25 @@ def test_config_file_estimates_section(tmp_path):
     p.write_text('[estimates]\nuse = "bounded"\npenalty_s = 0\n')
     cfg = load(str(p))
     assert (cfg.estimates, cfg.estimate_penalty_s) == ("bounded", 0.0)
+
+
+def test_iters_claim_is_bounded_like_an_estimate(store, tmp_path):
+    """``iters=1`` is a length claim (length = iters x iteration time): by default it ranks
+    nothing (the limit does); under the site rule it is used, at most up to the limit."""
+    def job(jid, user, limit_s, iters):
+        admin = f"gimbal:v1;app=bert;batch=64;iters={iters}" if iters else "gimbal:v1;app=bert"
+        return dataclasses.replace(_job(jid, user, limit_s, None), admin_comment=admin,
+                                   meta=parse_meta(admin))
+    jobs = [job("1", "alice", 600.0, None), job("2", "mallory", 7 * 86400.0, 1),
+            job("3", "mallory", 300.0, 10 ** 9)]
+    res = run_cycle(Config(policy="sjf", state_dir=str(tmp_path)), Fixed(jobs, []), store,
+                    get_policy("sjf"), now=NOW, dry_run=True)
+    assert res.queue == ["3", "1", "2"]  # by time limit only
+    s = res.snapshot.snapshot
+    assert s.job_length(s.jobs["2"]) == pytest.approx(7 * 86400.0)
+    assert res.snapshot.inputs["2"]["iters_source"] == "time_limit"
+    res = run_cycle(Config(policy="sjf", state_dir=str(tmp_path), estimates="bounded"),
+                    Fixed(jobs, []), store, get_policy("sjf"), now=NOW, dry_run=True)
+    assert res.queue[0] == "2"  # the site trusts claims ...
+    s = res.snapshot.snapshot
+    assert s.job_length(s.jobs["3"]) == pytest.approx(300.0)  # ... bounded by the limit

@@ -45,7 +45,11 @@ def test_snapshot_from_recorded_state(release, replay):
     p5 = s.jobs[ids["p5"]]
     assert p5.app == "bert" and p5.global_batch == 128 and p5.total_iters is None
     assert any(ids["p5"] in w and "batch" in w for w in res.warnings)
-    assert s.jobs[ids["r1"]].state is JobState.RUNNING and s.jobs[ids["r1"]].total_iters == 2000
+    # iters=2000 is a length claim too: by default the job's length is its time limit
+    r1 = s.jobs[ids["r1"]]
+    assert r1.state is JobState.RUNNING and res.inputs[ids["r1"]]["meta_iters"] == 2000
+    assert r1.total_iters * s.exclusive_iter_time(r1) == \
+        pytest.approx(res.inputs[ids["r1"]]["time_limit_s"])
 
 
 def test_sjf_order_becomes_priorities(release, replay, tmp_path):
