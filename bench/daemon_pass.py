@@ -124,6 +124,8 @@ def main() -> int:
     ap.add_argument("--pending", type=int, default=10000)
     ap.add_argument("--policies", nargs="*", default=None)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds per policy process before it is reported as not finishing")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -142,7 +144,13 @@ def main() -> int:
         cmd = [sys.executable, __file__, "--one", name, "--nodes", str(a.nodes), "--gpus",
                str(a.gpus), "--running", str(a.running), "--pending", str(a.pending),
                "--repeat", str(a.repeat)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"| {name} | did not finish in {a.timeout:.0f} s (process, incl. build) "
+                  f"| | | | | NO |", flush=True)
+            bad += 1
+            continue
         if out.returncode:
             print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1:]} |")
             bad += 1

@@ -99,7 +99,8 @@ def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi,
             raise click.BadParameter(f"{item!r} is not COLUMN=FIELD", param_hint="--map")
         columns[src.strip()] = dst.strip()
     try:
-        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns)
+        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns,
+                          nodes=nodes)
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
@@ -146,12 +147,13 @@ def _print_table(results, trace, cluster, njobs) -> None:
 
     t = Table(title=f"{njobs} jobs from {Path(trace).name} on {cluster}")
     for col in ("policy", "avg JCT (h)", "p50 JCT (h)", "p99 JCT (h)", "avg queue (h)",
-                "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
+                "avg wait (h)", "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
         t.add_column(col, justify="right" if col != "policy" else "left")
     for r in results:
         s = r.summary
         t.add_row(r.policy, f"{s['avg_jct'] / 3600:.2f}", f"{s['median_jct'] / 3600:.2f}",
                   f"{s['p99_jct'] / 3600:.2f}", f"{s['avg_queueing'] / 3600:.2f}",
+                  f"{s['avg_wait_total'] / 3600:.2f}",
                   f"{s['makespan'] / 3600:.1f}", f"{s['gpu_utilization']:.0%}",
                   f"{s['avg_ce']:.2f}", str(s["shared_jobs"]), str(s["preemptions"]),
                   f"{s['wall_s']:.1f}")

@@ -72,18 +72,27 @@ def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
     return tuple(chosen)
 
 
-def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None) -> tuple[int, int]:
-    """(sub_batch, accum_steps) for ``job`` alone on ``job.num_gpus`` GPUs.
+_MIN_MEM: dict[int, tuple] = {}
 
-    The per-GPU share ``B = ceil(global/num_gpus)``; accumulation steps double
-    (powers of two, as seed 000 Alg. 2 searches) until the micro-batch fits the
-    profiled maximum and the memory model (if known).
-    """
-    local = -(-job.global_batch // max(job.num_gpus, 1))
-    prof = snap.profiles.get(job.app)
-    mem = snap.memory.get(job.app)
-    if mem_limit_mb is None and snap.nodes:
-        mem_limit_mb = min(n.gpu_mem_mb for n in snap.nodes)
+
+def min_gpu_mem(nodes) -> Optional[float]:
+    """Smallest ``gpu_mem_mb`` of a node tuple (``None`` without nodes), memoised by
+    identity: the simulator and the daemon pass the same tuple to every call."""
+    hit = _MIN_MEM.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1]
+    v = min((n.gpu_mem_mb for n in nodes), default=None)
+    if len(_MIN_MEM) > 32:
+        _MIN_MEM.clear()
+    _MIN_MEM[id(nodes)] = (nodes, v)  # keeps ``nodes`` alive, so the id stays unique
+    return v
+
+
+def exclusive_steps(local: int, prof, mem, mem_limit_mb: Optional[float]) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) for a per-GPU share of ``local`` samples:
+    accumulation steps double (powers of two, as seed 000 Alg. 2 searches) until the
+    micro-batch fits the profiled maximum (``prof``: ThroughputProfile or None) and
+    the memory model (``mem``: MemoryProfile or None) within ``mem_limit_mb``."""
     s = 1
     while True:
         b = -(-local // s)
@@ -92,6 +101,19 @@ def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[flo
         if (fits_prof and fits_mem) or b <= 1:
             return b, s
         s *= 2
+
+
+def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None) -> tuple[int, int]:
+    """(sub_batch, accum_steps) for ``job`` alone on ``job.num_gpus`` GPUs.
+
+    The per-GPU share ``B = ceil(global/num_gpus)``; see :func:`exclusive_steps`
+    (memory limit: the smallest GPU memory of the cluster unless given).
+    """
+    local = -(-job.global_batch // max(job.num_gpus, 1))
+    if mem_limit_mb is None and snap.nodes:
+        mem_limit_mb = min_gpu_mem(snap.nodes)
+    return exclusive_steps(local, snap.profiles.get(job.app), snap.memory.get(job.app),
+                           mem_limit_mb)
 
 
 def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:

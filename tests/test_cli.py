@@ -1,5 +1,7 @@
 import json
 
+import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 import policies
@@ -28,9 +30,22 @@ def test_simulate_json_and_outputs(tmp_path):
     for pol in ("fifo", "tiresias"):
         assert d["results"][pol]["avg_jct"] > 0
         assert (out / f"jobs-{pol}.csv").exists()
-    for f in ("summary.json", "jct_cdf.png", "queue_length.png"):
+    for f in ("summary.json", "jct_cdf.png", "waiting_cdf.png", "queue_length.png"):
         assert (out / f).stat().st_size > 0
-    assert json.loads((out / "summary.json").read_text())["fifo"]["jobs"] == 40
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fifo"]["jobs"] == 40
+    for pol in ("fifo", "tiresias"):  # total waiting counts the waits after pre-emptions too
+        s = summary[pol]
+        assert s["avg_wait_total"] >= s["avg_queueing"] - 1e-9 and "preemptions" in s
+        jobs = pd.read_csv(out / f"jobs-{pol}.csv")
+        assert (jobs.wait_total >= jobs.queueing - 1e-6).all()
+        assert jobs.wait_total.to_numpy() == pytest.approx((jobs.jct - jobs.run_time).to_numpy())
+
+
+def test_simulate_table_shows_both_waits():
+    r = run("simulate", "--policy", "tiresias", "--limit", "30")
+    assert r.exit_code == 0, r.output
+    assert "avg queue" in r.output and "avg wait" in r.output and "preempt" in r.output
 
 
 def test_simulate_table_default_policies():
