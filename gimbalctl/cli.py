@@ -46,13 +46,16 @@ def list_policies(as_json: bool) -> None:
     Console().print(table)
 
 
-def _parse_policies(names: tuple[str, ...]) -> list:
+def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
     valid = policies.names()
     chosen = list(names) if names else [p for p in DEMO_POLICIES if p in valid]
     out = []
     for n in chosen:
         try:
-            out.append(policies.get_policy(n))
+            pol = policies.get_policy(n)
+            if min_run_s and getattr(pol, "accepts_min_run", False):
+                pol = policies.get_policy(n, min_run_s=min_run_s)
+            out.append(pol)
         except UnknownPolicyError as e:
             raise click.BadParameter(str(e), param_hint="--policy") from None
     return out
@@ -75,17 +78,21 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="override every co-location interference ratio ξ")
 @click.option("--preempt-cost", default=30.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds to checkpoint/restore on each pre-emption")
+@click.option("--min-run", "min_run_s", default=0.0, show_default=True,
+              type=click.FloatRange(min=0),
+              help="seconds a (re)started job runs before a pre-emptive policy "
+                   "(tiresias, srtf, srsf) may pre-empt it again; 0 = as published")
 @click.option("--unknown-lengths", is_flag=True, help="hide job lengths from policies")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi, preempt_cost,
-             unknown_lengths, limit, out, as_json) -> None:
+             min_run_s, unknown_lengths, limit, out, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .sim import SimConfig, simulate as run_sim
 
-    pols = _parse_policies(policy_names)
+    pols = _parse_policies(policy_names, min_run_s)
     try:
         nodes = parse_cluster(cluster)
     except ClusterSpecError as e:

@@ -196,8 +196,19 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     return make_plan(policy, actions, out_order, reasons, infeasible)
 
 
+def leased(snap: ClusterSnapshot, min_run_s: float) -> list[Job]:
+    """Running jobs still inside their minimum run time (``min_run_s`` seconds since
+    their current run began, ``Job.run_start``): they may not be pre-empted yet."""
+    if min_run_s <= 0:
+        return []
+    now = snap.now
+    return [j for j in snap.jobs.values()
+            if j.running and j.run_start is not None and now - j.run_start < min_run_s]
+
+
 def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],
-                        numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
+                        numbers: Callable[[Job], dict] = lambda j: {},
+                        min_run_s: float = 0.0) -> Plan:
     """Run the jobs that fit greedily in priority order (smallest ``priority(job)``
     first, over all active jobs); pre-empt running jobs outside that set.
 
@@ -206,6 +217,10 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
     after the pre-emptions.  When every waiting job fits in the free GPUs the
     greedy pass admits everything, so running jobs are not ranked at all (same
     result, less work).
+
+    ``min_run_s`` bounds pre-emption churn: a running job that started (or resumed)
+    less than that many seconds ago keeps its GPUs whatever its priority — it is
+    admitted before the priority order (0: no minimum, every call may pre-empt).
     """
     waiting = snap.pending()
     total = snap.total_gpus
@@ -218,11 +233,20 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
         order = sorted(snap.jobs.values(), key=priority)
         capacity = total
     reasons, infeasible = {}, []
+    for job in () if all_fit else leased(snap, min_run_s):
+        admitted.add(job.id)
+        capacity -= job.num_gpus
+        reasons[job.id] = reason(
+            ReasonCode.KEEP_RUNNING,
+            f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
+            ran_s=snap.now - job.run_start, **numbers(job))
     for job in order:
         if job.num_gpus > total:
             infeasible.append(job.id)
             reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                      f"asks {job.num_gpus} GPUs, cluster has {total}", **numbers(job))
+            continue
+        if job.id in admitted:
             continue
         if job.num_gpus <= capacity:
             admitted.add(job.id)

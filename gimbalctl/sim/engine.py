@@ -66,7 +66,7 @@ class _Rec:
 
     __slots__ = ("spec", "state", "alloc", "as_of", "done_iters", "service", "executed",
                  "rate", "overhead", "preemptions", "first_start", "end", "version",
-                 "view", "shared", "partners")
+                 "view", "shared", "partners", "run_start")
 
     def __init__(self, spec: Job):
         self.spec = spec
@@ -80,6 +80,7 @@ class _Rec:
         self.overhead = 0.0
         self.preemptions = 0
         self.first_start: Optional[float] = None
+        self.run_start: Optional[float] = None  # start of the current run
         self.end: Optional[float] = None
         self.version = 0
         self.view: Optional[Job] = None
@@ -356,7 +357,8 @@ class Simulator:
                 executed_time=rec.executed,
                 iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
                 restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
-                preemptions=rec.preemptions)
+                preemptions=rec.preemptions,
+                run_start=rec.run_start if rec.state is JobState.RUNNING else None)
         return rec.view
 
     def _schedule(self) -> None:
@@ -448,6 +450,7 @@ class Simulator:
         if rec.partners:
             rec.shared = True
         if not resize:
+            rec.run_start = self.now
             if rec.first_start is None:
                 rec.first_start = self.now
             elif rec.preemptions:
