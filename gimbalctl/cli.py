@@ -13,8 +13,7 @@ import policies
 from policies.registry import UnknownPolicyError
 
 from .cluster import ClusterSpecError, parse_cluster
-from .profiles import default_models
-from .traces import REQUIRED, TraceError, load_trace
+from .trace_kinds import REQUIRED, TraceError
 
 DEMO_POLICIES = ("fifo", "sjf", "tiresias", "sjf-ffs", "sjf-bsbf")
 
@@ -90,7 +89,9 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
 def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi, preempt_cost,
              min_run_s, unknown_lengths, limit, out, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
+    from .profiles import default_models
     from .sim import SimConfig, simulate as run_sim
+    from .traces import load_trace
 
     pols = _parse_policies(policy_names, min_run_s)
     try:

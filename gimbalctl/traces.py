@@ -48,6 +48,7 @@ from policies.base import exclusive_steps
 from policies.model import Job, Node
 
 from .profiles import APPS, Models, default_models
+from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
 
 BASE_BATCH = {"bert": 12, "cifar10": 128, "deepspeech2": 20, "imagenet": 200, "ncf": 256,
               "yolov3": 8}
@@ -56,23 +57,7 @@ MODEL_TO_APP = [(re.compile(p, re.I), app) for p, app in (
     (r"deepspeech|lstm|rnn|speech", "deepspeech2"), (r"imagenet|resnet|vgg|inception|alexnet",
                                                     "imagenet"),
     (r"ncf|recommend", "ncf"), (r"yolo", "yolov3"))]
-REQUIRED = {
-    "pollux": ["name", "time", "application", "num_replicas", "batch_size"],
-    "philly": ["timestamp", "duration", "num_gpus"],
-    "tiresias": ["job_id", "num_gpu", "submit_time", "duration"],
-    "muri": ["job_id", "num_gpu", "submit_time", "duration"],
-    "generic": ["id", "submit_time", "num_gpus"],
-    "sacct": ["JobID", "Submit", "Start", "End"],
-}
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
-
-
-class TraceError(ValueError):
-    def __init__(self, path, line: Optional[int], column: Optional[str], problem: str):
-        self.path, self.line, self.column, self.problem = path, line, column, problem
-        where = str(path) + (f":{line}" if line is not None else "")
-        where += f": column {column!r}" if column else ""
-        super().__init__(f"{where}: {problem}")
 
 
 def detect_kind(columns) -> str:

@@ -85,3 +85,16 @@ def test_job_larger_than_cluster_is_a_clear_error():
     r = CliRunner().invoke(main, ["simulate", "--cluster", "4x4", "--policy", "fifo"])
     assert r.exit_code == 1
     assert "asks 32 GPUs" in r.output and "Traceback" not in r.output
+
+
+def test_listing_policies_imports_no_pandas():
+    """Start-up: a command that loads no trace does not pay for pandas/numpy/matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from gimbalctl.cli import main; "
+            "r = CliRunner().invoke(main, ['policies']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
