@@ -130,10 +130,20 @@ _KEEP = reason(ReasonCode.KEEP_RUNNING, "running; the plan leaves it as it is")
 
 
 def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
-    """Give every running job the plan does not mention the shared KEEP_RUNNING reason
-    (set arithmetic, so it costs little even with thousands of running jobs)."""
-    waiting = snap.waiting_ids if snap.waiting_ids is not None else [
-        j.id for j in snap.jobs.values() if j.waiting]
+    """Give every running job the plan does not mention the shared KEEP_RUNNING reason.
+
+    With the simulator's ``waiting_ids`` the running jobs are those on ``gpu_jobs``
+    (checked: together with the waiting ones they are all jobs), so the cost grows
+    with the GPUs in use, not with the queue; otherwise set arithmetic over all jobs."""
+    waiting = snap.waiting_ids
+    if waiting is not None:
+        running = {j for ids in snap.gpu_jobs.values() for j in ids}
+        if (len(running) + len(waiting) == len(snap.jobs) and running <= snap.jobs.keys()
+                and running.isdisjoint(waiting)):
+            reasons.update(dict.fromkeys(running - reasons.keys(), _KEEP))
+            return
+    else:
+        waiting = [j.id for j in snap.jobs.values() if j.waiting]
     running = snap.jobs.keys() - set(waiting) - reasons.keys()
     reasons.update(dict.fromkeys(running, _KEEP))
 

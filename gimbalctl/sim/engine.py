@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import sys
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -125,6 +126,10 @@ class Simulator:
         self.active: dict[str, _Rec] = {}
         self.views: dict[str, Job] = {}  # active job -> its current frozen view
         self.dirty_views: set[str] = set()
+        # the last snapshot's job map and the ids changed since: reused in place when
+        # nothing outside the simulator still holds it, so a call costs O(changes)
+        self.snap_jobs: Optional[dict] = None
+        self.changed_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
         self.events: list = []
         self.seq = 0
@@ -314,15 +319,31 @@ class Simulator:
         del self.active[rec.spec.id]
         self.views.pop(rec.spec.id, None)
         self.dirty_views.discard(rec.spec.id)
+        self.changed_views.add(rec.spec.id)
         self.n_done += 1
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
     def snapshot(self) -> ClusterSnapshot:
-        for jid in self.dirty_views:
+        for jid in sorted(self.dirty_views):  # sorted: new jobs enter in id order
             self.views[jid] = self._view(self.recs[jid])
+        self.changed_views |= self.dirty_views
         self.dirty_views.clear()
-        jobs = dict(self.views)
+        jobs = self.snap_jobs
+        # only this attribute, ``jobs`` and getrefcount's argument hold the last
+        # snapshot's map: no snapshot, proxy or policy kept it, so it may change in place
+        if jobs is not None and sys.getrefcount(jobs) == 3:
+            views = self.views
+            for jid in sorted(self.changed_views):
+                v = views.get(jid)
+                if v is None:
+                    jobs.pop(jid, None)
+                else:
+                    jobs[jid] = v
+        else:
+            jobs = dict(self.views)
+        self.snap_jobs = jobs
+        self.changed_views.clear()
         if self.free_cache is None:
             for name in self.dirty_nodes:
                 self.free_tuples[name] = tuple(
