@@ -10,6 +10,7 @@ the two generic disciplines most baselines are made of.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Callable, Iterable, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job
@@ -116,6 +117,75 @@ def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[flo
                            mem_limit_mb)
 
 
+class FreeGpus:
+    """Free GPUs by node, kept in buckets by free count so that :meth:`pick` answers
+    what :func:`pick_consolidated` answers without scanning every node (a daemon pass
+    on 1,000 nodes starts thousands of jobs).  ``by_node`` (node -> free GPUs, as
+    ``snapshot.free_by_node()``) is taken over and kept current by :meth:`take` and
+    :meth:`give`."""
+
+    def __init__(self, by_node: dict, node_order: Mapping[str, int]):
+        self.by_node = by_node
+        self.rank = node_order
+        self.big = len(node_order)
+        self.total = 0
+        self.buckets: dict[int, list] = {}
+        for x, gs in by_node.items():
+            self.total += len(gs)
+            if gs:
+                insort(self.buckets.setdefault(len(gs), []), self._key(x))
+
+    def _key(self, x: str) -> tuple:
+        return (self.rank.get(x, self.big), x)
+
+    def _move(self, x: str, old: int, new: int) -> None:
+        k = self._key(x)
+        if old:
+            b = self.buckets[old]
+            del b[bisect_left(b, k)]
+        if new:
+            insort(self.buckets.setdefault(new, []), k)
+
+    def pick(self, n: int) -> Optional[tuple[Gpu, ...]]:
+        """:func:`pick_consolidated` over the current free GPUs (same result)."""
+        if n > self.total:
+            return None
+        by_node, buckets = self.by_node, self.buckets
+        for c in sorted(c for c, b in buckets.items() if b and c >= n):
+            return tuple(sorted(by_node[buckets[c][0][1]])[:n])  # best fit on one node
+        chosen: list[Gpu] = []
+        for c in sorted((c for c, b in buckets.items() if b), reverse=True):
+            for _, x in buckets[c]:
+                take = min(n - len(chosen), c)
+                chosen.extend(sorted(by_node[x])[:take])
+                if len(chosen) == n:
+                    return tuple(chosen)
+        return None  # not reached: total >= n
+
+    def take(self, gpus: Iterable[Gpu]) -> None:
+        """Remove ``gpus`` (free ones) from the index, as :func:`take_gpus`."""
+        per: dict[str, set] = {}
+        for g in gpus:
+            per.setdefault(g.node, set()).add(g)
+        for x, gs in per.items():
+            old = self.by_node[x]
+            rest = tuple(g for g in old if g not in gs)
+            self._move(x, len(old), len(rest))
+            self.total -= len(old) - len(rest)
+            if rest:
+                self.by_node[x] = rest
+            else:
+                del self.by_node[x]
+
+    def give(self, gpus: Iterable[Gpu]) -> None:
+        """``gpus`` become free (appended to their node's tuple)."""
+        for g in gpus:
+            old = self.by_node.get(g.node, ())
+            self.by_node[g.node] = old + (g,)
+            self._move(g.node, len(old), len(old) + 1)
+            self.total += 1
+
+
 def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
     """Remove ``gpus`` from a node -> free GPUs index (in place)."""
     for g in gpus:
@@ -161,9 +231,8 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     Without ``backfill`` the first job that does not fit blocks all behind it
     (strict order); with it, later jobs that fit may start.
     """
-    by_node = snap.free_by_node()
-    nfree = sum(len(v) for v in by_node.values())
-    order_nodes = node_order(snap)
+    free = FreeGpus(snap.free_by_node(), node_order(snap))
+    nfree = free.total
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
     blocked = False
@@ -188,8 +257,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                      f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
             continue
-        gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node) \
-            if job.num_gpus <= nfree else None
+        gpus = free.pick(job.num_gpus) if job.num_gpus <= nfree else None
         if gpus is None:
             blocked = True
             out_order.append(job.id)
@@ -197,7 +265,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
                                      f"needs {job.num_gpus} GPUs, {nfree} free",
                                      free_gpus=nfree, **nums)
             continue
-        take_gpus(by_node, gpus)
+        free.take(gpus)
         nfree -= len(gpus)
         b, s = exclusive_config(snap, job)
         actions.append(StartJob(job.id, gpus, b, s))
@@ -262,23 +330,21 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             admitted.add(job.id)
             capacity -= job.num_gpus
     actions: list = []
-    by_node = snap.free_by_node()
-    order_nodes = node_order(snap)
+    free = FreeGpus(snap.free_by_node(), node_order(snap))
     for job in () if all_fit else snap.running():
         if job.id not in admitted:
             actions.append(PreemptJob(job.id))
             reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
                                      **numbers(job))
-            for g in job.allocation.gpus:
-                by_node[g.node] = by_node.get(g.node, ()) + (g,)
+            free.give(job.allocation.gpus)
     out_order = []
     for job in order:
         if job.running or job.id in infeasible:
             continue
         if job.id in admitted:
-            gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node)
+            gpus = free.pick(job.num_gpus)
             assert gpus is not None, "admission guarantees enough GPUs"
-            take_gpus(by_node, gpus)
+            free.take(gpus)
             b, s = exclusive_config(snap, job)
             actions.append(StartJob(job.id, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED

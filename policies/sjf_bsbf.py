@@ -59,7 +59,7 @@ from __future__ import annotations
 import heapq
 from typing import Optional
 
-from .base import Policy, node_order, pick_consolidated, take_gpus
+from .base import Policy, node_order
 from .model import ClusterSnapshot
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
@@ -103,7 +103,7 @@ class SjfBsbf(Policy):
             need = job.num_gpus
             nfree = rnd.n_free  # line 4: |G_free|
             if nfree >= need:  # lines 6-7
-                gpus = pick_consolidated((), need, norder, rnd.by_node)
+                gpus = rnd.free.pick(need)
                 b, s = rnd.exclusive(job)
                 actions.append(StartJob(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{need} GPUs free, exclusive",
@@ -137,7 +137,7 @@ class SjfBsbf(Policy):
     # --------------------------------------------------------------- helpers
     @staticmethod
     def _take_free(rnd: Round, gpus) -> None:
-        take_gpus(rnd.by_node, gpus)
+        rnd.free.take(gpus)
         rnd.n_free -= len(gpus)
 
     @staticmethod
@@ -332,7 +332,7 @@ class SjfBsbf(Policy):
         n_shared = len(taken)
         extra: list = []
         if n_shared < need:
-            extra = list(pick_consolidated((), need - n_shared, norder, rnd.by_node))
+            extra = list(rnd.free.pick(need - n_shared))
             self._take_free(rnd, extra)
             taken.extend(extra)
         # B fits beside every partner with the smallest chosen sub-batch.
