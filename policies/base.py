@@ -19,8 +19,13 @@ from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
 
 class Policy:
     """Base class: subclasses set ``name`` (by ``@register``) and implement
-    :meth:`schedule`.  ``preemptive`` tells the simulator it must call the
-    policy periodically even when nothing arrives or ends."""
+    :meth:`schedule`.  The class flags are read by the simulator (docs/architecture.md):
+
+    * ``preemptive``: the policy may return :class:`~policies.plan.PreemptJob`; a plan from
+      a policy declaring ``False`` that pre-empts is rejected (``PlanError``);
+    * ``needs_lengths``: the policy reads ``Job.total_iters``; the simulator shows true
+      lengths only to policies declaring ``True`` (and never with ``--unknown-lengths``);
+    * ``round_length``: see below."""
 
     name = "base"
     preemptive = False
@@ -28,6 +33,10 @@ class Policy:
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None
+    # True: the policy sets each job's GPU count itself (seed 001 elastic shares): it may
+    # start a job on any number of GPUs >= 1 and resize it later; the simulator calls it
+    # at every arrival and completion, even when nothing waits
+    elastic = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError
@@ -104,13 +113,15 @@ def exclusive_steps(local: int, prof, mem, mem_limit_mb: Optional[float]) -> tup
         s *= 2
 
 
-def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None) -> tuple[int, int]:
-    """(sub_batch, accum_steps) for ``job`` alone on ``job.num_gpus`` GPUs.
+def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None,
+                     num_gpus: Optional[int] = None) -> tuple[int, int]:
+    """(sub_batch, accum_steps) for ``job`` alone on ``num_gpus`` GPUs (default: the
+    count it asked for).
 
     The per-GPU share ``B = ceil(global/num_gpus)``; see :func:`exclusive_steps`
     (memory limit: the smallest GPU memory of the cluster unless given).
     """
-    local = -(-job.global_batch // max(job.num_gpus, 1))
+    local = -(-job.global_batch // max(num_gpus or job.num_gpus, 1))
     if mem_limit_mb is None and snap.nodes:
         mem_limit_mb = min_gpu_mem(snap.nodes)
     return exclusive_steps(local, snap.profiles.get(job.app), snap.memory.get(job.app),

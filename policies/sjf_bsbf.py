@@ -74,7 +74,6 @@ class SjfBsbf(Policy):
 
     needs_lengths = True
     preemptive = False
-    shares_by_benefit = True
     per_gpu_groups = False  # SJF-FFS: one candidate per GPU
 
     # ------------------------------------------------------------------ round

@@ -27,7 +27,6 @@ from .sjf_bsbf import SjfBsbf
 class SjfFfs(SjfBsbf):
     """SJF-FFS: SJF order; share GPUs holding one job first-fit, no benefit test."""
 
-    shares_by_benefit = False
     per_gpu_groups = True  # first fit works GPU by GPU: one candidate per GPU of G_OJ
 
     @staticmethod
