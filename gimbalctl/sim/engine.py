@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import sys
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -85,7 +86,8 @@ class _Rec:
 
     __slots__ = ("spec", "state", "alloc", "as_of", "done_iters", "service", "executed",
                  "rate", "overhead", "preemptions", "first_start", "end", "version",
-                 "view", "shared", "partners", "batch", "uniform", "wmap", "held")
+                 "view", "shared", "partners", "batch", "uniform", "wmap", "held",
+                 "run_start")
 
     def __init__(self, spec: Job):
         self.spec = spec
@@ -99,6 +101,7 @@ class _Rec:
         self.overhead = 0.0
         self.preemptions = 0
         self.first_start: Optional[float] = None
+        self.run_start: Optional[float] = None  # start of the current run
         self.end: Optional[float] = None
         self.version = 0
         self.view: Optional[Job] = None
@@ -159,6 +162,10 @@ class Simulator:
         self.active: dict[str, _Rec] = {}
         self.views: dict[str, Job] = {}  # active job -> its current frozen view
         self.dirty_views: set[str] = set()
+        # the last snapshot's job map and the ids changed since: reused in place when
+        # nothing outside the simulator still holds it, so a call costs O(changes)
+        self.snap_jobs: Optional[dict] = None
+        self.changed_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
         self.events: list = []
         self.seq = 0
@@ -397,6 +404,7 @@ class Simulator:
         del self.active[rec.spec.id]
         self.views.pop(rec.spec.id, None)
         self.dirty_views.discard(rec.spec.id)
+        self.changed_views.add(rec.spec.id)
         self.n_done += 1
         s = rec.spec
         self.history.append(FinishedJob(
@@ -407,10 +415,25 @@ class Simulator:
 
     # ------------------------------------------------------------ scheduling
     def snapshot(self) -> ClusterSnapshot:
-        for jid in self.dirty_views:
+        for jid in sorted(self.dirty_views):  # sorted: new jobs enter in id order
             self.views[jid] = self._view(self.recs[jid])
+        self.changed_views |= self.dirty_views
         self.dirty_views.clear()
-        jobs = dict(self.views)
+        jobs = self.snap_jobs
+        # only this attribute, ``jobs`` and getrefcount's argument hold the last
+        # snapshot's map: no snapshot, proxy or policy kept it, so it may change in place
+        if jobs is not None and sys.getrefcount(jobs) == 3:
+            views = self.views
+            for jid in sorted(self.changed_views):
+                v = views.get(jid)
+                if v is None:
+                    jobs.pop(jid, None)
+                else:
+                    jobs[jid] = v
+        else:
+            jobs = dict(self.views)
+        self.snap_jobs = jobs
+        self.changed_views.clear()
         if self.free_cache is None:
             for name in self.dirty_nodes:
                 self.free_tuples[name] = tuple(
@@ -445,7 +468,8 @@ class Simulator:
                 executed_time=rec.executed,
                 iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
                 restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
-                preemptions=rec.preemptions)
+                preemptions=rec.preemptions,
+                run_start=rec.run_start if rec.state is JobState.RUNNING else None)
         return rec.view
 
     def _schedule(self) -> None:
@@ -649,6 +673,7 @@ class Simulator:
         if rec.partners:
             rec.shared = True
         if not resize:
+            rec.run_start = self.now
             if rec.first_start is None:
                 rec.first_start = self.now
             elif rec.preemptions:
