@@ -39,6 +39,7 @@ class Checked:
         self.preemptive = getattr(inner, "preemptive", False)
         self.needs_lengths = getattr(inner, "needs_lengths", True)
         self.round_length = getattr(inner, "round_length", None)
+        self.elastic = getattr(inner, "elastic", False)
         self.calls = 0
 
     def schedule(self, snap):
@@ -49,7 +50,14 @@ class Checked:
             if job.running:
                 a = job.allocation
                 gpus = a.gpus
-                if job.gpu_range is None:
+                if self.elastic:  # seed 001 elastic shares: any count >= 1, network-packed
+                    per = snap.max_gpus_per_node
+                    assert len(gpus) >= 1, "a running job holds no GPU"
+                    if job.gpu_range is not None:
+                        assert job.gpu_range[0] <= len(gpus) <= job.gpu_range[1]
+                    assert (len(gpus) % per == 0 if len(gpus) >= per else
+                            per % len(gpus) == 0), f"forbidden share {len(gpus)}"
+                elif job.gpu_range is None:
                     assert len(gpus) == job.num_gpus, "gang violated"
                 else:
                     assert job.gpu_range[0] <= len(gpus) <= job.gpu_range[1], "gpu_range violated"

@@ -129,7 +129,8 @@ def test_recorded_state_same_plan_as_simulator(release, replay, policy):
     pol = registry.get_policy(policy)
     real_plan = pol.schedule(real).as_dict()
     sim_plan = registry.get_policy(policy).schedule(s).as_dict()
-    assert real_plan["order"]
+    # an elastic policy may give every job a share (empty queue) but then acts
+    assert real_plan["order"] or (pol.elastic and real_plan["actions"])
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # noqa: E731 (NaN == NaN)
     diff = {k: (real_plan[k], sim_plan[k]) for k in real_plan if not same(real_plan[k], sim_plan[k])}
     if "reasons" in diff:
