@@ -138,7 +138,9 @@ def run_gimbal(args, rank, world, x, y):
     if rank == 0:
         writer = ReportWriter(cfg.report_path, cfg.job_id or "standalone") if cfg.report_path else None
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
-                                    every_steps=10, extra={"restart": cfg.restart_count})
+                                    every_steps=10, extra={"restart": cfg.restart_count,
+                                                          "global_batch": global_batch,
+                                                          "mps_thread_pct": cfg.mps_thread_pct})
     times = []
     while step < args.steps:
         sampler.set_epoch(step // len(sampler))
