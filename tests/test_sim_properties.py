@@ -27,6 +27,10 @@ class Checked:
         self.inner = inner
         self.name = inner.name
         self.preemptive = getattr(inner, "preemptive", False)
+        # the simulator reads these from the policy object: forward them, so the checked run
+        # and the plain run below are the same simulation
+        self.round_length = getattr(inner, "round_length", None)
+        self.needs_lengths = getattr(inner, "needs_lengths", False)
         self.calls = 0
 
     def schedule(self, snap):
