@@ -18,7 +18,7 @@ class _Done(Exception):
     pass
 
 
-@pytest.mark.parametrize("policy", ["fifo", "sjf", "a-srpt", "spjf", "wcs-duration"])
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "a-srpt", "spjf", "wcs-duration", "lucid", "lucid+gimbal", "gandiva", "gandiva+gimbal", "gavel", "gavel+gimbal"])
 def test_recorded_state_same_plan_as_simulator(release, replay, policy):
     _, be = replay
     real = build_snapshot(be.jobs(), be.nodes(), default_models())
