@@ -89,7 +89,7 @@ def main(argv=None) -> int:
             [sys.executable, "-m", "launcher.run", "--standalone", "--job-id", name, "--nproc", "1",
              "--state-dir", str(state), "--checkpoint-dir", str(work / f"ckpt-{name}"),
              "--poll-interval", "0.5", "--", str(ROOT / "examples" / "train_mnistlike.py"),
-             "--steps", "10000000", "--samples", str(64 * a.batch), "--global-batch", str(a.batch),
+             "--steps", "10000000", "--samples", str(16 * a.batch), "--global-batch", str(a.batch),
              "--hidden", str(a.hidden)], env=env, stdout=logs[name], stderr=subprocess.STDOUT,
             cwd=str(ROOT))
         time.sleep(2.0)  # "short" starts first: the J_max tie goes to it
@@ -128,10 +128,17 @@ def main(argv=None) -> int:
                 first = min(r["ts"] for r in recs)
                 break
             time.sleep(0.5)
-        result["lgrr_switch_s"] = None if first is None else first - t_dec
         time.sleep(a.phase_s)
         t2 = time.time()
         time.sleep(3.0)  # the report writers flush in batches
+        relaunched = [r for n in squeezed for r in reports(state, n)
+                      if r.get("restart", 0) >= 1 and r.get("ts", 0) >= t_dec]
+        first_any = min((r["ts"] for r in relaunched), default=None)  # warm-up report
+        steady_after = [r["ts"] for r in relaunched if not r.get("warmup")]
+        first = min(steady_after) if steady_after else None
+        result["lgrr_first_report_s"] = None if first_any is None else first_any - t_dec
+        result["lgrr_switch_s"] = None if first is None else first - t_dec
+        result["times"] = {"start": t_start, "phase1_end": t1, "decision": t_dec, "end": t2}
         # steady windows: the last two thirds of phase 1; phase 2 from the squeezed job's first
         # steady report after its relaunch (else the last two thirds of phase 2)
         since2 = first if first is not None else t2 - 2 * a.phase_s / 3
