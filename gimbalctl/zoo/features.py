@@ -25,10 +25,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .nets import MODELS
+from policies.similarity import FEATURES
 
-FEATURES = ("conv", "linear", "norm", "activation", "pool", "recurrent", "attention",
-            "embedding", "params_m", "gflops", "act_mb")
+from .nets import MODELS
 
 _KIND = (
     ("conv", (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d)),
