@@ -44,10 +44,11 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from .base import Policy, exclusive_config, keep_running_reasons, pick_consolidated
+from .base import Policy, exclusive_config, keep_running_reasons
 from .model import ClusterSnapshot, Gpu, Job
-from .plan import PreemptJob, ReasonCode, StartJob, make_plan, reason
+from .plan import ReasonCode, make_plan, reason
 from .registry import register
+from .typed_rounds import apply_decisions, round_boundary, start_on, type_capacity
 
 DECIDE = ("gpu", "gpu_ngpu", "gpu_ngpu_bs")
 # model characteristics, in vector order: layers by kind, parameters (M), forward GFLOPs
@@ -113,11 +114,6 @@ class Option:
     tput: float
 
 
-def _round_boundary(now: float, length: float) -> bool:
-    k = round(now / length)
-    return abs(now - k * length) <= 1e-6 * max(1.0, length)
-
-
 @register("similarity")
 class Similarity(Policy):
     """Model-similarity round-based scheduling with job packing (seed 002 Alg. 1-3)."""
@@ -133,16 +129,6 @@ class Similarity(Policy):
         self.preemptive = self.cd
 
     # ------------------------------------------------------------------ helpers
-    def _types(self, snap: ClusterSnapshot):
-        """type -> (GPUs of that type, GPUs per node, GPU memory MiB)."""
-        out: dict[str, list] = {}
-        for n in snap.nodes:
-            t = out.setdefault(n.gpu_type, [0, 0, n.gpu_mem_mb])
-            t[0] += n.num_gpus
-            t[1] = max(t[1], n.num_gpus)
-            t[2] = min(t[2], n.gpu_mem_mb)
-        return out
-
     def _tput(self, snap, ref: str, gtype: str, ngpu: int, batch: int, per_node: int) -> float:
         prof = snap.profiles.get(ref)
         if prof is None:
@@ -187,7 +173,7 @@ class Similarity(Policy):
         db: Optional[SimilarityDB] = snap.predictors.get("similarity")
         waiting = snap.pending()
         reasons: dict = {}
-        if not _round_boundary(snap.now, self.round_length):
+        if not round_boundary(snap.now, self.round_length):
             nxt = (math.floor(snap.now / self.round_length) + 1) * self.round_length
             why = reason(ReasonCode.WAIT_ROUND, "decisions are made at round boundaries",
                          next_round=nxt)
@@ -195,7 +181,7 @@ class Similarity(Policy):
             keep_running_reasons(snap, reasons)
             return make_plan(self.name, [], [j.id for j in waiting], reasons)
 
-        types = self._types(snap)
+        types = type_capacity(snap)
         cap = {t: v[0] for t, v in types.items()}
         gtype_of = {n.name: n.gpu_type for n in snap.nodes}
         mem_of_node = {n.name: n.gpu_mem_mb for n in snap.nodes}
@@ -233,55 +219,18 @@ class Similarity(Policy):
                     break
 
         # ---- placement: keep exact matches, pre-empt the rest, start the decisions
-        actions: list = []
-        preempted: dict[str, PreemptJob] = {}
-        kept: dict[str, tuple[Gpu, ...]] = {}
-        batch_of: dict[str, int] = {}
-        for job in running:
-            alloc = job.allocation
-            cur = alloc.global_batch or job.global_batch
-            opt = decided.get(job.id)
-            same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
-                    and all(gtype_of[g.node] == opt.gpu_type for g in alloc.gpus))
-            if not self.cd or same:
-                kept[job.id] = alloc.gpus
-                batch_of[job.id] = cur
-                if same:
-                    reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, "same decision as last round",
-                                             **self._nums(refs.get(job.id), opt))
-                continue
-            preempted[job.id] = PreemptJob(job.id)
-            reasons[job.id] = reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
-                                     else "queued behind earlier jobs this round")
-        held = {g for gs in kept.values() for g in gs}
-        by_type: dict[str, dict[str, tuple[Gpu, ...]]] = {}
-        for n in snap.nodes:
-            gs = tuple(g for g in n.gpus() if g not in held)
-            if gs:
-                by_type.setdefault(n.gpu_type, {})[n.name] = gs
-        rank = snap.node_rank
-        placed: dict[str, tuple[Gpu, ...]] = dict(kept)
-        starts: list = []
-        for job in queue:
-            opt = decided.get(job.id)
-            if opt is None or job.id in kept:
-                continue
-            pool = by_type.get(opt.gpu_type, {})
-            gpus = pick_consolidated((), opt.ngpu, rank, pool)
-            if gpus is None:  # capacity is counted per type, so this cannot happen
-                raise AssertionError(f"similarity: no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}")
-            for g in gpus:
-                rest = tuple(x for x in pool[g.node] if x != g)
-                if rest:
-                    pool[g.node] = rest
-                else:
-                    del pool[g.node]
-            placed[job.id] = gpus
-            batch_of[job.id] = opt.batch
-            starts.append(self._start(snap, job, gpus, opt.batch, ()))
+        def started_why(job, opt):
             code = ReasonCode.RESUMED if job.start_time is not None else ReasonCode.STARTED
-            reasons[job.id] = reason(code, f"{opt.ngpu} x {opt.gpu_type}, batch {opt.batch}: the "
-                                     f"fastest suggestion that fits", **self._nums(refs.get(job.id), opt))
+            return reason(code, f"{opt.ngpu} x {opt.gpu_type}, batch {opt.batch}: the fastest "
+                          f"suggestion that fits", **self._nums(refs.get(job.id), opt))
+
+        def kept_why(job, opt):
+            return reason(ReasonCode.KEEP_RUNNING, "same decision as last round",
+                          **self._nums(refs.get(job.id), opt))
+
+        preempted, starts, placed, batch_of, why = apply_decisions(
+            snap, queue, decided, self.cd, started_why, kept_why)
+        reasons.update(why)
 
         # ---- Algorithm 3: pack queued jobs beside jobs alone on one GPU
         queued = [j for j in queue if j.id not in placed]
@@ -312,7 +261,7 @@ class Similarity(Policy):
                     reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, f"packed again beside {sj.id}",
                                              **nums)
                     continue
-                starts.append(self._start(snap, job, (g,), b, (sj.id,)))
+                starts.append(start_on(snap, job, (g,), b, (sj.id,)))
                 reasons[job.id] = reason(ReasonCode.STARTED_SHARED,
                                          f"packed beside {sj.id} on {g.node}:{g.index} (Alg. 3)", **nums)
         actions = list(preempted.values()) + starts
@@ -333,12 +282,6 @@ class Similarity(Policy):
         if opt is not None:
             out.update(ngpu=opt.ngpu, batch=opt.batch, est_samples_per_s=opt.tput)
         return out
-
-    def _start(self, snap, job: Job, gpus, batch: int, share_with) -> StartJob:
-        view = dataclasses.replace(job, num_gpus=len(gpus), global_batch=batch)
-        b, s = exclusive_config(snap, view)
-        return StartJob(job.id, tuple(gpus), b, s, share_with=tuple(share_with),
-                        global_batch=None if batch == job.global_batch else batch)
 
     def _mem(self, snap, job: Job, ngpu: int, batch: int) -> float:
         prof = snap.memory.get(job.app)

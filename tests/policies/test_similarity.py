@@ -12,6 +12,7 @@ from gimbalctl.similarity_db import APP_MODEL, build_db, load_features, FeatureT
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.plan import PreemptJob, ReasonCode, StartJob
 from policies.similarity import SimilarityDB, Similarity, cosine, scaled
+from policies.typed_rounds import type_capacity
 from policies.throughput import GpuTypeTable
 
 M = default_models()
@@ -108,7 +109,7 @@ def test_ngpu_variant_chooses_the_count_within_range_only():
     # the chosen option is the fastest of the suggestions that fit
     pol = Similarity(decide="gpu_ngpu")
     sn = snap(HET, [job(1, n=2, gpu_range=(1, 4))])
-    best = pol.suggestions(sn, sn.jobs["j1"], "cifar10", pol._types(sn))[0]
+    best = pol.suggestions(sn, sn.jobs["j1"], "cifar10", type_capacity(sn))[0]
     assert len(s.gpus) == best.ngpu
 
 
