@@ -11,7 +11,7 @@ _REGISTRY: dict[str, type] = {}
 _MODULES = (
     "policies.fifo", "policies.sjf", "policies.srtf", "policies.srsf",
     "policies.tiresias", "policies.sjf_bsbf", "policies.sjf_ffs",
-    "policies.similarity",
+    "policies.similarity", "policies.gavel_mtd", "policies.isolation",
 )
 
 
