@@ -17,10 +17,10 @@ import numpy as np
 from scipy.optimize import linprog
 
 from .base import Policy
-from .gavel_rounds import iter_rate, run_round, wait_round_plan
+from .gavel_rounds import iter_rate, run_round
 from .model import ClusterSnapshot
 from .registry import register
-from .typed_rounds import round_boundary, type_capacity
+from .typed_rounds import type_capacity
 
 
 @register("gavel-mtd")
@@ -28,6 +28,7 @@ class GavelMinTotalDuration(Policy):
     """Gavel min-total-duration: LP time shares over GPU types minimising makespan, in rounds."""
 
     preemptive = True
+    rounds_only = True  # Gavel's mechanism decides at round boundaries only
     needs_lengths = True
 
     def __init__(self, round_length: float = 180.0):
@@ -74,7 +75,5 @@ class GavelMinTotalDuration(Policy):
                 for i, j in enumerate(jobs)}
 
     def schedule(self, snap: ClusterSnapshot):
-        if not round_boundary(snap.now, self.round_length):
-            return wait_round_plan(snap, self.name, self.round_length)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         return run_round(snap, self.name, jobs, self.allocation(snap, jobs), "min-total-duration")

@@ -18,7 +18,7 @@ from typing import Mapping
 from .model import ClusterSnapshot, Job
 from .plan import ReasonCode, make_plan, reason
 from .base import keep_running_reasons
-from .typed_rounds import apply_decisions, round_boundary, type_capacity
+from .typed_rounds import apply_decisions, type_capacity
 
 
 class _Pick:
@@ -38,15 +38,6 @@ def iter_rate(snap: ClusterSnapshot, job: Job, gtype: str, per_node: int) -> flo
     s = prof.min_accum_steps(local)
     nodes = -(-n // max(per_node, 1))
     return snap.gpu_types.speed(job.app, gtype) / prof.iter_time(local, n, nodes, s)
-
-
-def wait_round_plan(snap: ClusterSnapshot, name: str, length: float):
-    waiting = snap.pending()
-    nxt = (math.floor(snap.now / length) + 1) * length
-    why = reason(ReasonCode.WAIT_ROUND, "decisions are made at round boundaries", next_round=nxt)
-    reasons = dict.fromkeys((j.id for j in waiting), why)
-    keep_running_reasons(snap, reasons)
-    return make_plan(name, [], [j.id for j in waiting], reasons)
 
 
 def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],

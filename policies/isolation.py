@@ -6,10 +6,10 @@ progressive filling gives each job the same share).  After Gavel's isolated poli
 from __future__ import annotations
 
 from .base import Policy
-from .gavel_rounds import run_round, wait_round_plan
+from .gavel_rounds import run_round
 from .model import ClusterSnapshot
 from .registry import register
-from .typed_rounds import round_boundary, type_capacity
+from .typed_rounds import type_capacity
 
 
 @register("isolation")
@@ -17,6 +17,7 @@ class Isolation(Policy):
     """Isolation (DRF): equal time shares of every GPU type, in rounds (Gavel mechanism)."""
 
     preemptive = True
+    rounds_only = True  # Gavel's mechanism decides at round boundaries only
 
     def __init__(self, round_length: float = 180.0):
         if not round_length > 0:
@@ -24,8 +25,6 @@ class Isolation(Policy):
         self.round_length = float(round_length)
 
     def schedule(self, snap: ClusterSnapshot):
-        if not round_boundary(snap.now, self.round_length):
-            return wait_round_plan(snap, self.name, self.round_length)
         types = type_capacity(snap)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         demand = sum(j.num_gpus for j in jobs) or 1

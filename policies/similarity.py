@@ -32,9 +32,10 @@ eq. 2 would favour small batches that lengthen training in samples, so we rank b
 per second (our choice, stated).  Co-located throughput divides by ξ (seed 000 eq. 5-6,
 ``snapshot.interference``) of the two references.
 
-Decisions are made only at round boundaries (``now`` a multiple of ``round_length``, as the
-paper's rounds: GPUs freed mid-round stay idle until the next round, §6.1); a call between
-rounds returns an empty plan with WAIT_ROUND reasons.  Pure: the reference database is
+Decisions are made only at round boundaries, as the paper's rounds (GPUs freed mid-round
+stay idle until the next round, §6.1): the policy sets ``rounds_only``, so the simulator
+calls it only at multiples of ``round_length`` and the daemon at each cycle (one cycle =
+one round: run the daemon with the round length as its period).  Pure: the reference database is
 ``snapshot.predictors["similarity"]`` (a :class:`SimilarityDB`), built in ``gimbalctl``.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ from .base import Policy, exclusive_config, keep_running_reasons
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
-from .typed_rounds import apply_decisions, round_boundary, start_on, type_capacity
+from .typed_rounds import apply_decisions, start_on, type_capacity
 
 DECIDE = ("gpu", "gpu_ngpu", "gpu_ngpu_bs")
 # model characteristics, in vector order: layers by kind, parameters (M), forward GFLOPs
@@ -128,6 +129,8 @@ class Similarity(Policy):
         self.round_length = float(round_length)
         self.preemptive = self.cd
 
+    rounds_only = True
+
     # ------------------------------------------------------------------ helpers
     def _tput(self, snap, ref: str, gtype: str, ngpu: int, batch: int, per_node: int) -> float:
         prof = snap.profiles.get(ref)
@@ -173,14 +176,6 @@ class Similarity(Policy):
         db: Optional[SimilarityDB] = snap.predictors.get("similarity")
         waiting = snap.pending()
         reasons: dict = {}
-        if not round_boundary(snap.now, self.round_length):
-            nxt = (math.floor(snap.now / self.round_length) + 1) * self.round_length
-            why = reason(ReasonCode.WAIT_ROUND, "decisions are made at round boundaries",
-                         next_round=nxt)
-            reasons.update(dict.fromkeys((j.id for j in waiting), why))
-            keep_running_reasons(snap, reasons)
-            return make_plan(self.name, [], [j.id for j in waiting], reasons)
-
         types = type_capacity(snap)
         cap = {t: v[0] for t, v in types.items()}
         gtype_of = {n.name: n.gpu_type for n in snap.nodes}

@@ -19,12 +19,6 @@ class Choice(Protocol):
     batch: int
 
 
-def round_boundary(now: float, length: float) -> bool:
-    """``now`` is a multiple of ``length`` (rounds run on a fixed grid from time 0)."""
-    k = round(now / length)
-    return abs(now - k * length) <= 1e-6 * max(1.0, length)
-
-
 def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
     """GPU type -> [GPUs, most GPUs on one node, smallest GPU memory MiB]."""
     out: dict[str, list] = {}

@@ -43,8 +43,6 @@ def test_mtd_round_never_oversubscribes_and_waits_between_rounds():
     plan = GavelMinTotalDuration().schedule(snap(HET, jobs))
     used = [g for s in plan.starts() for g in s.gpus]
     assert len(used) == len(set(used)) <= 6
-    mid = GavelMinTotalDuration().schedule(snap(HET, jobs, now=10.0))
-    assert mid.actions == () and mid.reasons["j0"].code is ReasonCode.WAIT_ROUND
 
 
 def test_isolation_serves_the_least_served_job_first():

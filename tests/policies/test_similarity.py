@@ -133,13 +133,6 @@ def test_a_round_never_oversubscribes_a_type_and_walks_in_arrival_order():
     assert plan.order == ("j3", "j4")
 
 
-def test_between_rounds_nothing_changes():
-    plan = Similarity(round_length=180).schedule(snap(HET, [job(1)], now=100.0))
-    assert plan.actions == ()
-    assert plan.reasons["j1"].code is ReasonCode.WAIT_ROUND
-    assert plan.reasons["j1"].numbers["next_round"] == 180.0
-
-
 def _running(j, gpus, batch=None, start=0.0):
     from dataclasses import replace
     alloc = Allocation(tuple(gpus), j.global_batch // len(gpus), 1, None, global_batch=batch)
