@@ -27,7 +27,6 @@ class ReasonCode(str, enum.Enum):
     WAIT_NO_SHARE_BENEFIT = "wait_no_share_benefit"  # seed 000 Thm 1 says run after
     WAIT_MEMORY = "wait_memory"  # no sub-batch fits beside the running job
     INFEASIBLE = "infeasible"  # asks for more than the cluster has
-    WAIT_ROUND = "wait_round"  # round-based policy: decisions only at round boundaries
 
 
 @dataclass(frozen=True)
