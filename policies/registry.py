@@ -11,6 +11,9 @@ _REGISTRY: dict[str, type] = {}
 _MODULES = (
     "policies.fifo", "policies.sjf", "policies.srtf", "policies.srsf",
     "policies.tiresias", "policies.sjf_bsbf", "policies.sjf_ffs",
+    "policies.a_srpt", "policies.a_srpt_perfect", "policies.spjf", "policies.spwf",
+    "policies.wcs_duration", "policies.wcs_workload", "policies.wcs_subtime",
+    "policies.lucid", "policies.gandiva", "policies.gavel_pack",
     "policies.similarity", "policies.gavel_mtd", "policies.isolation",
 )
 

@@ -8,6 +8,16 @@ given by the throughput model (seed 000 eq. 7), divided by the interference
 ratio ξ while they share a GPU with another job (eq. 5-6).  A job resumed after
 a pre-emption first spends ``preempt_cost`` seconds restoring (no progress).
 
+Jobs of a seed 003 Table I model (``policies.pipeline.MODELS``; pipeline stages
+``Job.stages``) run at ``1/α`` with ``α`` from eq. 4–7 on their placement: the stage of
+each GPU is the plan's ``WorkerAlloc.stage`` (without worker records: stages fill the GPUs
+in the order given) and the bandwidths are ``SimConfig.network`` (§V-B defaults).
+
+History and predictors (seed 003 §IV): every finished job is appended to
+``snapshot.history`` (after ``prior_history``, jobs that ended before the run); when a
+``refit`` callable is given it is called with the history every ``refit_every`` seconds
+of simulated time and its mapping becomes ``snapshot.predictors``.
+
 Progress is settled lazily (only for jobs whose state or rate changes), so the
 cost grows with the number of events, not with simulated seconds.  The
 simulator is deterministic: no randomness, ties broken by event sequence.
@@ -20,9 +30,11 @@ import math
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.model import Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState, Node
+from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
+    iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from ..profiles import Models
@@ -46,6 +58,7 @@ class SimConfig:
     reveal_lengths: bool = True  # policies see total_iters
     sample_every: Optional[float] = None  # timeline sampling; default adaptive
     max_jobs_per_gpu: int = 2
+    network: Network = Network()  # seed 003 eq. 5-6 bandwidths (Table I jobs)
 
 
 class _Rec:
@@ -77,7 +90,10 @@ class _Rec:
 class Simulator:
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
                  config: SimConfig = SimConfig(),
-                 progress: Optional[Callable[[int, int], None]] = None):
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 prior_history: Sequence[FinishedJob] = (),
+                 refit: Optional[Callable[[tuple, float], Mapping[str, Any]]] = None,
+                 refit_every: float = 3600.0):
         ids = [j.id for j in jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("job ids must be unique")
@@ -88,7 +104,7 @@ class Simulator:
             if j.num_gpus > cluster_gpus:  # could never start: the run would never end
                 raise ValueError(f"job {j.id} asks {j.num_gpus} GPUs, the cluster has "
                                  f"{cluster_gpus}")
-            if j.app not in models.profiles:
+            if j.app not in models.profiles and j.app not in PIPELINE_MODELS:
                 raise ValueError(f"job {j.id}: no throughput profile for application {j.app!r}")
         self.nodes = tuple(nodes)
         self.policy = policy
@@ -121,6 +137,12 @@ class Simulator:
         self.n_done = 0
         self.arrivals_left = len(jobs)
         self.idle_calls = 0  # consecutive calls that left an idle cluster idle for good
+        self.history: list[FinishedJob] = list(prior_history)
+        self.history_view: tuple = tuple(self.history)
+        self.refit, self.refit_every = refit, float(refit_every)
+        self.last_fit: Optional[float] = None
+        self.predictors: Mapping[str, Any] = MappingProxyType({})
+        self.gpn = {n.name: n.num_gpus for n in self.nodes}
         arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         for j in arrivals:
             self._push(j.submit_time, ARRIVAL, j.id, 0)
@@ -205,11 +227,33 @@ class Simulator:
         rec.view = None
         self.dirty_views.add(rec.spec.id)
 
+    @staticmethod
+    def _pipeline_spec(spec: Job, k: int):
+        stages = spec.stages if 1 <= spec.stages <= k else (configurations(spec.app, k) or (k,))[0]
+        return pipeline_spec(spec.app, stages, k)
+
+    def _pipeline_alpha(self, spec: Job, alloc: Allocation) -> float:
+        """Seed 003 eq. 7 of a Table I job on ``alloc`` (stages from the worker records)."""
+        ps = self._pipeline_spec(spec, len(alloc.gpus))
+        stages = len(ps.stages)
+        nodes: list[list[str]] = [[] for _ in range(stages)]
+        if any(w.stage for w in alloc.workers):
+            for w in alloc.workers:
+                nodes[min(max(w.stage, 0), stages - 1)].append(w.gpu.node)
+        else:
+            it = iter(alloc.gpus)
+            for s, st in enumerate(ps.stages):
+                nodes[s] = [next(it).node for _ in range(st.replicas)]
+        return pipeline_iter_time(ps, counts_of(nodes), self.gpn, self.cfg.network)
+
     def _rate(self, rec: _Rec) -> float:
         spec, alloc = rec.spec, rec.alloc
-        prof = self.models.profiles[spec.app]
-        k = len(alloc.gpus)
-        t_iter = prof.iter_time(spec.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+        if spec.app in PIPELINE_MODELS:
+            t_iter = self._pipeline_alpha(spec, alloc)
+        else:
+            prof = self.models.profiles[spec.app]
+            k = len(alloc.gpus)
+            t_iter = prof.iter_time(spec.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
         xi = 1.0
         for other in rec.partners:
             xi = max(xi, self.models.interference.ratio(spec.app, self.recs[other].spec.app))
@@ -260,6 +304,11 @@ class Simulator:
         rec.done_iters = rec.spec.total_iters
         rec.state = JobState.PENDING  # leaves the active set
         rec.end = self.now
+        sp = rec.spec
+        self.history.append(FinishedJob(sp.id, sp.user, sp.submit_time, rec.first_start, self.now,
+                                        sp.num_gpus, sp.app, sp.name, sp.group_id,
+                                        sp.total_iters, sp.global_batch))
+        self.history_view = None
         affected = self._release(rec)
         del self.active[rec.spec.id]
         self.views.pop(rec.spec.id, None)
@@ -282,13 +331,20 @@ class Simulator:
             self.free_cache = (tuple(chain.from_iterable(index.values())),
                                MappingProxyType(index))
         free, index = self.free_cache
+        if self.history_view is None:
+            self.history_view = tuple(self.history)
+        if self.refit is not None and (self.last_fit is None
+                                       or self.now - self.last_fit >= self.refit_every):
+            self.predictors = MappingProxyType(dict(self.refit(self.history_view, self.now)))
+            self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index,
-            waiting_ids=tuple(self.waiting_ids))
+            waiting_ids=tuple(self.waiting_ids), history=self.history_view,
+            predictors=self.predictors)
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -333,7 +389,8 @@ class Simulator:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
             self._settle(rec)
             affected |= self._release(rec)
-            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct, resize=True)
+            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct, resize=True,
+                        workers=act.workers)
             affected |= set(rec.partners)
         for act in plan.starts():
             rec = self.active[act.job_id]
@@ -343,13 +400,16 @@ class Simulator:
                 raise PlanError(f"gang violation: job {act.job_id} needs {rec.spec.num_gpus} GPUs,"
                                 f" plan gives {len(act.gpus)}")
             self._settle(rec)
-            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct)
+            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct,
+                        workers=act.workers)
             del self.waiting_ids[rec.spec.id]
             affected |= set(rec.partners)
         self._refresh(affected)
 
-    def _place(self, rec: _Rec, gpus, sub_batch, accum, mps_pct, resize=False) -> None:
+    def _place(self, rec: _Rec, gpus, sub_batch, accum, mps_pct, resize=False, workers=()) -> None:
         jid = rec.spec.id
+        if workers and tuple(w.gpu for w in workers) != tuple(gpus):
+            raise PlanError(f"job {jid}: worker records do not list the plan's GPUs in order")
         if len(set(gpus)) != len(gpus):
             raise PlanError(f"job {jid}: the same GPU listed twice")
         # the rate (eq. 7) runs the whole per-GPU share in ``accum`` steps and the
@@ -382,7 +442,8 @@ class Simulator:
             self.free_by_node[g.node].discard(g.index)
             self.dirty_nodes.add(g.node)
             self.free_cache = None
-        rec.alloc = Allocation(tuple(gpus), int(sub_batch), int(accum), mps_pct)
+        rec.alloc = Allocation(tuple(gpus), int(sub_batch), int(accum), mps_pct,
+                               workers=tuple(workers))
         rec.partners = self._partners_of(gpus, jid)
         if rec.partners:
             rec.shared = True
@@ -400,8 +461,7 @@ class Simulator:
         ce = 0.0
         bi_sum, n_wait = 0.0, 0
         for rec in self.active.values():
-            prof = self.models.profiles[rec.spec.app]
-            one = 1.0 / prof.iter_time(rec.spec.global_batch, 1, 1, prof.min_accum_steps(rec.spec.global_batch))
+            one = self._one_gpu_rate(rec.spec)
             if rec.state is JobState.RUNNING:
                 if self.now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
                     ce += rec.rate / one
@@ -415,7 +475,25 @@ class Simulator:
             self.busy_gpus / max(self.total_gpus, 1)))
 
 
+    def _one_gpu_rate(self, spec: Job) -> float:
+        """Rate of ``spec`` on one GPU (CE/BI normalisation); a Table I job that needs
+        several GPUs counts as ``num_gpus`` GPUs at its consolidated rate."""
+        if spec.app in PIPELINE_MODELS:
+            g = max(self.gpn.values(), default=1)
+            ps = self._pipeline_spec(spec, spec.num_gpus)
+            nodes, i = [], 0
+            for st in ps.stages:
+                nodes.append([f"_{(i + r) // g}" for r in range(st.replicas)])
+                i += st.replicas
+            gpn = {f"_{x}": g for x in range(spec.num_gpus // g + 1)}
+            alpha = pipeline_iter_time(ps, counts_of(nodes), gpn, self.cfg.network)
+            return 1.0 / (alpha * spec.num_gpus)
+        prof = self.models.profiles[spec.app]
+        return 1.0 / prof.iter_time(spec.global_batch, 1, 1, prof.min_accum_steps(spec.global_batch))
+
+
 def simulate(jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
-             config: SimConfig = SimConfig(), progress=None) -> SimResult:
-    """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator`."""
-    return Simulator(jobs, nodes, policy, models, config, progress).run()
+             config: SimConfig = SimConfig(), progress=None, **kw) -> SimResult:
+    """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator` (``kw``:
+    ``prior_history``, ``refit``, ``refit_every``)."""
+    return Simulator(jobs, nodes, policy, models, config, progress, **kw).run()
