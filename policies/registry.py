@@ -37,13 +37,17 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
+class PolicyImportError(ImportError):
+    """A policy module listed in ``_MODULES`` failed to import (message names it)."""
+
+
 def _load_all() -> None:
     for mod in _MODULES:
         try:
             importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # a policy module not written yet
-            if e.name != mod:
-                raise
+        except Exception as e:  # never skipped: a listed module must load
+            raise PolicyImportError(f"policy module {mod} failed to import: "
+                                    f"{type(e).__name__}: {e}") from e
 
 
 def names() -> list[str]:
