@@ -26,8 +26,10 @@ class Checked:
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
-        self.preemptive = getattr(inner, "preemptive", False)
         self.calls = 0
+
+    def __getattr__(self, attr):  # what the policy declares (needs_lengths, rounds, ...)
+        return getattr(self.inner, attr)
 
     def schedule(self, snap):
         self.calls += 1
@@ -36,7 +38,8 @@ class Checked:
             assert job.submit_time <= snap.now + 1e-9, "a job is visible before its arrival"
             if job.running:
                 gpus = job.allocation.gpus
-                assert len(gpus) == job.num_gpus, "gang violated"
+                lo, hi = job.gpu_range or (job.num_gpus, job.num_gpus)
+                assert lo <= len(gpus) <= hi, "gang violated"
                 assert len(set(gpus)) == len(gpus)
                 per_gpu.update(gpus)
         for g, n in per_gpu.items():
