@@ -26,6 +26,7 @@ class Checked:
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
+        self.elastic = getattr(inner, "elastic", False)
         self.calls = 0
 
     def __getattr__(self, attr):  # what the policy declares (needs_lengths, rounds, ...)
@@ -38,8 +39,16 @@ class Checked:
             assert job.submit_time <= snap.now + 1e-9, "a job is visible before its arrival"
             if job.running:
                 gpus = job.allocation.gpus
-                lo, hi = job.gpu_range or (job.num_gpus, job.num_gpus)
-                assert lo <= len(gpus) <= hi, "gang violated"
+                if self.elastic:  # seed 001 elastic shares: any count >= 1, network-packed
+                    per = snap.max_gpus_per_node
+                    assert len(gpus) >= 1, "a running job holds no GPU"
+                    if job.gpu_range is not None:
+                        assert job.gpu_range[0] <= len(gpus) <= job.gpu_range[1]
+                    assert (len(gpus) % per == 0 if len(gpus) >= per else
+                            per % len(gpus) == 0), f"forbidden share {len(gpus)}"
+                else:
+                    lo, hi = job.gpu_range or (job.num_gpus, job.num_gpus)
+                    assert lo <= len(gpus) <= hi, "gang violated"
                 assert len(set(gpus)) == len(gpus)
                 per_gpu.update(gpus)
         for g, n in per_gpu.items():
