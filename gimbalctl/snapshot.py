@@ -187,7 +187,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         now=now, nodes=node_objs, jobs=MappingProxyType(out_jobs),
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
-        interference=models.interference, seed=seed, gpu_types=gpu_types)
+        interference=models.interference, seed=seed, gpu_types=gpu_types,
+        predictors=MappingProxyType(dict(getattr(models, "predictors", {}) or {})))
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),

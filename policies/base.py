@@ -33,6 +33,10 @@ class Policy:
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None
+    # True: the policy decides only at round boundaries (seed 002's rounds, Gavel's
+    # mechanism): the simulator calls it only at multiples of ``round_length`` (not at
+    # arrivals or completions); the daemon calls it once per cycle, one cycle = one round
+    rounds_only = False
     # True: the policy sets each job's GPU count itself (seed 001 elastic shares): it may
     # start a job on any number of GPUs >= 1 and resize it later; the simulator calls it
     # at every arrival and completion, even when nothing waits

@@ -4,7 +4,9 @@ Events are job arrivals, job completions, scheduling ticks and rounds.  The
 policy is called (with a fresh :class:`~policies.model.ClusterSnapshot`) after
 every arrival or completion, every ``interval`` seconds while jobs wait, and
 every ``Policy.round_length`` seconds while any job is active (round-based
-policies); its Plan is validated and applied.
+policies); its Plan is validated and applied.  A policy with ``rounds_only``
+(seed 002's rounds, Gavel's mechanism) is called only at multiples of its round
+length, never at arrivals or completions.
 
 Rate model (docs/architecture.md, "Allocation record"): each worker of a
 running job (:class:`~policies.model.WorkerAlloc`) takes seed 000 eq. 7 on its
@@ -145,6 +147,10 @@ class Simulator:
         self.reveal = config.reveal_lengths and getattr(policy, "needs_lengths", True)
         self.may_preempt = getattr(policy, "preemptive", True)
         self.round_length = getattr(policy, "round_length", None)
+        # rounds only: called at multiples of round_length, never at arrivals/completions
+        self.rounds_only = bool(getattr(policy, "rounds_only", False))
+        if self.rounds_only and self.round_length is None:
+            raise ValueError("a policy with rounds_only needs a round_length")
         if self.round_length is not None and not self.round_length > 0:
             raise ValueError(f"policy round_length must be > 0 seconds, got {self.round_length!r}")
         self.recs = {j.id: _Rec(j) for j in jobs}
@@ -184,7 +190,10 @@ class Simulator:
         self.history_view: Optional[tuple] = tuple(self.history)  # rebuilt after a completion
         self.refit, self.refit_every = refit, float(refit_every)
         self.last_fit: Optional[float] = None
-        self.predictors: Mapping[str, Any] = MappingProxyType({})
+        # static predictors the models carry (seed 002's reference database), plus what
+        # ``refit`` returns from the history
+        self.static_predictors = dict(getattr(models, "predictors", {}) or {})
+        self.predictors: Mapping[str, Any] = MappingProxyType(dict(self.static_predictors))
         self.gpn = {n.name: n.num_gpus for n in self.nodes}
         arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         for j in arrivals:
@@ -231,17 +240,27 @@ class Simulator:
                 else:
                     self.round_pending = False
                     round_due = True
-            # elastic policies (seed 001) re-divide the GPUs at every churn event, even
-            # when nothing waits (a completion frees GPUs the running jobs can take)
-            if ((changed or tick) and (self.waiting_ids or (changed and self.elastic and self.active))) \
-                    or (round_due and self.active):
+            if self.rounds_only:  # decides at rounds only (seed 002, Gavel's mechanism)
+                call = round_due and self.active
+            else:
+                # elastic policies (seed 001) re-divide the GPUs at every churn event, even
+                # when nothing waits (a completion frees GPUs the running jobs can take)
+                call = ((changed or tick) and (self.waiting_ids or (changed and self.elastic
+                                                                    and self.active))) \
+                    or (round_due and self.active)
+            if call:
                 self._schedule()
                 self._check_stall()
-            if self.waiting_ids and not self.tick_pending:
+            if self.waiting_ids and not self.tick_pending and not self.rounds_only:
                 self._push(self.now + self.cfg.interval, TICK, "", 0)
                 self.tick_pending = True
             if self.round_length is not None and self.active and not self.round_pending:
-                self._push(self.now + self.round_length, ROUND, "", 0)
+                r = self.round_length
+                if not self.rounds_only or round_due:
+                    nxt = self.now + r
+                else:  # a chain (re)starts on the grid of multiples of the round length
+                    nxt = math.ceil(self.now / r - 1e-9) * r
+                self._push(nxt, ROUND, "", 0)
                 self.round_pending = True
             if self.now >= self.next_sample:
                 self._sample()
@@ -447,7 +466,8 @@ class Simulator:
             self.history_view = tuple(self.history)
         if self.refit is not None and (self.last_fit is None
                                        or self.now - self.last_fit >= self.refit_every):
-            self.predictors = MappingProxyType(dict(self.refit(self.history_view, self.now)))
+            self.predictors = MappingProxyType({**self.static_predictors,
+                                                **self.refit(self.history_view, self.now)})
             self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
