@@ -19,7 +19,7 @@ NOW = 1_800_000_000.0
 
 def _gated(sj):
     admin = "gimbal:v1;app=bert;batch=64;gate=1"
-    return dataclasses.replace(sj, admin_comment=admin, meta=parse_meta(admin, sj.comment))
+    return dataclasses.replace(sj, admin_comment=admin, meta=parse_meta(admin))
 
 
 def test_same_gpu_resize_rewrites_the_decision(release, tmp_path):
