@@ -168,6 +168,9 @@ class Job:
     # the job's metadata allows a policy to change its global batch (seed 002 Alg. 2/3):
     # ``None`` = fixed; else the (min, max) global batch the user accepts
     batch_range: Optional[tuple[int, int]] = None
+    # moldable / elastic GPU count (seed 001 shares, seed 002 Alg. 2 chooses the count):
+    # None = exactly num_gpus; else a policy may run the job on any count in (min, max)
+    gpu_range: Optional[tuple[int, int]] = None
     # pipeline stages the job's model is split into (seed 003); 1 = data parallel only
     stages: int = 1
     state: JobState = JobState.PENDING
