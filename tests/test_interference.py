@@ -145,3 +145,12 @@ def test_mps_model_is_pure_data():
     with pytest.raises(TypeError):
         MPS.apps["lstm"]["c"] = 0.0  # read-only mappings
     assert math.isfinite(MPS.xi("lstm", "lstm", 10, 100))
+
+
+def test_snapshot_exposes_the_model_to_policies():
+    from policies.model import ClusterSnapshot
+    snap = ClusterSnapshot(now=0.0, nodes=(), jobs={}, gpu_jobs={}, free_gpus=(),
+                           interference=M.interference)
+    assert snap.xi("bert", "ncf") == M.interference.pairs[("bert", "ncf")]
+    assert snap.xi("bert", "ncf", 70, 30) == pytest.approx(MPS.xi("tinylm", "lstm", 70, 30))
+    assert snap.mps_alone("bert", 50) == pytest.approx(MPS.alone("tinylm", 50))
