@@ -33,6 +33,7 @@ Sources (all fitted offline by :func:`refit` and shipped as ``data/models.json``
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, replace
@@ -43,7 +44,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from policies.throughput import (InterferenceTable, MemoryProfile, MpsInterference,
+from policies.throughput import (GpuTypeTable, InterferenceTable, MemoryProfile, MpsInterference,
                                  ThroughputProfile)
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -70,6 +71,8 @@ class Models:
     memory: Mapping[str, MemoryProfile]
     interference: InterferenceTable
     iters_table: Mapping[str, tuple[tuple[int, int], ...]]  # app -> ((batch, iters), ...)
+    # relative speed per (app, GPU type) and per type (gimbalctl/gpu_types.py)
+    gpu_types: GpuTypeTable = GpuTypeTable()
 
     def iterations_for(self, app: str, global_batch: int) -> float:
         """Iterations to reach the app's target at ``global_batch`` (log-log interpolation)."""
@@ -107,6 +110,9 @@ class Models:
         elif timeslice != "gavel":
             raise ValueError(f"timeslice source {timeslice!r} is not 'gavel' or 'h100'")
         return replace(self, interference=replace(t, mechanism=mechanism))
+
+    def with_gpu_types(self, gpu_types: GpuTypeTable) -> "Models":
+        return dataclasses.replace(self, gpu_types=gpu_types)
 
 
 # ---------------------------------------------------------------- fitting
@@ -303,11 +309,14 @@ _CACHE: Models | None = None
 
 
 def default_models() -> Models:
-    """The bundled fitted models (``gimbalctl/data/models.json``)."""
+    """The bundled fitted models (``gimbalctl/data/models.json``) with the bundled GPU-type
+    speeds (``gimbalctl/data/gpu_types.json``, see :mod:`gimbalctl.gpu_types`)."""
     global _CACHE
     if _CACHE is None:
+        from .gpu_types import default_table
+
         text = resources.files("gimbalctl").joinpath("data/models.json").read_text()
-        _CACHE = models_from_dict(json.loads(text))
+        _CACHE = models_from_dict(json.loads(text)).with_gpu_types(default_table())
     return _CACHE
 
 

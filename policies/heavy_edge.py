@@ -1,0 +1,111 @@
+"""Heavy-Edge GPU mapping (seed 003 §III-B) and the placement helpers A-SRPT and its
+baselines share.
+
+:func:`heavy_edge` partitions a job graph (:func:`policies.pipeline.job_graph`) over a set
+of servers with ``g_m`` GPUs each, as §III-B describes:
+
+1. servers sorted by available GPUs, descending (ties: the order given);
+2. if the unassigned vertices exactly fill the current server, all go there;
+3. a single-GPU server takes the unassigned vertex of minimum total edge weight (the
+   paper's rule; "total" = all its edges, our reading);
+4. a multi-GPU server grows ``node_set``: the heaviest edge between ``node_set`` and an
+   unassigned vertex adds that vertex; an empty ``node_set`` starts from the heaviest edge
+   among unassigned vertices (both ends when two GPUs are left, as the Fig. 2 walk-through
+   does); with no connecting edge an unassigned vertex is taken at random
+   (``random.Random(seed)``, so the result is deterministic per seed).
+
+Ties between equal weights break by vertex order (stage, replica).
+"""
+from __future__ import annotations
+
+import random
+from typing import Hashable, Mapping, Sequence
+
+
+def heavy_edge(adj: Mapping[Hashable, Mapping[Hashable, float]],
+               servers: Sequence[tuple[str, int]], seed: int = 0) -> dict[Hashable, str]:
+    """Vertex -> server name; ``sum(g_m)`` must equal the number of vertices."""
+    verts = sorted(adj)
+    if sum(c for _, c in servers) != len(verts):
+        raise ValueError(f"servers offer {sum(c for _, c in servers)} GPUs for "
+                         f"{len(verts)} stage replicas")
+    pos = {v: i for i, v in enumerate(verts)}
+    rng = random.Random(seed)
+    order = sorted(range(len(servers)), key=lambda i: -servers[i][1])  # stable
+    unassigned = dict.fromkeys(verts)
+    out: dict[Hashable, str] = {}
+    for i in order:
+        name, cap = servers[i]
+        if cap <= 0:
+            continue
+        if len(unassigned) == cap:  # case 1: the rest fills this server
+            for v in unassigned:
+                out[v] = name
+            unassigned.clear()
+            break
+        if cap == 1:  # case 2: lightest vertex alone
+            v = min(unassigned, key=lambda u: (sum(adj[u].values()), pos[u]))
+            out[v] = name
+            del unassigned[v]
+            continue
+        node_set: list = []
+        conn: dict = {}  # unassigned vertex -> heaviest edge to node_set
+        while len(node_set) < cap and unassigned:
+            pick: list = []
+            if conn:
+                pick = [max(conn, key=lambda u: (conn[u], -pos[u]))]
+            elif not node_set and cap - len(node_set) >= 2:
+                best = None
+                for u in unassigned:
+                    for v, w in adj[u].items():
+                        if v in unassigned and pos[u] < pos[v]:
+                            key = (w, -pos[u], -pos[v])
+                            if best is None or key > best[0]:
+                                best = (key, u, v)
+                if best is not None:
+                    pick = [best[1], best[2]]
+            if not pick:  # no connecting edge: an unassigned vertex at random
+                pick = [list(unassigned)[rng.randrange(len(unassigned))]]
+            for v in pick:
+                node_set.append(v)
+                out[v] = name
+                del unassigned[v]
+                conn.pop(v, None)
+                for u, w in adj[v].items():
+                    if u in unassigned and w > conn.get(u, -1.0):
+                        conn[u] = w
+    return out
+
+
+def cut_weight(adj: Mapping[Hashable, Mapping[Hashable, float]], where: Mapping[Hashable, str]) -> float:
+    """Total weight of edges whose ends sit on different servers (each edge once)."""
+    tot = 0.0
+    for u, nb in adj.items():
+        for v, w in nb.items():
+            if u < v and where[u] != where[v]:
+                tot += w
+    return tot
+
+
+def choose_servers(free: Mapping[str, int], n: int, most_available: bool,
+                   rank: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Servers and GPU counts covering ``n`` GPUs.
+
+    ``most_available``: Algorithm 1 line 9 — servers with most free GPUs first (fewest
+    servers).  Otherwise line 22 (fragmentation-aware) — servers with *least* free GPUs
+    first, so the emptier servers stay free for communication-heavy jobs.  Ties by node
+    order.  Each chosen server gives all its free GPUs except the last, which gives the rest.
+    """
+    big = len(rank)
+    if most_available:
+        key = lambda m: (-free[m], rank.get(m, big), m)  # noqa: E731
+    else:
+        key = lambda m: (free[m], rank.get(m, big), m)  # noqa: E731
+    out, left = [], n
+    for m in sorted((m for m, c in free.items() if c > 0), key=key):
+        take = min(left, free[m])
+        out.append((m, take))
+        left -= take
+        if left == 0:
+            return out
+    raise ValueError(f"{n} GPUs asked, {n - left} free")
