@@ -117,13 +117,34 @@ def site_step(jobs: list[SlurmJob], configured: int) -> int:
     return max(1000, 10 ** math.ceil(math.log10(2 * (spread + 1))))
 
 
-def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob]) -> list[Target]:
+def priority_ladder(base: int, step: int, n: int,
+                    warnings: Optional[list[str]] = None) -> tuple[int, int]:
+    """``(base, step)`` such that ``base + (n-1)*step`` stays within Slurm's priority range
+    (:data:`~gimbalctl.config.SLURM_PRIORITY_MAX`): a queue too long for the configured
+    values is moved down (then squeezed), with a warning, instead of every update failing."""
+    from .config import SLURM_PRIORITY_MAX
+    if n <= 1 or base + (n - 1) * step <= SLURM_PRIORITY_MAX:
+        return base, step
+    new_base = SLURM_PRIORITY_MAX - (n - 1) * step
+    new_step = step
+    if new_base < 1:
+        new_base, new_step = 1, max(1, (SLURM_PRIORITY_MAX - 1) // (n - 1))
+    if warnings is not None:
+        warnings.append(f"ordering: {n} pending jobs with priority_base {base} and step {step} "
+                        f"exceed Slurm's maximum priority {SLURM_PRIORITY_MAX}; using base "
+                        f"{new_base}, step {new_step} this cycle")
+    return new_base, new_step
+
+
+def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob],
+                     warnings: Optional[list[str]] = None) -> list[Target]:
     ids = [j for j in order if j in sjobs and sjobs[j].pending and not sjobs[j].held]
     n = len(ids)
     out = []
     if cfg.knob == "priority":
+        base, step = priority_ladder(cfg.priority_base, cfg.priority_step, n, warnings)
         for rank, jid in enumerate(ids):
-            out.append(Target(jid, "priority", cfg.priority_base + (n - 1 - rank) * cfg.priority_step,
+            out.append(Target(jid, "priority", base + (n - 1 - rank) * step,
                               f"position {rank + 1} of {n}"))
     else:
         step = site_step([sjobs[j] for j in ids], cfg.site_step)
@@ -197,10 +218,10 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
         if ignored:
             warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
                             f"(use --mode gate with gsbatch --gate jobs)")
-        return order, ordering_targets(cfg, order, sjobs)
+        return order, ordering_targets(cfg, order, sjobs, warnings)
     gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now)
     rest = [j for j in order if not sjobs[j].gated]
-    return order, gated + ordering_targets(cfg, rest, sjobs)
+    return order, gated + ordering_targets(cfg, rest, sjobs, warnings)
 
 
 # ---------------------------------------------------------------- apply
@@ -297,7 +318,8 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
             if dry_run:
                 changes.append(ch)
                 continue
-            aid = store.audit_intent(cycle_id, t.job_id, "decision", old, new, list(ch.argv))
+            aid = store.audit_intent(cycle_id, t.job_id, "decision", old, new, list(ch.argv),
+                                     reason=t.why)
             try:
                 write_decision(path, dec)
                 ch = dataclasses.replace(ch, applied=True, read_back=read_decision(path).to_dict())
@@ -316,7 +338,7 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
                                           force=True))
             continue
         argv = list(backend.describe(t.job_id, t.field, t.value))
-        aid = store.audit_intent(cycle_id, t.job_id, t.field, cur, t.value, argv)
+        aid = store.audit_intent(cycle_id, t.job_id, t.field, cur, t.value, argv, reason=t.why)
         n += 1
         if n == 1:
             _crash_point("after_first_intent")
@@ -355,8 +377,48 @@ def report_job_info(jobs: list[SlurmJob]) -> dict[str, dict]:
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
               dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
-    """One cycle.  Slurm is read before the DB is written, so an unreachable
-    controller raises :class:`SlurmUnavailable` with the DB unchanged."""
+    """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
+    recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
+    state: dict = {}
+    try:
+        return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
+    except Exception as e:
+        if not dry_run:
+            record_failure(store, cfg, getattr(policy, "name", cfg.policy), backend, e,
+                           cycle_id=state.get("cycle_id"))
+        raise
+
+
+def error_text(e: BaseException) -> str:
+    from .slurm.errors import SlurmUnavailable as _SU
+    what = "Slurm unavailable" if isinstance(e, _SU) else type(e).__name__
+    return f"{what}: {e}"[:4000]
+
+
+def record_failure(store, cfg: Config, policy: str, backend: Optional[Backend],
+                   e: BaseException | str, cycle_id: Optional[int] = None,
+                   status: str = "failed") -> Optional[int]:
+    """Best effort: mark ``cycle_id`` (or a new cycle row) ``status`` with the error.  A store
+    that cannot be written is logged, never raised (the original error matters more)."""
+    msg = e if isinstance(e, str) else error_text(e)
+    try:
+        if cycle_id is not None:
+            store.finish_cycle(cycle_id, status, error=msg)
+            return cycle_id
+        release = ""
+        if backend is not None and backend._ver is not None:
+            release = backend.release
+        return store.record_cycle(policy=policy, mode=cfg.mode, knob=cfg.knob,
+                                  backend=backend.name if backend is not None else cfg.backend,
+                                  release=release, status=status, error=msg)
+    except Exception as e2:  # noqa: BLE001 - e.g. the store is what failed
+        log.warning("could not record the %s cycle in the state store: %s", status, e2)
+        return None
+
+
+def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bool,
+               now: Optional[float], state: dict) -> CycleResult:
     if models is None:
         models = cfg.models()
     jobs, nodes = read_slurm(backend)
@@ -394,6 +456,7 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
             policy=plan.policy, mode=cfg.mode, knob=cfg.knob, backend=backend.name,
             release=backend.release, dry_run=False, jobs=seen, plan=plan.as_dict(),
             inputs={k: dict(v) for k, v in snap.inputs.items()}, job_decisions=job_decisions)
+        state["cycle_id"] = cycle_id
         _crash_point("after_plan")
         store.set_cycle_status(cycle_id, "applying")
         _pause_point("applying")
@@ -475,7 +538,8 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
             continue
         argv = list(backend.describe(jid, fld, val))
         aid = store.audit_intent(cycle_id, jid, f"revert:{fld}" if fld in ("hold", "release")
-                                 and key[1] == "priority" else fld, cur, val, argv)
+                                 and key[1] == "priority" else fld, cur, val, argv,
+                                 reason=f"revert gimbal's {key[1]}")
         ch = backend.change(jid, fld, val, before=sj, force=True)
         store.audit_result(aid, "failed" if ch.error else "applied", ch.read_back, ch.error)
         done_keys[key] = done_keys.get(key, True) and not ch.error

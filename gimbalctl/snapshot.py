@@ -172,8 +172,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
         interference=models.interference, seed=seed)
-    for w in warnings:
-        log.warning("%s", w)
+    for w in warnings:  # returned to the caller, which reports each once
+        log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
                           MappingProxyType(by_id), tuple(skipped))
 

@@ -50,6 +50,9 @@ class PyslurmBackend(Backend):
     def _version(self) -> tuple[int, int, int]:
         return self.cli.version()
 
+    def cluster_name(self) -> str:
+        return self.cli.cluster_name()
+
     # ---- reads ------------------------------------------------------------
     def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
         try:
