@@ -154,3 +154,37 @@ def test_snapshot_exposes_the_model_to_policies():
     assert snap.xi("bert", "ncf") == M.interference.pairs[("bert", "ncf")]
     assert snap.xi("bert", "ncf", 70, 30) == pytest.approx(MPS.xi("tinylm", "lstm", 70, 30))
     assert snap.mps_alone("bert", 50) == pytest.approx(MPS.alone("tinylm", 50))
+
+
+def test_simulator_uses_the_bundled_mps_model():
+    """The same script as the contract test, with the bundled (fitted H100) model: a
+    cifar10 job at MPS 70 % shares a GPU with one at 30 %, then runs alone under its cap."""
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.sim import simulate
+    from policies.base import Policy
+    from policies.model import Gpu, Job
+    from policies.plan import StartJob, make_plan
+
+    g = Gpu("n0000", 0)
+
+    class Two(Policy):
+        name = "two-mps"
+
+        def schedule(self, snap):
+            acts = [StartJob(j.id, (g,), 128, share_with=tuple(snap.gpu_jobs.get(g, ())),
+                             mps_pct=70 if j.id == "j0" else 30) for j in snap.pending()]
+            return make_plan(self.name, acts, [], {})
+
+    jobs = [Job(id=f"j{i}", submit_time=0.0, num_gpus=1, app="cifar10", global_batch=128,
+                total_iters=n) for i, n in ((0, 1000), (1, 100))]
+    res = simulate(jobs, parse_cluster("1x1"), Two(), M)
+    df = res.jobs.set_index("id")
+    t = M.profiles["cifar10"].iter_time(128, 1, 1)
+    xi1 = MPS.xi("resnet18", "resnet18", 30, 70)  # cifar10 -> resnet18
+    xi0 = MPS.xi("resnet18", "resnet18", 70, 30)
+    t1 = 100 * t * xi1
+    assert df.loc["j1", "jct"] == pytest.approx(t1)
+    done0 = t1 / (t * xi0)
+    alone = MPS.alone("resnet18", 70)
+    assert df.loc["j0", "jct"] == pytest.approx(t1 + (1000 - done0) * t * alone)
+    assert xi1 > xi0 > alone > 1.0  # the 30 % job suffers most; sharing costs more than the cap
