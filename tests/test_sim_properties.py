@@ -27,6 +27,7 @@ class Checked:
         self.inner = inner
         self.name = inner.name
         self.preemptive = getattr(inner, "preemptive", False)
+        self.elastic = getattr(inner, "elastic", False)
         self.calls = 0
 
     def schedule(self, snap):
@@ -36,7 +37,15 @@ class Checked:
             assert job.submit_time <= snap.now + 1e-9, "a job is visible before its arrival"
             if job.running:
                 gpus = job.allocation.gpus
-                assert len(gpus) == job.num_gpus, "gang violated"
+                if self.elastic:  # seed 001 elastic shares: any count >= 1, network-packed
+                    per = snap.max_gpus_per_node
+                    assert len(gpus) >= 1, "a running job holds no GPU"
+                    if job.gpu_range is not None:
+                        assert job.gpu_range[0] <= len(gpus) <= job.gpu_range[1]
+                    assert (len(gpus) % per == 0 if len(gpus) >= per else
+                            per % len(gpus) == 0), f"forbidden share {len(gpus)}"
+                else:
+                    assert len(gpus) == job.num_gpus, "gang violated"
                 assert len(set(gpus)) == len(gpus)
                 per_gpu.update(gpus)
         for g, n in per_gpu.items():
