@@ -150,10 +150,14 @@ def run_gimbal(args, rank, world, x, y, device):
 
     cfg = launcher.config()
     global_batch, sub_batch = cfg.resolve_batch(args.global_batch, world_size=world)
+    mine = cfg.worker(rank, world)  # this rank's record of the decision (issue #8)
+    if mine is not None:  # unequal shares (LISS split) and this rank's own micro-batch
+        sub_batch = min(mine["micro_batch"], global_batch)
     model = make_model(args.seed, args.hidden).to(device)
     ddp = _ddp(model, device, world)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
-    sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed)
+    sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed,
+                                   shares=cfg.shares(world))
     # CUDA events on a GPU, wall time on the CPU (launcher.timing)
     ctl = StealingController(sampler, enabled=cfg.stealing and world > 1, device=device)
     local_max = global_batch  # micro-batches are at most sub_batch anyway
@@ -168,6 +172,8 @@ def run_gimbal(args, rank, world, x, y, device):
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sampler.load_state_dict(state["sampler"])
+        if cfg.shares(world) is not None:  # the (new) decision's split wins over the checkpoint's
+            sampler.set_shares(cfg.shares(world))
         step = resumed_from = state["step"]
 
     monitor = None
@@ -177,7 +183,8 @@ def run_gimbal(args, rank, world, x, y, device):
         # on a GPU the window is timed after one sync per report, never per step
         cuda = device.type == "cuda"
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
-                                    every_steps=10, extra={"restart": cfg.restart_count},
+                                    every_steps=10, extra={"restart": cfg.restart_count,
+                                                           **cfg.report_fields(world, global_batch)},
                                     start_step=step, sync=(lambda: _sync(device)) if cuda else None)
     times = []
     loss_sum = torch.zeros((), device=device)
@@ -188,7 +195,9 @@ def run_gimbal(args, rank, world, x, y, device):
             t0 = time.perf_counter()
             ix = torch.as_tensor(idx, dtype=torch.long).to(device, non_blocking=True)
             loss_sum += acc.step(x[ix], y[ix], normalizer=world / sampler.global_size(k), sync=False)
-            ctl.end_step(len(idx))
+            if ctl.end_step(len(idx)) is not None and monitor is not None:
+                # stealing moved the shares: reports echo the split in force
+                monitor.extra.update(cfg.report_fields(world, global_batch, sampler.shares))
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             dt = time.perf_counter() - t0

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from policies.model import uniform_workers
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from .config import Config
@@ -57,7 +58,7 @@ class Exit:
     OK = 0  # cycle done (also: skipped because another cycle holds the lock)
     ERROR = 1  # unexpected error
     USAGE = 2  # bad flag / config / policy name
-    SLURM_UNAVAILABLE = 3  # controller unreachable or Slurm tools missing; DB untouched
+    SLURM_UNAVAILABLE = 3  # controller unreachable or Slurm tools missing; only a failed cycle row
     STORE = 4  # the state store cannot be opened/written
     PARTIAL = 5  # the cycle ran but some Slurm changes failed (see the audit)
 
@@ -273,14 +274,45 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
 
 
 def _decision_for(a: StartJob, sj: SlurmJob, snap: SnapshotResult, policy: str):
+    """The launcher decision of a start: job-level fields plus the per-worker record
+    (the plan's ``workers``, else the even split of the batch in force), which gimbal-run
+    applies and echoes back in its reports (docs/architecture.md)."""
     from launcher.decision import LauncherDecision
+    from .records import workers_to_wire
     job = snap.snapshot.jobs.get(sj.job_id)
-    gb = job.global_batch if job else None
-    sub = a.sub_batch if not gb or a.sub_batch <= gb else gb
-    return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=max(1, sub),
-                            accum_steps=max(1, a.accum_steps), global_batch=gb,
-                            mps_thread_pct=a.mps_pct, share_with=",".join(a.share_with) or None,
-                            stealing=bool(a.share_with) or None)
+    gb = a.global_batch or (job.global_batch if job else None)
+    sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
+    accum = max(1, a.accum_steps)
+    mps = a.mps_pct
+    if a.workers:
+        workers = a.workers
+        pcts = {w.mps_pct for w in workers}
+        if mps is None and len(pcts) == 1:  # one MPS share for every rank (gimbal-run sets one)
+            mps = pcts.pop()
+    else:
+        workers = uniform_workers(tuple(a.gpus), sub, accum, mps, gb) if gb and a.gpus else ()
+    return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=sub,
+                            accum_steps=accum, global_batch=gb,
+                            mps_thread_pct=mps, share_with=",".join(a.share_with) or None,
+                            stealing=bool(a.share_with) or None,
+                            workers=tuple(workers_to_wire(workers)) or None)
+
+
+def read_decisions(state_dir: str, jobs) -> dict:
+    """Launcher decision files of the running jobs (job id -> ``LauncherDecision``); a
+    missing or unreadable file is left out (the snapshot falls back to the even split)."""
+    from launcher.decision import decision_path, read_decision
+    out = {}
+    for sj in jobs:
+        if not sj.running:
+            continue
+        try:
+            out[sj.job_id] = read_decision(decision_path(sj.job_id, root=state_dir))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            log.warning("job %s: unreadable launcher decision (%s); not used", sj.job_id, e)
+    return out
 
 
 def describe_target(backend: Backend, t: Target, cfg: Config) -> list[str]:
@@ -304,8 +336,15 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
         if t.job_id in failed_jobs:  # an earlier step for this job failed: do not release it
             continue
         if t.field == "decision":
-            dec = _decision_for(t.value, sj, snap, policy)
             path = decision_path(t.job_id, root=cfg.state_dir)
+            try:
+                dec = _decision_for(t.value, sj, snap, policy)
+            except ValueError as e:  # a plan whose record the launcher cannot take: this job only
+                log.warning("job %s: not writing its launcher decision: %s", t.job_id, e)
+                changes.append(Change(t.job_id, "decision", None, None, ("write", path),
+                                      error=f"{path}: {e}"))
+                failed_jobs.add(t.job_id)
+                continue
             try:
                 old = read_decision(path).to_dict()
                 old.pop("written_at", None)
@@ -428,7 +467,8 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
         store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
                           history=store.job_rows(), reports=store.latest_reports(),
-                          default_app=cfg.default_app, default_batch=cfg.default_batch)
+                          default_app=cfg.default_app, default_batch=cfg.default_batch,
+                          decisions=read_decisions(cfg.state_dir, jobs))
     plan = policy.schedule(snap.snapshot)
     warnings = list(snap.warnings)
     order, targets = compute_targets(cfg, plan, snap, nodes, warnings)
