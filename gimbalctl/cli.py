@@ -12,6 +12,7 @@ import click
 import policies
 from policies.registry import UnknownPolicyError
 
+from .cli_predictor import register as register_predictor
 from .cluster import ClusterSpecError, parse_cluster
 from .profiles import default_models
 from .traces import REQUIRED, TraceError, load_trace
@@ -173,6 +174,7 @@ def _register_optional() -> None:
 
 
 _register_optional()
+register_predictor(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -87,16 +87,25 @@ def cut_weight(adj: Mapping[Hashable, Mapping[Hashable, float]], where: Mapping[
     return tot
 
 
-def choose_servers(free: Mapping[str, int], n: int, most_available: bool,
+def choose_servers(free: Mapping[str, int], n: int, most_available,
                    rank: Mapping[str, int]) -> list[tuple[str, int]]:
     """Servers and GPU counts covering ``n`` GPUs.
 
-    ``most_available``: Algorithm 1 line 9 — servers with most free GPUs first (fewest
-    servers).  Otherwise line 22 (fragmentation-aware) — servers with *least* free GPUs
-    first, so the emptier servers stay free for communication-heavy jobs.  Ties by node
-    order.  Each chosen server gives all its free GPUs except the last, which gives the rest.
+    ``most_available=True``: Algorithm 1 line 9 — servers with most free GPUs first (fewest
+    servers).  ``False``: line 22 (fragmentation-aware) — servers with *least* free GPUs
+    first, so the emptier servers stay free for communication-heavy jobs.
+    ``"best-fit"``: the server with the fewest free GPUs that holds all ``n`` if there is
+    one, else most free first (the project's consolidated choice, used by the baselines).
+    Ties by node order.  Each chosen server gives all its free GPUs except the last, which
+    gives the rest.
     """
     big = len(rank)
+    if most_available == "best-fit":
+        fits = [m for m, c in free.items() if c >= n]
+        if fits:
+            m = min(fits, key=lambda m: (free[m], rank.get(m, big), m))
+            return [(m, n)]
+        most_available = True
     if most_available:
         key = lambda m: (-free[m], rank.get(m, big), m)  # noqa: E731
     else:

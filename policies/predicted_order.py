@@ -1,8 +1,8 @@
 """Shared core of seed 003's §V-A 1-d baselines: order waiting jobs by a key computed from
 the *predicted* duration ``ñ_i·α̂_i^min`` (:mod:`policies.asrpt_core`), place each with
-Heavy-Edge (§V-A: "All baselines adopt the Heavy-Edge algorithm for GPU mapping") on the
-servers with most free GPUs (consolidation; our choice, the paper does not say which
-servers), never pre-empt.
+Heavy-Edge (§V-A: "All baselines adopt the Heavy-Edge algorithm for GPU mapping") on
+consolidated servers — the fullest server that holds the whole job, else the servers with
+most free GPUs (our choice; the paper does not say which servers) — never pre-empt.
 
 * strict (SPJF, SPWF): the first job that does not fit blocks every job behind it
   (§V-B 2-a: "If the shortest job does not fit, it will not schedule longer jobs");
@@ -60,7 +60,7 @@ class PredictedOrder(Policy):
                                        **nums)
                 blocked = blocked or not self.work_conserving
                 continue
-            servers = choose_servers(free, j.num_gpus, True, snap.node_rank)
+            servers = choose_servers(free, j.num_gpus, "best-fit", snap.node_rank)
             gpus, workers, alpha = place(snap, j, servers, by_node, self.net)
             take_gpus(by_node, gpus)
             for m, c in servers:
