@@ -38,7 +38,7 @@ from __future__ import annotations
 from .asrpt_core import (EPS, alpha_bounds, free_counts, place, prediction, predicted_seconds,
                          virtual_srpt)
 from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
-from .heavy_edge import choose_servers
+from .heavy_edge import FreeIndex
 from .pipeline import Network
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
@@ -94,6 +94,9 @@ class ASrpt(Policy):
         self._delay = {k: v for k, v in self._delay.items() if k in snap.jobs}
         by_node = snap.free_by_node()
         free = free_counts(by_node)
+        fidx = FreeIndex(free, snap.node_rank)
+        gpn = {n.name: n.num_gpus for n in snap.nodes}
+        mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
         nfree = sum(free.values())
         total = snap.total_gpus
         rank = snap.node_rank
@@ -129,8 +132,8 @@ class ASrpt(Policy):
                 continue
             amin, amax, val, unit, src, p = facts[j.id]
             heavy = amax / amin >= self.comm_heavy  # line 8
-            servers = choose_servers(free, j.num_gpus, heavy, rank)  # line 9 / 22
-            gpus, workers, alpha = place(snap, j, servers, by_node, self.net)  # line 10 / 23
+            servers = fidx.choose(j.num_gpus, heavy)  # line 9 / 22
+            gpus, workers, alpha = place(snap, j, servers, by_node, self.net, gpn, mem)  # line 10 / 23
             why = "non-communication-heavy: fewest-free servers (line 22)"
             if heavy and alpha / amin > self.comm_heavy + EPS:  # line 12 fails
                 t0, kappa = self._delay.setdefault(j.id, (now, alpha))  # line 15
@@ -150,11 +153,10 @@ class ASrpt(Policy):
             elif heavy:
                 why = "communication-heavy: most-free servers, alpha within COMM_HEAVY (line 13)"
             take_gpus(by_node, gpus)
-            for m, c in servers:
-                free[m] -= c
+            fidx.take(servers)
             nfree -= len(gpus)
             self._delay.pop(j.id, None)
-            b, s = exclusive_config(snap, j)
+            b, s = exclusive_config(snap, j, mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
             reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text(j),
                                    **nums(j, alpha=alpha, servers=len(servers)))
