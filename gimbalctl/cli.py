@@ -68,7 +68,13 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="rename a trace column before loading (repeatable), e.g. --map jid=id")
 @click.option("--policy", "policy_names", multiple=True,
               help="policy to run (repeatable; default: " + ", ".join(DEMO_POLICIES) + ")")
-@click.option("--cluster", default="16x4", show_default=True, help="NODESxGPUS[:TYPE[:MEM_MB]][,...]")
+@click.option("--cluster", default="16x4", show_default=True,
+              help="NODESxGPUS[:TYPE[:MEM_MB]][,...], e.g. 4x4:v100,4x4:k80 (docs/architecture.md)")
+@click.option("--gpu-types", "gpu_types_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="TOML file whose [gpu_types] adds or overrides GPU types "
+                                 "(speed, memory_mb), as in gimbal.toml")
+@click.option("--resize-cost", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="seconds without progress after a resize onto other GPUs")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1e-3),
               help="seconds between scheduling rounds while jobs wait")
@@ -81,18 +87,25 @@ def _parse_policies(names: tuple[str, ...]) -> list:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
-def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi, preempt_cost,
-             unknown_lengths, limit, out, as_json) -> None:
+def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
+             interval, xi, preempt_cost, unknown_lengths, limit, out, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .sim import SimConfig, simulate as run_sim
 
     pols = _parse_policies(policy_names)
+    models = default_models()
+    if gpu_types_file is not None:
+        from .config import ConfigError, load as load_config
+
+        try:
+            models = load_config(str(gpu_types_file)).models()
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="--gpu-types") from None
     try:
-        nodes = parse_cluster(cluster)
+        nodes = parse_cluster(cluster, type_mem_mb=models.gpu_types.memory_mb)
     except ClusterSpecError as e:
         raise click.BadParameter(str(e), param_hint="--cluster") from None
     trace = trace or bundled_trace()
-    models = default_models()
     columns = {}
     for item in column_map:
         src, sep, dst = item.partition("=")
@@ -104,7 +117,7 @@ def simulate(trace, kind, column_map, policy_names, cluster, seed, interval, xi,
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
-                    reveal_lengths=not unknown_lengths)
+                    resize_cost=resize_cost, reveal_lengths=not unknown_lengths)
     results = []
     show_progress = not as_json and sys.stderr.isatty() and len(jobs) >= 1000
     for pol in pols:

@@ -235,7 +235,6 @@ def queue_cmd(config_path, db, backend, as_json, policy, live):
 
 def _live(cfg):
     from .daemon import compute_targets
-    from .profiles import default_models
     from .slurm import SlurmError
     from .snapshot import build_snapshot
     be = _backend(cfg)
@@ -244,7 +243,7 @@ def _live(cfg):
     except SlurmError as e:
         _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
     try:
-        snap = build_snapshot(jobs, nodes, default_models(), default_app=cfg.default_app,
+        snap = build_snapshot(jobs, nodes, cfg.models(), default_app=cfg.default_app,
                               default_batch=cfg.default_batch)
     except ConfigError as e:
         _fail(str(e), Exit.USAGE)

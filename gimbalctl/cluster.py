@@ -1,8 +1,13 @@
 """Cluster specs for the simulator: ``NODESxGPUS[:TYPE[:MEM_MB]]``, comma-separated
-for heterogeneous clusters (e.g. ``16x4`` or ``8x4:v100:32768,8x8:t4``)."""
+for heterogeneous clusters (e.g. ``16x4``, ``4x4:v100,4x4:k80`` or ``8x4:v100:32768,8x8:t4``).
+
+``TYPE`` (default ``gpu``) selects the relative speed of every application on those GPUs
+(:mod:`gimbalctl.gpu_types`: bundled K80/P100/V100 from Gavel's measurements, more in
+``[gpu_types]``); ``MEM_MB`` defaults to the type's memory in that table, else 16384."""
 from __future__ import annotations
 
 import re
+from typing import Mapping, Optional
 
 from policies.model import Node
 
@@ -13,7 +18,12 @@ class ClusterSpecError(ValueError):
     pass
 
 
-def parse_cluster(spec: str, default_mem_mb: int = 16384) -> tuple[Node, ...]:
+def parse_cluster(spec: str, default_mem_mb: int = 16384,
+                  type_mem_mb: Optional[Mapping[str, int]] = None) -> tuple[Node, ...]:
+    if type_mem_mb is None:
+        from .gpu_types import default_table
+
+        type_mem_mb = default_table().memory_mb
     nodes: list[Node] = []
     for part in str(spec).split(","):
         m = _SPEC.match(part.strip())
@@ -23,8 +33,8 @@ def parse_cluster(spec: str, default_mem_mb: int = 16384) -> tuple[Node, ...]:
         count, gpus = int(m.group(1)), int(m.group(2))
         if count <= 0 or gpus <= 0:
             raise ClusterSpecError(f"--cluster {spec!r}: node and GPU counts must be positive")
-        gtype = m.group(3) or "gpu"
-        mem = int(m.group(4)) if m.group(4) else default_mem_mb
+        gtype = (m.group(3) or "gpu").lower()
+        mem = int(m.group(4)) if m.group(4) else type_mem_mb.get(gtype, default_mem_mb)
         for _ in range(count):
             nodes.append(Node(f"n{len(nodes):04d}", gpus, gtype, mem))
     return tuple(nodes)

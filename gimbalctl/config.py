@@ -29,6 +29,10 @@ Example ``etc/gimbal.toml``::
     [defaults]                 # for jobs without (valid) gimbal metadata
     app = "cifar10"
     batch = 128
+
+    [gpu_types.a100]           # Slurm GRES type (gpu:a100:4) -> relative speed, memory
+    speed = 2.2                # vs the reference type (v100 = 1.0; gimbalctl/gpu_types.py)
+    memory_mb = 40960
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
+
+from policies.throughput import GpuTypeTable
 
 MODES = ("ordering", "gate")
 KNOBS = ("priority", "site_factor")
@@ -73,6 +79,18 @@ class Config:
     default_app: str = "cifar10"
     default_batch: int = 128
     policy_options: dict = field(default_factory=dict)
+    # [gpu_types.<type>] tables: speed, memory_mb (see gimbalctl/gpu_types.py)
+    gpu_types: dict = field(default_factory=dict)
+
+    def models(self):
+        """The bundled models with this site's ``[gpu_types]`` on top."""
+        from .gpu_types import with_site_types
+        from .profiles import default_models
+
+        base = default_models()
+        if not self.gpu_types:
+            return base
+        return base.with_gpu_types(with_site_types(base.gpu_types, self.gpu_types))
 
     @property
     def lock_path(self) -> str:
@@ -141,6 +159,17 @@ def load(path: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = No
         for section, body in doc.items():
             if section == "policy_options" and isinstance(body, dict):
                 cfg.policy_options = dict(body)
+                continue
+            if section == "gpu_types":
+                from .gpu_types import GpuTypeError, with_site_types
+
+                if not isinstance(body, dict):
+                    raise ConfigError(f"{path}: gpu_types must be [gpu_types.<type>] tables")
+                try:
+                    with_site_types(GpuTypeTable(), body, f"{path}: [gpu_types]")
+                except GpuTypeError as e:
+                    raise ConfigError(str(e)) from None
+                cfg.gpu_types = {str(k).strip().lower(): dict(v) for k, v in body.items()}
                 continue
             if not isinstance(body, dict):
                 raise ConfigError(f"{path}: top-level key {section!r} must be a [section]")

@@ -358,8 +358,7 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
     """One cycle.  Slurm is read before the DB is written, so an unreachable
     controller raises :class:`SlurmUnavailable` with the DB unchanged."""
     if models is None:
-        from .profiles import default_models
-        models = default_models()
+        models = cfg.models()
     jobs, nodes = read_slurm(backend)
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)

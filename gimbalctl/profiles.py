@@ -26,6 +26,7 @@ Sources (all fitted offline by :func:`refit` and shipped as ``data/models.json``
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from typing import Mapping
 
 import numpy as np
 
-from policies.throughput import InterferenceTable, MemoryProfile, ThroughputProfile
+from policies.throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -57,6 +58,8 @@ class Models:
     memory: Mapping[str, MemoryProfile]
     interference: InterferenceTable
     iters_table: Mapping[str, tuple[tuple[int, int], ...]]  # app -> ((batch, iters), ...)
+    # relative speed per (app, GPU type) and per type (gimbalctl/gpu_types.py)
+    gpu_types: GpuTypeTable = GpuTypeTable()
 
     def iterations_for(self, app: str, global_batch: int) -> float:
         """Iterations to reach the app's target at ``global_batch`` (log-log interpolation)."""
@@ -75,7 +78,10 @@ class Models:
     def with_xi(self, xi: float | None = None, default: float | None = None) -> "Models":
         table = InterferenceTable(self.interference.pairs,
                                   self.interference.default if default is None else default, xi)
-        return Models(self.profiles, self.memory, table, self.iters_table)
+        return dataclasses.replace(self, interference=table)
+
+    def with_gpu_types(self, gpu_types: GpuTypeTable) -> "Models":
+        return dataclasses.replace(self, gpu_types=gpu_types)
 
 
 # ---------------------------------------------------------------- fitting
@@ -197,11 +203,14 @@ _CACHE: Models | None = None
 
 
 def default_models() -> Models:
-    """The bundled fitted models (``gimbalctl/data/models.json``)."""
+    """The bundled fitted models (``gimbalctl/data/models.json``) with the bundled GPU-type
+    speeds (``gimbalctl/data/gpu_types.json``, see :mod:`gimbalctl.gpu_types`)."""
     global _CACHE
     if _CACHE is None:
+        from .gpu_types import default_table
+
         text = resources.files("gimbalctl").joinpath("data/models.json").read_text()
-        _CACHE = models_from_dict(json.loads(text))
+        _CACHE = models_from_dict(json.loads(text)).with_gpu_types(default_table())
     return _CACHE
 
 

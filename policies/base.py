@@ -18,8 +18,13 @@ from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
 
 class Policy:
     """Base class: subclasses set ``name`` (by ``@register``) and implement
-    :meth:`schedule`.  ``preemptive`` tells the simulator it must call the
-    policy periodically even when nothing arrives or ends."""
+    :meth:`schedule`.  The class flags are read by the simulator (docs/architecture.md):
+
+    * ``preemptive``: the policy may return :class:`~policies.plan.PreemptJob`; a plan from
+      a policy declaring ``False`` that pre-empts is rejected (``PlanError``);
+    * ``needs_lengths``: the policy reads ``Job.total_iters``; the simulator shows true
+      lengths only to policies declaring ``True`` (and never with ``--unknown-lengths``);
+    * ``round_length``: see below."""
 
     name = "base"
     preemptive = False

@@ -312,9 +312,11 @@ class ClusterSnapshot:
         return job.completed_iters + job.iter_rate * dt
 
     def attained_service(self, job: Job) -> float:
-        """GPU-seconds received by ``now`` (Tiresias' 2D attained service)."""
+        """GPU-seconds received by ``now`` (Tiresias' 2D attained service), counted on the
+        GPUs the job actually holds (an elastic resize changes them)."""
         if job.running:
-            return job.attained_service + job.num_gpus * (self.now - job.as_of)
+            held = len(job.allocation.gpus) if job.allocation is not None else job.num_gpus
+            return job.attained_service + held * (self.now - job.as_of)
         return job.attained_service
 
     def executed_time(self, job: Job) -> float:

@@ -13,6 +13,7 @@ _MODULES = (
     "policies.tiresias", "policies.sjf_bsbf", "policies.sjf_ffs",
     "policies.a_srpt", "policies.a_srpt_perfect", "policies.spjf", "policies.spwf",
     "policies.wcs_duration", "policies.wcs_workload", "policies.wcs_subtime",
+    "policies.lucid", "policies.gandiva", "policies.gavel_pack",
 )
 
 
@@ -35,13 +36,17 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
+class PolicyImportError(ImportError):
+    """A policy module listed in ``_MODULES`` failed to import (message names it)."""
+
+
 def _load_all() -> None:
     for mod in _MODULES:
         try:
             importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # a policy module not written yet
-            if e.name != mod:
-                raise
+        except Exception as e:  # never skipped: a listed module must load
+            raise PolicyImportError(f"policy module {mod} failed to import: "
+                                    f"{type(e).__name__}: {e}") from e
 
 
 def names() -> list[str]:

@@ -144,7 +144,6 @@ class SjfBsbf(Policy):
 
     needs_lengths = True
     preemptive = False
-    shares_by_benefit = True
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:

@@ -24,8 +24,6 @@ from .sjf_bsbf import SjfBsbf, _Group
 class SjfFfs(SjfBsbf):
     """SJF-FFS: SJF order; share GPUs holding one job first-fit, no benefit test."""
 
-    shares_by_benefit = False
-
     @staticmethod
     def _groups(one, occ, occupants, gpu_pos):
         """First fit works GPU by GPU: one group per GPU of G_OJ, in order."""

@@ -1,17 +1,34 @@
 """Event-driven simulator: applies a policy's Plans to a modelled cluster.
 
-Events are job arrivals, job completions and scheduling ticks.  The policy is
-called (with a fresh :class:`~policies.model.ClusterSnapshot`) after every
-arrival or completion and every ``interval`` seconds while jobs wait; its Plan
-is validated and applied.  Between events, running jobs progress at the rate
-given by the throughput model (seed 000 eq. 7), divided by the interference
-ratio ξ while they share a GPU with another job (eq. 5-6).  A job resumed after
-a pre-emption first spends ``preempt_cost`` seconds restoring (no progress).
+Events are job arrivals, job completions, scheduling ticks and rounds.  The
+policy is called (with a fresh :class:`~policies.model.ClusterSnapshot`) after
+every arrival or completion, every ``interval`` seconds while jobs wait, and
+every ``Policy.round_length`` seconds while any job is active (round-based
+policies); its Plan is validated and applied.
+
+Rate model (docs/architecture.md, "Allocation record"): each worker of a
+running job (:class:`~policies.model.WorkerAlloc`) takes seed 000 eq. 7 on its
+own share and accumulation steps, multiplied by its slowdown — ξ from
+``interference.ratio(app, other, my_mps_pct, other_mps_pct)`` when another job
+is on its GPU (eq. 5-6), ``interference.mps_alone`` when alone under an MPS
+limit — and divided by its GPU type's relative speed
+(``gpu_types.speed(app, node.gpu_type)``); the gang runs at its slowest worker.
+An even split (what :func:`~policies.model.uniform_workers` gives) uses eq. 7's
+per-GPU batch ``B = global/k`` exactly as seed 000 writes it.  Pipeline stages
+(seed 003): each stage's replicas share the global batch, run ``1/S`` of the
+model's compute and all-reduce among themselves; the iteration is the slowest
+stage (seed 003 eq. 7, asynchronous pipeline).  A job resumed after a
+pre-emption first spends ``preempt_cost`` seconds restoring, a job resized onto
+a different GPU set ``resize_cost`` seconds (no progress either way).  With a
+global-batch override progress counts samples: ``completed_iters`` is samples
+divided by the job's submitted batch, so ``total_iters`` stays the total work.
 
 Jobs of a seed 003 Table I model (``policies.pipeline.MODELS``; pipeline stages
 ``Job.stages``) run at ``1/α`` with ``α`` from eq. 4–7 on their placement: the stage of
 each GPU is the plan's ``WorkerAlloc.stage`` (without worker records: stages fill the GPUs
-in the order given) and the bandwidths are ``SimConfig.network`` (§V-B defaults).
+in the order given) and the bandwidths are ``SimConfig.network`` (§V-B defaults); their
+worker shares are nominal (that model has no batch) and only the GPUs, stages and MPS
+shares of their records are checked.
 
 History and predictors (seed 003 §IV): every finished job is appended to
 ``snapshot.history`` (after ``prior_history``, jobs that ended before the run); when a
@@ -32,7 +49,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from policies.model import Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState, Node
+from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState,
+                            Node, WorkerAlloc, uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
@@ -40,7 +58,7 @@ from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 from ..profiles import Models
 from .result import JobRecord, SimResult, TimelineSample
 
-ARRIVAL, COMPLETION, TICK = 0, 1, 2
+ARRIVAL, COMPLETION, TICK, ROUND = 0, 1, 2, 3
 EPS = 1e-6
 STALL_CALLS = 1000  # idle-cluster policy calls before the run is declared stuck
 
@@ -55,7 +73,8 @@ class SimConfig:
     seed: int = 0
     xi: Optional[float] = None  # override every pair's interference ratio
     preempt_cost: float = 0.0  # seconds of restore after a pre-emption
-    reveal_lengths: bool = True  # policies see total_iters
+    resize_cost: float = 0.0  # seconds without progress after a resize onto other GPUs
+    reveal_lengths: bool = True  # policies that declare needs_lengths see total_iters
     sample_every: Optional[float] = None  # timeline sampling; default adaptive
     max_jobs_per_gpu: int = 2
     network: Network = Network()  # seed 003 eq. 5-6 bandwidths (Table I jobs)
@@ -66,7 +85,7 @@ class _Rec:
 
     __slots__ = ("spec", "state", "alloc", "as_of", "done_iters", "service", "executed",
                  "rate", "overhead", "preemptions", "first_start", "end", "version",
-                 "view", "shared", "partners")
+                 "view", "shared", "partners", "batch", "uniform", "wmap", "held")
 
     def __init__(self, spec: Job):
         self.spec = spec
@@ -85,6 +104,10 @@ class _Rec:
         self.view: Optional[Job] = None
         self.shared = False
         self.partners: frozenset[str] = frozenset()
+        self.batch = spec.global_batch  # global batch in force
+        self.uniform = True  # workers are the even split (eq. 7 with B = batch / k)
+        self.wmap: dict[Gpu, WorkerAlloc] = {}  # GPU -> this job's worker on it
+        self.held = 0  # GPUs held (attained service counts these)
 
 
 class Simulator:
@@ -111,8 +134,17 @@ class Simulator:
         self.models = models.with_xi(config.xi) if config.xi is not None else models
         self.cfg = config
         self.progress = progress
+        # what the policy declares (objects that are not Policy subclasses, e.g. test
+        # wrappers, are taken as needing lengths and allowed to pre-empt)
+        self.reveal = config.reveal_lengths and getattr(policy, "needs_lengths", True)
+        self.may_preempt = getattr(policy, "preemptive", True)
+        self.round_length = getattr(policy, "round_length", None)
+        if self.round_length is not None and not self.round_length > 0:
+            raise ValueError(f"policy round_length must be > 0 seconds, got {self.round_length!r}")
         self.recs = {j.id: _Rec(j) for j in jobs}
         self.gpu_mem = {n.name: n.gpu_mem_mb for n in self.nodes}
+        self.gpu_type = {n.name: n.gpu_type for n in self.nodes}
+        self.types = frozenset(self.gpu_type.values())
         self.gpu_jobs: dict[Gpu, tuple[str, ...]] = {}
         self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
@@ -129,6 +161,7 @@ class Simulator:
         self.seq = 0
         self.now = 0.0
         self.tick_pending = False
+        self.round_pending = False
         self.busy_gpu_seconds = 0.0
         self.busy_gpus = 0
         self.last_busy_t = 0.0
@@ -138,7 +171,7 @@ class Simulator:
         self.arrivals_left = len(jobs)
         self.idle_calls = 0  # consecutive calls that left an idle cluster idle for good
         self.history: list[FinishedJob] = list(prior_history)
-        self.history_view: tuple = tuple(self.history)
+        self.history_view: Optional[tuple] = tuple(self.history)  # rebuilt after a completion
         self.refit, self.refit_every = refit, float(refit_every)
         self.last_fit: Optional[float] = None
         self.predictors: Mapping[str, Any] = MappingProxyType({})
@@ -159,10 +192,15 @@ class Simulator:
         total = len(self.recs)
         while self.events:
             t = self.events[0][0]
+            if self.events[0][1] == ROUND and not self.active:
+                heapq.heappop(self.events)  # no job left: the round chain ends here
+                self.round_pending = False
+                continue
             self._advance_busy(t)
             self.now = t
             changed = False
             tick = False
+            round_due = False
             while self.events and self.events[0][0] <= t:
                 _, kind, _, jid, version = heapq.heappop(self.events)
                 if kind == ARRIVAL:
@@ -177,15 +215,21 @@ class Simulator:
                     if rec.version == version and rec.state is JobState.RUNNING:
                         self._complete(rec)
                         changed = True
-                else:
+                elif kind == TICK:
                     self.tick_pending = False
                     tick = True
-            if (changed or tick) and self.waiting_ids:
+                else:
+                    self.round_pending = False
+                    round_due = True
+            if ((changed or tick) and self.waiting_ids) or (round_due and self.active):
                 self._schedule()
                 self._check_stall()
             if self.waiting_ids and not self.tick_pending:
                 self._push(self.now + self.cfg.interval, TICK, "", 0)
                 self.tick_pending = True
+            if self.round_length is not None and self.active and not self.round_pending:
+                self._push(self.now + self.round_length, ROUND, "", 0)
+                self.round_pending = True
             if self.now >= self.next_sample:
                 self._sample()
                 self.next_sample = self.now + self.sample_every
@@ -221,11 +265,31 @@ class Simulator:
             o = min(rec.overhead, dt)
             rec.overhead -= o
             rec.done_iters += rec.rate * (dt - o)
-            rec.service += rec.spec.num_gpus * dt
+            rec.service += rec.held * dt  # the GPUs actually held
             rec.executed += dt
         rec.as_of = self.now
         rec.view = None
         self.dirty_views.add(rec.spec.id)
+
+    def _worker_slowdown(self, rec: _Rec, w: WorkerAlloc) -> float:
+        """Slowdown of one worker: ξ beside another job on its GPU (seed 000 eq. 5-6, MPS
+        shares as the interference model takes them), the MPS-alone cap otherwise, over
+        its GPU type's relative speed."""
+        app, jid = rec.spec.app, rec.spec.id
+        table = self.models.interference
+        slow, shared = 1.0, False
+        for other in self.gpu_jobs.get(w.gpu, ()):
+            if other == jid:
+                continue
+            orec = self.recs[other]
+            ow = orec.wmap.get(w.gpu)
+            slow = max(slow, table.ratio(app, orec.spec.app, w.mps_pct,
+                                         ow.mps_pct if ow is not None else None))
+            shared = True
+        if not shared and w.mps_pct is not None:
+            slow = table.mps_alone(app, w.mps_pct)
+        speed = self.models.gpu_types.speed(app, self.gpu_type[w.gpu.node])
+        return slow if speed == 1.0 else slow / speed
 
     @staticmethod
     def _pipeline_spec(spec: Job, k: int):
@@ -247,19 +311,38 @@ class Simulator:
         return pipeline_iter_time(ps, counts_of(nodes), self.gpn, self.cfg.network)
 
     def _rate(self, rec: _Rec) -> float:
+        """Submitted-batch iterations per second (samples / s over the submitted batch)."""
         spec, alloc = rec.spec, rec.alloc
+        workers = alloc.workers
         if spec.app in PIPELINE_MODELS:
             t_iter = self._pipeline_alpha(spec, alloc)
+            return 1.0 / (t_iter * max(self._worker_slowdown(rec, w) for w in workers))
+        prof = self.models.profiles[spec.app]
+        k = len(workers)
+        if rec.uniform:
+            t_iter = prof.iter_time(rec.batch / k, k, alloc.num_nodes, alloc.accum_steps)
+            if rec.partners or alloc.mps_pct is not None or len(self.types) > 1:
+                slow = max(self._worker_slowdown(rec, w) for w in workers)
+            else:  # alone, no MPS limit, one GPU type: the common case, no per-worker loop
+                speed = self.models.gpu_types.speed(spec.app, self.nodes[0].gpu_type)
+                slow = 1.0 if speed == 1.0 else 1.0 / speed
+            t_iter = t_iter * slow
         else:
-            prof = self.models.profiles[spec.app]
-            k = len(alloc.gpus)
-            t_iter = prof.iter_time(spec.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
-        xi = 1.0
-        for other in rec.partners:
-            xi = max(xi, self.models.interference.ratio(spec.app, self.recs[other].spec.app))
-        if alloc.mps_pct is not None:  # an MPS share caps compute (seed 004 LGRR)
-            t_iter /= max(alloc.mps_pct, 1) / 100.0
-        return 1.0 / (t_iter * xi)
+            stages: dict[int, list[WorkerAlloc]] = {}
+            for w in workers:
+                stages.setdefault(w.stage, []).append(w)
+            depth = len(stages)
+            t_iter = 0.0
+            for ws in stages.values():
+                kk = len(ws)
+                nn = len({w.gpu.node for w in ws})
+                for w in ws:
+                    t = _eq7(prof, w.share, kk, nn, w.accum_steps, depth)
+                    t_iter = max(t_iter, t * self._worker_slowdown(rec, w))
+        rate = 1.0 / t_iter
+        if rec.batch != spec.global_batch:  # progress counts samples
+            rate = rate * rec.batch / spec.global_batch
+        return rate
 
     def _reschedule(self, rec: _Rec) -> None:
         """Recompute rate and completion event of a running job (after settling)."""
@@ -304,16 +387,16 @@ class Simulator:
         rec.done_iters = rec.spec.total_iters
         rec.state = JobState.PENDING  # leaves the active set
         rec.end = self.now
-        sp = rec.spec
-        self.history.append(FinishedJob(sp.id, sp.user, sp.submit_time, rec.first_start, self.now,
-                                        sp.num_gpus, sp.app, sp.name, sp.group_id,
-                                        sp.total_iters, sp.global_batch))
-        self.history_view = None
         affected = self._release(rec)
         del self.active[rec.spec.id]
         self.views.pop(rec.spec.id, None)
         self.dirty_views.discard(rec.spec.id)
         self.n_done += 1
+        s = rec.spec
+        self.history.append(FinishedJob(
+            s.id, s.user, s.submit_time, rec.first_start, self.now, s.num_gpus, s.app, s.name,
+            s.group_id, s.total_iters, s.global_batch))
+        self.history_view = None
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
@@ -331,7 +414,7 @@ class Simulator:
             self.free_cache = (tuple(chain.from_iterable(index.values())),
                                MappingProxyType(index))
         free, index = self.free_cache
-        if self.history_view is None:
+        if self.history_view is None:  # one copy per completion, not per call
             self.history_view = tuple(self.history)
         if self.refit is not None and (self.last_fit is None
                                        or self.now - self.last_fit >= self.refit_every):
@@ -343,14 +426,14 @@ class Simulator:
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index,
-            waiting_ids=tuple(self.waiting_ids), history=self.history_view,
-            predictors=self.predictors)
+            waiting_ids=tuple(self.waiting_ids), gpu_types=self.models.gpu_types,
+            history=self.history_view, predictors=self.predictors)
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
             rec.view = dataclasses.replace(
                 rec.spec,
-                total_iters=rec.spec.total_iters if self.cfg.reveal_lengths else None,
+                total_iters=rec.spec.total_iters if self.reveal else None,
                 state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
                 as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
                 executed_time=rec.executed,
@@ -372,6 +455,9 @@ class Simulator:
         for act in plan.actions:
             if act.job_id not in self.active:
                 raise PlanError(f"plan names job {act.job_id!r}, which is not active")
+        if plan.preempts() and not self.may_preempt:
+            raise PlanError(f"policy {plan.policy} declares preemptive = False but its plan "
+                            f"pre-empts {plan.preempts()[0].job_id}")
         for act in plan.preempts():
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
@@ -380,6 +466,8 @@ class Simulator:
             affected |= self._release(rec)
             rec.state, rec.alloc, rec.rate = JobState.SUSPENDED, None, 0.0
             rec.partners = frozenset()
+            rec.wmap = {}
+            rec.held = 0
             rec.preemptions += 1
             rec.version += 1
             self.waiting_ids[rec.spec.id] = None
@@ -387,52 +475,141 @@ class Simulator:
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
+            self._check_count(rec, act)
             self._settle(rec)
+            old = frozenset(rec.alloc.gpus)
             affected |= self._release(rec)
-            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct, resize=True,
-                        workers=act.workers)
+            self._place(rec, act, resize=True, moved=frozenset(act.gpus) != old)
             affected |= set(rec.partners)
         for act in plan.starts():
             rec = self.active[act.job_id]
             if rec.state is JobState.RUNNING:
                 raise PlanError(f"cannot start job {act.job_id}: it is already running")
-            if len(act.gpus) != rec.spec.num_gpus:
-                raise PlanError(f"gang violation: job {act.job_id} needs {rec.spec.num_gpus} GPUs,"
-                                f" plan gives {len(act.gpus)}")
+            self._check_count(rec, act)
             self._settle(rec)
-            self._place(rec, act.gpus, act.sub_batch, act.accum_steps, act.mps_pct,
-                        workers=act.workers)
+            self._place(rec, act)
             del self.waiting_ids[rec.spec.id]
             affected |= set(rec.partners)
         self._refresh(affected)
 
-    def _place(self, rec: _Rec, gpus, sub_batch, accum, mps_pct, resize=False, workers=()) -> None:
+    @staticmethod
+    def _check_count(rec: _Rec, act) -> None:
+        """Gang size: exactly ``Job.num_gpus``, or within ``Job.gpu_range`` when the job lets
+        policies choose its GPU count (elastic / moldable jobs)."""
+        spec, n = rec.spec, len(act.gpus)
+        if spec.gpu_range is None:
+            if n != spec.num_gpus:
+                raise PlanError(f"gang violation: job {act.job_id} needs {spec.num_gpus} GPUs,"
+                                f" plan gives {n}")
+        elif not spec.gpu_range[0] <= n <= spec.gpu_range[1]:
+            raise PlanError(f"job {act.job_id}: plan gives {n} GPUs, outside its gpu_range "
+                            f"{tuple(spec.gpu_range)}")
+
+    def _batch_in_force(self, rec: _Rec, act) -> int:
+        """The global batch the action runs: its override (within ``Job.batch_range``), else
+        the submitted batch for a start and the batch in force for a resize."""
+        spec, g = rec.spec, act.global_batch
+        if g is None:
+            return rec.batch if isinstance(act, ResizeJob) else spec.global_batch
+        g = int(g)
+        if spec.batch_range is None:
+            if g != spec.global_batch:
+                raise PlanError(f"job {spec.id}: global batch {g} overrides a fixed batch "
+                                f"{spec.global_batch} (the job has no batch_range)")
+        elif not spec.batch_range[0] <= g <= spec.batch_range[1]:
+            raise PlanError(f"job {spec.id}: global batch {g} is outside its batch_range "
+                            f"{tuple(spec.batch_range)}")
+        return g
+
+    def _workers(self, rec: _Rec, act, gpus: tuple, batch: int) -> tuple[tuple, bool]:
+        """Validated worker records of ``act`` and whether they are the even split."""
         jid = rec.spec.id
-        if workers and tuple(w.gpu for w in workers) != tuple(gpus):
-            raise PlanError(f"job {jid}: worker records do not list the plan's GPUs in order")
+        if not act.workers:
+            sub, accum = int(act.sub_batch), int(act.accum_steps)
+            # the rate (eq. 7) runs the whole per-GPU share in ``accum`` steps and the
+            # memory check uses ``sub_batch``: they must agree with the global batch
+            if sub < 1 or accum < 1 or sub * accum * len(gpus) < batch:
+                raise PlanError(f"job {jid}: sub-batch {act.sub_batch} x {act.accum_steps} "
+                                f"accumulation steps on {len(gpus)} GPUs does not cover its "
+                                f"global batch {batch}")
+            if act.mps_pct is not None and not 1 <= act.mps_pct <= 100:
+                raise PlanError(f"job {jid}: MPS share {act.mps_pct}% is not in 1..100")
+            return uniform_workers(gpus, sub, accum, act.mps_pct, batch), True
+        workers = tuple(act.workers)
+        if tuple(w.gpu for w in workers) != gpus:
+            raise PlanError(f"job {jid}: workers name other GPUs than the plan's gpus "
+                            f"(they must list the same GPUs in the same order)")
+        if rec.spec.app in PIPELINE_MODELS:  # timed by seed 003 eq. 7: shares are nominal
+            for w in workers:
+                if w.mps_pct is not None and not 1 <= w.mps_pct <= 100:
+                    raise PlanError(f"job {jid}: worker on {w.gpu}: MPS share {w.mps_pct}% is "
+                                    f"not in 1..100")
+                if w.stage < 0:
+                    raise PlanError(f"job {jid}: worker on {w.gpu}: negative stage {w.stage}")
+            return workers, False
+        per_stage: dict[int, int] = {}
+        for w in workers:
+            if w.share < 1 or w.micro_batch < 1 or w.accum_steps < 1 or \
+                    w.micro_batch * w.accum_steps < w.share:
+                raise PlanError(f"job {jid}: worker on {w.gpu}: micro-batch {w.micro_batch} x "
+                                f"{w.accum_steps} accumulation steps does not cover its share "
+                                f"{w.share}")
+            if w.mps_pct is not None and not 1 <= w.mps_pct <= 100:
+                raise PlanError(f"job {jid}: worker on {w.gpu}: MPS share {w.mps_pct}% is not "
+                                f"in 1..100")
+            if w.mem_limit_mb is not None and w.mem_limit_mb <= 0:
+                raise PlanError(f"job {jid}: worker on {w.gpu}: memory limit {w.mem_limit_mb} "
+                                f"MiB is not positive")
+            if not 0 <= w.stage < max(rec.spec.stages, 1):
+                raise PlanError(f"job {jid}: worker on {w.gpu}: stage {w.stage} is not in "
+                                f"0..{max(rec.spec.stages, 1) - 1}")
+            per_stage[w.stage] = per_stage.get(w.stage, 0) + w.share
+        if sorted(per_stage) != list(range(len(per_stage))):
+            raise PlanError(f"job {jid}: pipeline stages {sorted(per_stage)} are not 0..n-1")
+        for st, total in per_stage.items():
+            if total != batch:
+                where = f" of stage {st}" if len(per_stage) > 1 else ""
+                raise PlanError(f"job {jid}: worker shares{where} sum to {total}, not the "
+                                f"global batch {batch}")
+        first = workers[0]
+        even = len(per_stage) == 1 and all(
+            (w.micro_batch, w.accum_steps, w.mps_pct) ==
+            (first.micro_batch, first.accum_steps, first.mps_pct) for w in workers) and \
+            max(w.share for w in workers) - min(w.share for w in workers) <= 1
+        return workers, even
+
+    def _place(self, rec: _Rec, act, resize: bool = False, moved: bool = False) -> None:
+        jid = rec.spec.id
+        gpus = tuple(act.gpus)
+        if not gpus:
+            raise PlanError(f"job {jid}: the plan gives it no GPU")
         if len(set(gpus)) != len(gpus):
             raise PlanError(f"job {jid}: the same GPU listed twice")
-        # the rate (eq. 7) runs the whole per-GPU share in ``accum`` steps and the
-        # memory check uses ``sub_batch``: they must agree with the global batch
-        if int(sub_batch) < 1 or int(accum) < 1 or \
-                int(sub_batch) * int(accum) * len(gpus) < rec.spec.global_batch:
-            raise PlanError(f"job {jid}: sub-batch {sub_batch} x {accum} accumulation steps on "
-                            f"{len(gpus)} GPUs does not cover its global batch "
-                            f"{rec.spec.global_batch}")
-        if mps_pct is not None and not 1 <= mps_pct <= 100:
-            raise PlanError(f"job {jid}: MPS share {mps_pct}% is not in 1..100")
-        for g in gpus:
+        batch = self._batch_in_force(rec, act)
+        workers, even = self._workers(rec, act, gpus, batch)
+        mem = self.models.memory
+        mine = mem.get(rec.spec.app)
+        for w in workers:
+            g = w.gpu
             if g not in self.valid_gpus:
                 raise PlanError(f"job {jid}: no such GPU {g}")
+            if mine is not None and w.mem_limit_mb is not None and \
+                    mine.mem_mb(w.micro_batch) > w.mem_limit_mb + EPS:
+                raise PlanError(f"job {jid}: worker on {g} needs {mine.mem_mb(w.micro_batch):.0f}"
+                                f" MiB, over its memory limit {w.mem_limit_mb} MiB")
             on = self.gpu_jobs.get(g, ())
             if len(on) >= self.cfg.max_jobs_per_gpu:
                 raise PlanError(f"job {jid}: GPU {g} already holds {len(on)} jobs")
             if on:
-                mem = self.models.memory
-                need = sum(mem[self.recs[x].spec.app].mem_mb(self.recs[x].alloc.sub_batch)
-                           for x in on if self.recs[x].spec.app in mem)
-                if rec.spec.app in mem:
-                    need += mem[rec.spec.app].mem_mb(sub_batch)
+                need = 0.0
+                for x in on:
+                    xr = self.recs[x]
+                    if xr.spec.app in mem:
+                        xw = xr.wmap.get(g)
+                        need += mem[xr.spec.app].mem_mb(
+                            xw.micro_batch if xw is not None else xr.alloc.sub_batch)
+                if mine is not None:
+                    need += mine.mem_mb(w.micro_batch)
                 if need > self.gpu_mem[g.node] + EPS:
                     raise PlanError(f"job {jid}: GPU {g} memory over capacity ({need:.0f} MiB)")
         for g in gpus:
@@ -442,8 +619,16 @@ class Simulator:
             self.free_by_node[g.node].discard(g.index)
             self.dirty_nodes.add(g.node)
             self.free_cache = None
-        rec.alloc = Allocation(tuple(gpus), int(sub_batch), int(accum), mps_pct,
-                               workers=tuple(workers))
+        override = batch if batch != rec.spec.global_batch else None
+        if act.workers:
+            rec.alloc = Allocation.from_workers(workers, override)
+        else:
+            rec.alloc = Allocation(gpus, int(act.sub_batch), int(act.accum_steps), act.mps_pct,
+                                   workers, override)
+        rec.batch = batch
+        rec.uniform = even
+        rec.wmap = {w.gpu: w for w in workers}
+        rec.held = len(gpus)
         rec.partners = self._partners_of(gpus, jid)
         if rec.partners:
             rec.shared = True
@@ -452,6 +637,8 @@ class Simulator:
                 rec.first_start = self.now
             elif rec.preemptions:
                 rec.overhead += self.cfg.preempt_cost
+        elif moved:
+            rec.overhead += self.cfg.resize_cost
         rec.state = JobState.RUNNING
         self._reschedule(rec)
 
@@ -473,7 +660,6 @@ class Simulator:
         self.timeline.append(TimelineSample(
             self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
             self.busy_gpus / max(self.total_gpus, 1)))
-
 
     def _one_gpu_rate(self, spec: Job) -> float:
         """Rate of ``spec`` on one GPU (CE/BI normalisation); a Table I job that needs
@@ -497,3 +683,18 @@ def simulate(jobs: Sequence[Job], nodes: Sequence[Node], policy, models: Models,
     """Run ``policy`` over ``jobs`` on ``nodes``; see :class:`Simulator` (``kw``:
     ``prior_history``, ``refit``, ``refit_every``)."""
     return Simulator(jobs, nodes, policy, models, config, progress, **kw).run()
+
+
+def _eq7(prof, share: float, k: int, nodes: int, accum: int, depth: int) -> float:
+    """Seed 000 eq. 7 for one worker with ``share`` samples in ``accum`` micro-steps among
+    ``k`` replicas on ``nodes`` nodes; with ``depth`` > 1 pipeline stages the worker runs
+    ``1/depth`` of the model (compute and gradient all-reduce; our choice: stages of
+    equal cost, activation traffic between stages not modelled)."""
+    if depth == 1:
+        return prof.iter_time(share, k, nodes, accum)
+    s = max(1, int(accum))
+    tc = prof.t_comp(share / s) / depth
+    tm = prof.t_comm(k, nodes) / depth
+    d = prof.delta
+    overlap = (tc ** d + tm ** d) ** (1.0 / d) if tm > 0 else tc
+    return (s - 1) * tc + overlap
