@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import policies  # noqa: E402
 from gimbalctl.cluster import parse_cluster  # noqa: E402
-from gimbalctl.predictor import evaluate, group_key, refitter  # noqa: E402
+from gimbalctl.predictor import evaluate, group_key, plot_error_cdf, refitter  # noqa: E402
 from gimbalctl.profiles import default_models  # noqa: E402
 from gimbalctl.sim import SimConfig, simulate  # noqa: E402
 from policies.asrpt_core import _pipeline_bounds  # noqa: E402
@@ -123,6 +123,9 @@ def main(argv=None):
     ap.add_argument("--history", type=int, default=20000, help="history rows before a window")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "asrpt_results.md")
     ap.add_argument("--fig9", action="store_true", help="also A-SRPT with mean/median predictors")
+    ap.add_argument("--cdf", type=Path, default=ROOT / "docs" / "asrpt_error_cdf.png",
+                    help="Fig. 4 analogue: CDF of the prediction error on window 0")
+    ap.add_argument("--cdf-only", action="store_true", help="only the error CDF, no simulation")
     a = ap.parse_args(argv)
     df = load_philly()
     rng = np.random.default_rng(a.seed)
@@ -141,6 +144,10 @@ def main(argv=None):
                                           j.num_gpus, j.app, "", j.group_id, j.total_iters,
                                           j.global_batch) for j in jobs]
                 ev = evaluate(fin, train_frac=len(hist) / len(fin), seed=a.seed)
+                if w == 0 and a.cdf is not None:
+                    plot_error_cdf(ev, a.cdf)  # Fig. 4 analogue
+                if a.cdf_only:
+                    return
                 errs.append({"window": w, **{k: v["mean_abs_error"] for k, v in ev["summary"].items()},
                              "unseen": ev["summary"]["rf"]["unseen_group"]})
             runs = [("a-srpt", "rf"), ("a-srpt-perfect", None)] + [(b, "rf") for b in BASELINES]
