@@ -144,3 +144,14 @@ def test_loaders_give_recurrence_keys(tmp_path):
     q.write_text("id,submit_time,num_gpus,duration,user,group\na,0,1,5,ann,\nb,1,1,5,ann,\nc,2,1,5,ann,G\n")
     a, b, c = load_trace(q)
     assert a.group_id == b.group_id == group_key("ann", "", 1, None) and c.group_id == "G"
+
+
+def test_simulate_cli_with_predictor(tmp_path):
+    r = CliRunner().invoke(main, ["simulate", "--policy", "a-srpt", "--policy", "spjf",
+                                  "--predictor", "rf", "--refit", "600", "--limit", "40",
+                                  "--cluster", "16x4", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+    d = json.loads(r.output)
+    text = json.dumps(d)
+    assert "a-srpt" in text and "spjf" in text
