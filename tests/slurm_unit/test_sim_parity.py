@@ -18,7 +18,8 @@ class _Done(Exception):
     pass
 
 
-@pytest.mark.parametrize("policy", ["fifo", "sjf", "a-srpt", "spjf", "wcs-duration"])
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "a-srpt", "a-srpt-perfect", "spjf", "spwf",
+                                    "wcs-duration", "wcs-workload", "wcs-subtime"])
 def test_recorded_state_same_plan_as_simulator(release, replay, policy):
     _, be = replay
     real = build_snapshot(be.jobs(), be.nodes(), default_models())
@@ -55,7 +56,7 @@ def test_recorded_state_same_plan_as_simulator(release, replay, policy):
     assert dict(s.gpu_jobs) == dict(snap.gpu_jobs) and set(s.free_gpus) == set(snap.free_gpus)
     assert {j for j, x in s.jobs.items() if not x.running} == pending_ids
     pol = get_policy(policy)
-    if policy == "a-srpt":
+    if policy.startswith("a-srpt"):
         # A-SRPT's virtual SRPT (seed 003 Ã1) also weighs the running jobs' lengths, which
         # the simulator path above hides (reveal_lengths=False): hide them here as well
         snap = dataclasses.replace(snap, jobs={k: dataclasses.replace(j, total_iters=None)
