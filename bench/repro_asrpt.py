@@ -73,8 +73,8 @@ def assign_types(df: pd.DataFrame, g: int, seed: int) -> dict:
     return out
 
 
-def alpha_min(model, stages, gpus, g):
-    return _pipeline_bounds(pipeline_spec(model, stages, gpus), g, NET)[0]
+def alpha_min(model, stages, gpus, g, net=NET):
+    return _pipeline_bounds(pipeline_spec(model, stages, gpus), g, net)[0]
 
 
 def build(df, types, lo, hi, g):
@@ -95,16 +95,19 @@ def build(df, types, lo, hi, g):
     return jobs, hist
 
 
-def run_one(policy, jobs, hist, nodes, predictor, refit_h, seed):
-    pol = policies.get_policy(policy)
+def run_one(policy, jobs, hist, nodes, predictor, refit_h, seed, nic=10.0):
+    pol = policies.get_policy(policy, inter_gbits=nic)
     kw = {}
     if predictor is not None:
         kw = dict(prior_history=hist, refit=refitter(predictor, seed), refit_every=refit_h * 3600)
     t = time.perf_counter()
-    res = simulate(jobs, nodes, pol, default_models(), SimConfig(interval=60.0, seed=seed), **kw)
+    cfg = SimConfig(interval=60.0, seed=seed, network=Network.from_units(300.0, nic))
+    res = simulate(jobs, nodes, pol, default_models(), cfg, **kw)
     df = res.jobs.set_index("id")
     g = nodes[0].num_gpus
-    ideal = pd.Series({j.id: j.total_iters * alpha_min(j.app, j.stages, j.num_gpus, g) for j in jobs})
+    net = Network.from_units(300.0, nic)
+    ideal = pd.Series({j.id: j.total_iters * alpha_min(j.app, j.stages, j.num_gpus, g, net)
+                       for j in jobs})
     slow = (df.run_time / ideal.reindex(df.index)) > 1.5
     return {"total_jct_h": float((df.end - df.submit).sum() / 3600),
             "median_jct_h": float((df.end - df.submit).median() / 3600),
@@ -168,6 +171,8 @@ def main(argv=None):
                     help="Fig. 4 analogue: CDF of the prediction error on window 0")
     ap.add_argument("--cdf-only", action="store_true", help="only the error CDF, no simulation")
     ap.add_argument("--table2", action="store_true", help="only Table II (Heavy-Edge vs ILP)")
+    ap.add_argument("--nic", default="10", help="NIC bandwidths in Gbps, comma-separated (Fig. 8)")
+    ap.add_argument("--policies", default="", help="comma-separated subset of the runs")
     a = ap.parse_args(argv)
     if a.table2:
         print(table2(a.seed))
@@ -198,13 +203,17 @@ def main(argv=None):
             runs = [("a-srpt", "rf"), ("a-srpt-perfect", None)] + [(b, "rf") for b in BASELINES]
             if a.fig9:
                 runs += [("a-srpt", "mean"), ("a-srpt", "median")]
-            for pol, pred in runs:
-                r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed)
-                label = pol if pred in (None, "rf") else f"{pol} ({pred})"
-                rows.append({"window": w, "start": lo, "cluster": cl, "policy": label, **r})
-                print(f"window {w} {cl} {label:22s} total JCT {r['total_jct_h']:.0f} h, queueing "
-                      f"{r['queue_h']:.0f} h, {r['slowed']} jobs > 1.5x alpha_min "
-                      f"(sim {r['wall_s']:.0f} s)", flush=True)
+            if a.policies:
+                runs = [r for r in runs if r[0] in a.policies.split(",")]
+            for nic in (float(x) for x in a.nic.split(",")):
+                where = cl if a.nic == "10" else f"{cl} @ {nic:g} Gbps"
+                for pol, pred in runs:
+                    r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed, nic)
+                    label = pol if pred in (None, "rf") else f"{pol} ({pred})"
+                    rows.append({"window": w, "start": lo, "cluster": where, "policy": label, **r})
+                    print(f"window {w} {where} {label:22s} total JCT {r['total_jct_h']:.0f} h, queueing "
+                          f"{r['queue_h']:.0f} h, {r['slowed']} jobs > 1.5x alpha_min "
+                          f"(sim {r['wall_s']:.0f} s)", flush=True)
     res = pd.DataFrame(rows)
     write_doc(a, res, pd.DataFrame(errs), a.out)
 
@@ -214,7 +223,8 @@ def write_doc(a, res, errs, out):
              "Setting and discussion: docs/asrpt.md.", "",
              f"Run: `PYTHONPATH=. nice python bench/repro_asrpt.py --jobs {a.jobs} --windows "
              f"{a.windows} --clusters {a.clusters} --refit {a.refit} --history {a.history}"
-             + (" --fig9" if a.fig9 else "") + f"` (seed {a.seed}).", ""]
+             + (" --fig9" if a.fig9 else "") + (f" --nic {a.nic}" if a.nic != "10" else "")
+             + (f" --policies {a.policies}" if a.policies else "") + f"` (seed {a.seed}).", ""]
     for cl, d in res.groupby("cluster", sort=False):
         piv = d.pivot_table(index="policy", columns="window", values="total_jct_h")
         piv["mean"] = piv.mean(axis=1)

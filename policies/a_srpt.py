@@ -131,7 +131,6 @@ class ASrpt(Policy):
         mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
         nfree = sum(free.values())
         total = snap.total_gpus
-        rank = snap.node_rank
         actions, reasons, order, infeasible = [], {}, [], []
         pos = {j.id: i for i, j in enumerate(queue + later)}
 
