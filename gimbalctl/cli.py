@@ -75,7 +75,8 @@ def _parse_policies(names: tuple[str, ...]) -> list:
                                  "(speed, memory_mb), as in gimbal.toml")
 @click.option("--resize-cost", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds without progress after a resize onto other GPUs")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="random seed (0 .. 2**32-1, numpy's range)")
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1e-3),
               help="seconds between scheduling rounds while jobs wait")
 @click.option("--xi", type=click.FloatRange(min=1.0), default=None,

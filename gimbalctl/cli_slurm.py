@@ -1,9 +1,12 @@
-"""Slurm-side CLI commands: ``queue``, ``explain``, ``daemon``, ``revert``, ``db upgrade``.
+"""Slurm-side CLI commands: ``queue``, ``explain``, ``daemon``, ``revert``, ``db upgrade``
+(``audit`` and ``cycles``: :mod:`gimbalctl.cli_admin`).
 
 ``register(group)`` adds them to the lead's ``gimbalctl`` click group.
-Common flags: ``--config etc/gimbal.toml`` (TOML; CLI flags win), ``--db URL``,
-``--json``, ``--dry-run`` on everything that mutates.  Errors name the input
-and exit with the codes of :class:`gimbalctl.daemon.Exit`.
+Common flags: ``--config /etc/gimbal/gimbal.toml`` (TOML; CLI flags win; without it
+``$GIMBAL_CONFIG``, else ``/etc/gimbal/gimbal.toml`` if present), ``--db URL``, ``--json``,
+``--dry-run`` on everything that mutates.  Read-only commands (``queue``, ``explain``,
+``audit``, ``cycles``) never create or migrate a state store.  Errors name the input and exit
+with the codes of :class:`gimbalctl.daemon.Exit`.
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ log = logging.getLogger("gimbal.cli")
 
 def _common(f):
     f = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                     help="TOML config file (e.g. etc/gimbal.toml); flags win")(f)
+                     help="TOML config file (default $GIMBAL_CONFIG, else /etc/gimbal/gimbal.toml "
+                     "if it exists); flags win")(f)
     f = click.option("--db", default=None, help="state store URL or SQLite path "
-                     "(default $GIMBAL_DB or ./gimbal.db)")(f)
+                     "(default: the config's db, else $GIMBAL_DB or ./gimbal.db)")(f)
     f = click.option("--backend", type=click.Choice(BACKENDS), default=None,
                      help="Slurm access: auto (pyslurm if it matches the release), cli, pyslurm")(f)
     f = click.option("--json", "as_json", is_flag=True, help="machine-readable output")(f)
@@ -86,6 +90,58 @@ def _store(cfg, upgrade: bool = True, dry_run: bool = False):
         _fail(str(e), Exit.STORE)
 
 
+def _store_ro(cfg):
+    """``(store, None)`` for a read-only command, or ``(None, why)`` when there is no state
+    store at ``cfg.db`` yet.  Never creates or migrates one (a store at another schema
+    revision is an error asking for ``gimbalctl db upgrade``)."""
+    from .store import Store, StoreError
+    try:
+        st = Store(cfg.db)
+        rev = st.revision()
+        if rev is None:
+            return None, (f"no state store at {_redact(st.url)} ({cfg.describe_source()}): no "
+                          f"daemon cycle is recorded there")
+        head = st.head()
+        if rev != head:
+            raise StoreError(f"--db {_redact(st.url)!r}: schema at revision {rev}, this gimbal "
+                             f"needs {head}; run `gimbalctl db upgrade` (read-only commands "
+                             f"change nothing)")
+        return st, None
+    except StoreError as e:
+        _fail(str(e), Exit.STORE)
+
+
+def cycle_warnings(st, cfg, now=None) -> list[str]:
+    """Warnings about the newest daemon cycle in ``st``: it failed, was skipped or
+    interrupted, changed only part of what it meant to, or is older than ``stale_after``."""
+    from .store.models import utcnow
+    c = st.last_cycle()
+    if c is None:
+        return []
+    now = now or utcnow()
+    when = f"cycle {c.id} at {c.started_at:%Y-%m-%d %H:%M:%S} UTC, policy {c.policy}"
+    out = []
+    if c.status in ("failed", "skipped", "interrupted"):
+        out.append(f"the last daemon cycle ({when}) {c.status}: {c.error or 'no reason recorded'}")
+    elif c.status == "partial":
+        out.append(f"the last daemon cycle ({when}) applied only part of its changes "
+                   f"(`gimbalctl audit --cycle {c.id}`)")
+    age = (now - c.started_at).total_seconds()
+    if age > cfg.stale_after:
+        out.append(f"the last daemon cycle ({when}) started {_age(age)} ago, more than "
+                   f"stale_after = {cfg.stale_after:g} s: is the daemon running? "
+                   f"(`gimbalctl cycles`)")
+    return out
+
+
+def _age(secs: float) -> str:
+    secs = int(secs)
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if secs >= n:
+            return f"{secs / n:.1f} {unit}"
+    return f"{secs} s"
+
+
 def _redact(url: str) -> str:
     from .store.db import _redact as r
     return r(url)
@@ -130,47 +186,96 @@ def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, inte
         sys.exit(_one_cycle(cfg, pol, as_json, dry_run))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    log.info("daemon loop: policy %s, mode %s, every %g s, db %s; SIGTERM/SIGINT stop it "
-             "between cycles", cfg.policy, cfg.mode, cfg.interval, cfg.db or "(default)")
-    sys.exit(loop(cfg, lambda: _loop_cycle(cfg, pol, as_json)))
+    log.info("daemon loop: policy %s, mode %s, every %g s, db %s, %s; SIGTERM/SIGINT stop it "
+             "between cycles", cfg.policy, cfg.mode, cfg.interval, cfg.db or "(default)",
+             cfg.describe_source())
+    keep: dict = {}  # the cluster lock, held from the first cycle that gets it until exit
+    try:
+        rc = loop(cfg, lambda: _loop_cycle(cfg, pol, as_json, keep))
+    finally:
+        if keep.get("lock") is not None:
+            keep["lock"].release()
+    sys.exit(rc)
 
 
-def _loop_cycle(cfg, pol, as_json: bool) -> int:
+def _loop_cycle(cfg, pol, as_json: bool, keep: dict) -> int:
     """One cycle of the loop: an error exit of a helper (Slurm/backend/store unusable right
     now) becomes that cycle's status instead of ending the daemon."""
     try:
-        return _one_cycle(cfg, pol, as_json, False)
+        return _one_cycle(cfg, pol, as_json, False, keep=keep)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else Exit.ERROR
         log.warning("cycle ended with status %d; retrying in %g s", code, cfg.interval)
         return code
 
 
-def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
-    import filelock
+def _record(cfg, pol, be, err, status: str = "failed") -> None:
+    """Record a cycle that could not run (best effort: a store that cannot be opened is only
+    logged; the caller reports the original error)."""
+    from .daemon import record_failure
+    from .store import Store, StoreError
+    try:
+        st = Store(cfg.db)
+        st.ensure_schema()
+    except StoreError as e:
+        log.warning("could not record the %s cycle: %s", status, e)
+        return
+    record_failure(st, cfg, pol.name, be, err, status=status)
 
+
+def _one_cycle(cfg, pol, as_json: bool, dry_run: bool, keep: Optional[dict] = None) -> int:
+    """One daemon cycle; ``keep`` (loop mode) keeps the cluster lock between cycles."""
     from .daemon import run_cycle
+    from .lock import ClusterLock
     from .slurm import SlurmError, SlurmUnavailable
+    from .statedirs import StateDirError, prepare
     from .store import StoreError
+    if not dry_run:
+        try:
+            for d in prepare(cfg):
+                click.echo(f"gimbalctl daemon: created {d}", err=True)
+        except StateDirError as e:
+            click.echo(f"gimbalctl daemon: state directory: {e}", err=True)
+            return Exit.STORE
+    be = _backend(cfg)
+    try:
+        be.version()
+        cluster = be.cluster_name()
+    except SlurmError as e:
+        unavailable = isinstance(e, SlurmUnavailable)
+        click.echo(f"gimbalctl daemon: Slurm {'unavailable' if unavailable else 'error'}: {e}",
+                   err=True)
+        if not dry_run:
+            _record(cfg, pol, be, e)
+        return Exit.SLURM_UNAVAILABLE if unavailable else Exit.ERROR
     lock = None
     if not dry_run:
-        os.makedirs(os.path.dirname(os.path.abspath(cfg.lock_path)), exist_ok=True)
-        lock = filelock.FileLock(cfg.lock_path, timeout=0)
+        lock = (keep or {}).get("lock")
+        if lock is None:
+            lock = ClusterLock(cfg.lock_path, cluster, policy=pol.name, mode=cfg.mode,
+                               loop=keep is not None)
+            if keep is not None:
+                keep["lock"] = lock
         try:
-            lock.acquire()
-        except filelock.Timeout:
-            msg = f"another gimbalctl daemon cycle holds {cfg.lock_path}; skipping this one"
-            click.echo(json.dumps({"status": "skipped", "reason": msg}) if as_json else msg)
+            got, note = lock.try_acquire()
+        except OSError as e:
+            click.echo(f"gimbalctl daemon: lock {lock.path}: {e}", err=True)
+            return Exit.STORE
+        if not got:
+            # loud, once per cycle: an operator must learn that two daemons compete
+            click.echo(f"gimbalctl daemon: WARNING: {note}", err=True)
+            if as_json:
+                click.echo(json.dumps({"status": "skipped", "reason": note,
+                                       "lock": lock.path, "cluster": cluster}))
+            _record(cfg, pol, be, note, status="skipped")
             return Exit.OK
+        if note:
+            click.echo(f"gimbalctl daemon: WARNING: {note}", err=True)
     try:
-        be = _backend(cfg)
-        try:
-            be.version()
-        except SlurmUnavailable as e:
-            click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
-            return Exit.SLURM_UNAVAILABLE
         st = _store(cfg, dry_run=dry_run)
         try:
+            if not dry_run:
+                st.wait_write_lock()
             res = run_cycle(cfg, be, st, pol, dry_run=dry_run)
         except SlurmUnavailable as e:
             click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
@@ -199,7 +304,7 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool) -> int:
             _print_changes(res.changes, as_json, dry_run)
         return Exit.PARTIAL if res.status == "partial" else Exit.OK
     finally:
-        if lock is not None:
+        if lock is not None and keep is None:
             lock.release()
 
 
@@ -213,12 +318,15 @@ def queue_cmd(config_path, db, backend, as_json, policy, live):
     """Pending jobs in gimbal's order, with the reason for each."""
     cfg = _setup(config_path, db=db, backend=backend, policy=policy)
     from .store import StoreError
+    warnings: list[str] = []
     try:
-        rows, source = _queue_rows(cfg, live or policy is not None)
+        rows, source = _queue_rows(cfg, live or policy is not None, warnings)
     except StoreError as e:
         _fail(str(e), Exit.STORE)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
-        click.echo(json.dumps({"source": source, "jobs": rows}, default=str))
+        click.echo(json.dumps({"source": source, "jobs": rows, "warnings": warnings}, default=str))
         return
     from rich.console import Console
     from rich.table import Table
@@ -252,12 +360,13 @@ def _live(cfg):
     return snap, plan, order
 
 
-def _queue_rows(cfg, live: bool):
+def _queue_rows(cfg, live: bool, warnings: list):
     if not live:
-        from .store import Store
-        st = Store(cfg.db)
-        if os.path.exists(st.url.replace("sqlite:///", "")) or not st.url.startswith("sqlite"):
-            st.ensure_schema()
+        st, why = _store_ro(cfg)
+        if st is None:
+            click.echo(f"note: {why}; computing the order live", err=True)
+        else:
+            warnings.extend(cycle_warnings(st, cfg))
             last = st.last_plan()
             if last is not None:
                 cyc, d = last
@@ -283,7 +392,7 @@ def _queue_rows(cfg, live: bool):
         rows.append(dict(job_id=jid, position=i, reason_code=r.code.value if r else "none",
                          reason_text=r.text if r else "", numbers=dict(r.numbers) if r else {},
                          **snap.inputs[jid]))
-    return rows, f"live, policy {plan.policy}"
+    return rows, f"live, policy {plan.policy} from {cfg.describe_source()}"
 
 
 @click.command("explain")
@@ -295,14 +404,20 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
     """Why JOB_ID has its position or placement: policy, inputs, numbers."""
     cfg = _setup(config_path, db=db, backend=backend, policy=policy)
     out = None
+    warnings: list[str] = []
     if not live:
         from .store import StoreError
-        st = _store(cfg)
-        try:
-            found = st.last_decision(job_id)
-            audit = st.audit_rows(job_id=job_id) if found is not None else []
-        except StoreError as e:
-            _fail(str(e), Exit.STORE)
+        st, why = _store_ro(cfg)
+        found = None
+        if st is None:
+            click.echo(f"note: {why}; computing live", err=True)
+        else:
+            try:
+                found = st.last_decision(job_id)
+                audit = st.audit_rows(job_id=job_id) if found is not None else []
+                warnings = cycle_warnings(st, cfg)
+            except StoreError as e:
+                _fail(str(e), Exit.STORE)
         if found is not None:
             cyc, jd, d = found
             out = {"source": f"cycle {cyc.id} ({cyc.started_at:%Y-%m-%d %H:%M:%S})",
@@ -322,10 +437,14 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
         r = plan.reasons.get(job_id)
         act = next((a for a in plan.actions if a.job_id == job_id), None)
         from .daemon import _action_dict
-        out = {"source": "live", "policy": plan.policy, "job_id": job_id,
+        out = {"source": f"live, {cfg.describe_source()}", "policy": plan.policy,
+               "job_id": job_id,
                "position": order.index(job_id) if job_id in order else None,
                "reason": r.as_dict() if r else None, "action": _action_dict(act),
                "inputs": dict(snap.inputs[job_id])}
+    out["warnings"] = warnings
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         click.echo(json.dumps(out, default=str))
         return
@@ -420,5 +539,6 @@ def db_upgrade(db, config_path, revision, dry_run, as_json):
 
 def register(group: click.Group) -> None:
     """Add the Slurm-side commands to the ``gimbalctl`` group."""
-    for cmd in (daemon_cmd, queue_cmd, explain_cmd, revert_cmd, db_group):
+    from .cli_admin import audit_cmd, cycles_cmd
+    for cmd in (daemon_cmd, queue_cmd, explain_cmd, revert_cmd, db_group, audit_cmd, cycles_cmd):
         group.add_command(cmd)

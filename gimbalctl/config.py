@@ -1,4 +1,9 @@
-"""Daemon configuration: defaults < config file (TOML, ``--config``) < CLI flags.
+"""Daemon configuration: defaults < config file (TOML) < CLI flags.
+
+The config file is ``--config PATH``; without it ``$GIMBAL_CONFIG``; without that
+``/etc/gimbal/gimbal.toml`` when it exists; else the built-in defaults.  Every command
+(``daemon``, ``queue``, ``explain``, ``audit``, ``cycles``, ``revert``) resolves it the same
+way, so a command run by hand sees the daemon's policy and state store.
 
 Example ``etc/gimbal.toml``::
 
@@ -10,7 +15,8 @@ Example ``etc/gimbal.toml``::
     interval = 30              # seconds between cycles (loop mode)
     db = "/var/lib/gimbal/gimbal.db"   # or postgresql+psycopg2://...
     state_dir = "/var/spool/gimbal"
-    lock_file = "/run/gimbal/daemon.lock"
+    lock_file = "/run/gimbal/daemon-{cluster}.lock"   # {cluster}: Slurm's ClusterName
+    stale_after = 300          # queue/explain warn when the last cycle is older (seconds)
 
     [slurm]
     timeout = 20
@@ -50,6 +56,12 @@ from typing import Any, Mapping, Optional
 
 from policies.throughput import GpuTypeTable
 
+DEFAULT_CONFIG = "/etc/gimbal/gimbal.toml"
+CONFIG_ENV = "GIMBAL_CONFIG"
+# ``scontrol update priority=N`` accepts 1 .. NO_VAL-1 (slurm.h: NO_VAL = 0xfffffffe;
+# scontrol's parse_uint32 refuses N >= NO_VAL with "Invalid Priority value")
+SLURM_PRIORITY_MAX = 0xfffffffd
+
 MODES = ("ordering", "gate")
 KNOBS = ("priority", "site_factor")
 BACKENDS = ("auto", "cli", "pyslurm")
@@ -68,7 +80,8 @@ class Config:
     interval: float = 30.0
     db: Optional[str] = None
     state_dir: str = field(default_factory=lambda: os.environ.get("GIMBAL_STATE_DIR", "/var/spool/gimbal"))
-    lock_file: Optional[str] = None  # default: <state_dir>/daemon.lock
+    lock_file: Optional[str] = None  # default: <state_dir>/daemon-{cluster}.lock
+    stale_after: float = 300.0
     dry_run: bool = False
     # slurm
     timeout: float = 20.0
@@ -89,6 +102,8 @@ class Config:
     predictor_sacct: Optional[str] = None
     predictor_kind: str = "rf"
     predictor_refit: float = 3600.0
+    # where the settings came from: the config file's path, or "" for the built-in defaults
+    source: str = field(default="", compare=False)
     # [gpu_types.<type>] tables: speed, memory_mb (see gimbalctl/gpu_types.py)
     gpu_types: dict = field(default_factory=dict)
 
@@ -104,7 +119,12 @@ class Config:
 
     @property
     def lock_path(self) -> str:
-        return self.lock_file or os.path.join(self.state_dir, "daemon.lock")
+        """The lock file template; ``{cluster}`` is replaced by Slurm's ClusterName."""
+        return self.lock_file or os.path.join(self.state_dir, "daemon-{cluster}.lock")
+
+    def describe_source(self) -> str:
+        return f"config {self.source}" if self.source else \
+            f"built-in defaults (no --config, ${CONFIG_ENV} or {DEFAULT_CONFIG})"
 
     def validate(self, where: str = "config") -> "Config":
         if self.mode not in MODES:
@@ -113,7 +133,7 @@ class Config:
             raise ConfigError(f"{where}: knob {self.knob!r} is not one of {', '.join(KNOBS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"{where}: backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        for name in ("interval", "timeout"):
+        for name in ("interval", "timeout", "stale_after"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.share_fraction <= 1:
@@ -127,6 +147,13 @@ class Config:
             raise ConfigError(f"{where}: predictor.refit must be > 0, got {self.predictor_refit!r}")
         if self.priority_step < 1 or self.priority_base < 1:
             raise ConfigError(f"{where}: ordering.priority_base/priority_step must be >= 1")
+        if self.priority_base > SLURM_PRIORITY_MAX - self.priority_step:
+            raise ConfigError(
+                f"{where}: ordering.priority_base = {self.priority_base} leaves no room in "
+                f"Slurm's job priority range 1..{SLURM_PRIORITY_MAX} (scontrol refuses larger "
+                f"values with \"Invalid Priority value\"); use at most "
+                f"{SLURM_PRIORITY_MAX - self.priority_step}, far less for a long queue: the "
+                f"first of n pending jobs gets priority_base + (n-1) * priority_step")
         return self
 
 
@@ -135,6 +162,7 @@ _KEYS = {
     ("daemon", "policy"): "policy", ("daemon", "mode"): "mode", ("daemon", "knob"): "knob",
     ("daemon", "backend"): "backend", ("daemon", "interval"): "interval", ("daemon", "db"): "db",
     ("daemon", "state_dir"): "state_dir", ("daemon", "lock_file"): "lock_file",
+    ("daemon", "stale_after"): "stale_after",
     ("slurm", "timeout"): "timeout", ("slurm", "partition"): "partition",
     ("slurm", "command_prefix"): "command_prefix",
     ("ordering", "priority_base"): "priority_base", ("ordering", "priority_step"): "priority_step",
@@ -162,17 +190,43 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: {name} must be {want.__name__}, got {value!r}")
 
 
+def config_path(path: Optional[str] = None) -> tuple[Optional[str], str]:
+    """The config file to read and how it was chosen (for messages): ``--config``, then
+    ``$GIMBAL_CONFIG``, then :data:`DEFAULT_CONFIG` if it exists; ``(None, "")`` for none."""
+    if path:
+        return path, "--config"
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return env, f"${CONFIG_ENV}"
+    if os.path.exists(DEFAULT_CONFIG):
+        return DEFAULT_CONFIG, "default config"
+    return None, ""
+
+
 def load(path: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
-    """Config from ``path`` (may be None) with non-None ``overrides`` (CLI flags) on top."""
+    """Config from ``path`` (None: ``$GIMBAL_CONFIG``, else ``/etc/gimbal/gimbal.toml`` if it
+    exists, else built-in defaults) with non-None ``overrides`` (CLI flags) on top."""
     cfg = Config()
+    path, how = config_path(path)
     if path:
         try:
             with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
+                raw = fh.read()
         except FileNotFoundError:
-            raise ConfigError(f"--config {path}: file not found") from None
+            raise ConfigError(f"{how} {path}: file not found") from None
+        except OSError as e:
+            raise ConfigError(f"{how} {path}: cannot read ({e.strerror or e})") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw[:e.start].count(b"\n") + 1
+            raise ConfigError(f"{how} {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line "
+                              f"{line}); TOML files must be UTF-8") from None
+        try:
+            doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"--config {path}: invalid TOML ({e})") from None
+            raise ConfigError(f"{how} {path}: invalid TOML ({e})") from None
+        cfg.source = path
         for section, body in doc.items():
             if section == "policy_options" and isinstance(body, dict):
                 cfg.policy_options = dict(body)

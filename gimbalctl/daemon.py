@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from policies.model import uniform_workers
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from .config import Config
@@ -117,13 +118,34 @@ def site_step(jobs: list[SlurmJob], configured: int) -> int:
     return max(1000, 10 ** math.ceil(math.log10(2 * (spread + 1))))
 
 
-def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob]) -> list[Target]:
+def priority_ladder(base: int, step: int, n: int,
+                    warnings: Optional[list[str]] = None) -> tuple[int, int]:
+    """``(base, step)`` such that ``base + (n-1)*step`` stays within Slurm's priority range
+    (:data:`~gimbalctl.config.SLURM_PRIORITY_MAX`): a queue too long for the configured
+    values is moved down (then squeezed), with a warning, instead of every update failing."""
+    from .config import SLURM_PRIORITY_MAX
+    if n <= 1 or base + (n - 1) * step <= SLURM_PRIORITY_MAX:
+        return base, step
+    new_base = SLURM_PRIORITY_MAX - (n - 1) * step
+    new_step = step
+    if new_base < 1:
+        new_base, new_step = 1, max(1, (SLURM_PRIORITY_MAX - 1) // (n - 1))
+    if warnings is not None:
+        warnings.append(f"ordering: {n} pending jobs with priority_base {base} and step {step} "
+                        f"exceed Slurm's maximum priority {SLURM_PRIORITY_MAX}; using base "
+                        f"{new_base}, step {new_step} this cycle")
+    return new_base, new_step
+
+
+def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob],
+                     warnings: Optional[list[str]] = None) -> list[Target]:
     ids = [j for j in order if j in sjobs and sjobs[j].pending and not sjobs[j].held]
     n = len(ids)
     out = []
     if cfg.knob == "priority":
+        base, step = priority_ladder(cfg.priority_base, cfg.priority_step, n, warnings)
         for rank, jid in enumerate(ids):
-            out.append(Target(jid, "priority", cfg.priority_base + (n - 1 - rank) * cfg.priority_step,
+            out.append(Target(jid, "priority", base + (n - 1 - rank) * step,
                               f"position {rank + 1} of {n}"))
     else:
         step = site_step([sjobs[j] for j in ids], cfg.site_step)
@@ -197,10 +219,10 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
         if ignored:
             warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
                             f"(use --mode gate with gsbatch --gate jobs)")
-        return order, ordering_targets(cfg, order, sjobs)
+        return order, ordering_targets(cfg, order, sjobs, warnings)
     gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now)
     rest = [j for j in order if not sjobs[j].gated]
-    return order, gated + ordering_targets(cfg, rest, sjobs)
+    return order, gated + ordering_targets(cfg, rest, sjobs, warnings)
 
 
 # ---------------------------------------------------------------- apply
@@ -252,14 +274,45 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
 
 
 def _decision_for(a: StartJob, sj: SlurmJob, snap: SnapshotResult, policy: str):
+    """The launcher decision of a start: job-level fields plus the per-worker record
+    (the plan's ``workers``, else the even split of the batch in force), which gimbal-run
+    applies and echoes back in its reports (docs/architecture.md)."""
     from launcher.decision import LauncherDecision
+    from .records import workers_to_wire
     job = snap.snapshot.jobs.get(sj.job_id)
-    gb = job.global_batch if job else None
-    sub = a.sub_batch if not gb or a.sub_batch <= gb else gb
-    return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=max(1, sub),
-                            accum_steps=max(1, a.accum_steps), global_batch=gb,
-                            mps_thread_pct=a.mps_pct, share_with=",".join(a.share_with) or None,
-                            stealing=bool(a.share_with) or None)
+    gb = a.global_batch or (job.global_batch if job else None)
+    sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
+    accum = max(1, a.accum_steps)
+    mps = a.mps_pct
+    if a.workers:
+        workers = a.workers
+        pcts = {w.mps_pct for w in workers}
+        if mps is None and len(pcts) == 1:  # one MPS share for every rank (gimbal-run sets one)
+            mps = pcts.pop()
+    else:
+        workers = uniform_workers(tuple(a.gpus), sub, accum, mps, gb) if gb and a.gpus else ()
+    return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=sub,
+                            accum_steps=accum, global_batch=gb,
+                            mps_thread_pct=mps, share_with=",".join(a.share_with) or None,
+                            stealing=bool(a.share_with) or None,
+                            workers=tuple(workers_to_wire(workers)) or None)
+
+
+def read_decisions(state_dir: str, jobs) -> dict:
+    """Launcher decision files of the running jobs (job id -> ``LauncherDecision``); a
+    missing or unreadable file is left out (the snapshot falls back to the even split)."""
+    from launcher.decision import decision_path, read_decision
+    out = {}
+    for sj in jobs:
+        if not sj.running:
+            continue
+        try:
+            out[sj.job_id] = read_decision(decision_path(sj.job_id, root=state_dir))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            log.warning("job %s: unreadable launcher decision (%s); not used", sj.job_id, e)
+    return out
 
 
 def describe_target(backend: Backend, t: Target, cfg: Config) -> list[str]:
@@ -283,8 +336,15 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
         if t.job_id in failed_jobs:  # an earlier step for this job failed: do not release it
             continue
         if t.field == "decision":
-            dec = _decision_for(t.value, sj, snap, policy)
             path = decision_path(t.job_id, root=cfg.state_dir)
+            try:
+                dec = _decision_for(t.value, sj, snap, policy)
+            except ValueError as e:  # a plan whose record the launcher cannot take: this job only
+                log.warning("job %s: not writing its launcher decision: %s", t.job_id, e)
+                changes.append(Change(t.job_id, "decision", None, None, ("write", path),
+                                      error=f"{path}: {e}"))
+                failed_jobs.add(t.job_id)
+                continue
             try:
                 old = read_decision(path).to_dict()
                 old.pop("written_at", None)
@@ -297,7 +357,8 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
             if dry_run:
                 changes.append(ch)
                 continue
-            aid = store.audit_intent(cycle_id, t.job_id, "decision", old, new, list(ch.argv))
+            aid = store.audit_intent(cycle_id, t.job_id, "decision", old, new, list(ch.argv),
+                                     reason=t.why)
             try:
                 write_decision(path, dec)
                 ch = dataclasses.replace(ch, applied=True, read_back=read_decision(path).to_dict())
@@ -316,7 +377,7 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
                                           force=True))
             continue
         argv = list(backend.describe(t.job_id, t.field, t.value))
-        aid = store.audit_intent(cycle_id, t.job_id, t.field, cur, t.value, argv)
+        aid = store.audit_intent(cycle_id, t.job_id, t.field, cur, t.value, argv, reason=t.why)
         n += 1
         if n == 1:
             _crash_point("after_first_intent")
@@ -382,8 +443,48 @@ def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
               dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
-    """One cycle.  Slurm is read before the DB is written, so an unreachable
-    controller raises :class:`SlurmUnavailable` with the DB unchanged."""
+    """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
+    recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
+    state: dict = {}
+    try:
+        return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
+    except Exception as e:
+        if not dry_run:
+            record_failure(store, cfg, getattr(policy, "name", cfg.policy), backend, e,
+                           cycle_id=state.get("cycle_id"))
+        raise
+
+
+def error_text(e: BaseException) -> str:
+    from .slurm.errors import SlurmUnavailable as _SU
+    what = "Slurm unavailable" if isinstance(e, _SU) else type(e).__name__
+    return f"{what}: {e}"[:4000]
+
+
+def record_failure(store, cfg: Config, policy: str, backend: Optional[Backend],
+                   e: BaseException | str, cycle_id: Optional[int] = None,
+                   status: str = "failed") -> Optional[int]:
+    """Best effort: mark ``cycle_id`` (or a new cycle row) ``status`` with the error.  A store
+    that cannot be written is logged, never raised (the original error matters more)."""
+    msg = e if isinstance(e, str) else error_text(e)
+    try:
+        if cycle_id is not None:
+            store.finish_cycle(cycle_id, status, error=msg)
+            return cycle_id
+        release = ""
+        if backend is not None and backend._ver is not None:
+            release = backend.release
+        return store.record_cycle(policy=policy, mode=cfg.mode, knob=cfg.knob,
+                                  backend=backend.name if backend is not None else cfg.backend,
+                                  release=release, status=status, error=msg)
+    except Exception as e2:  # noqa: BLE001 - e.g. the store is what failed
+        log.warning("could not record the %s cycle in the state store: %s", status, e2)
+        return None
+
+
+def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bool,
+               now: Optional[float], state: dict) -> CycleResult:
     if models is None:
         models = cfg.models()
     jobs, nodes = read_slurm(backend)
@@ -393,7 +494,8 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
         store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
                           history=store.job_rows(), reports=store.latest_reports(),
-                          default_app=cfg.default_app, default_batch=cfg.default_batch)
+                          default_app=cfg.default_app, default_batch=cfg.default_batch,
+                          decisions=read_decisions(cfg.state_dir, jobs))
     warnings = list(snap.warnings)
     preds = site_predictors(cfg, snap.snapshot.now, warnings)
     if preds:
@@ -425,6 +527,7 @@ def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
             policy=plan.policy, mode=cfg.mode, knob=cfg.knob, backend=backend.name,
             release=backend.release, dry_run=False, jobs=seen, plan=plan.as_dict(),
             inputs={k: dict(v) for k, v in snap.inputs.items()}, job_decisions=job_decisions)
+        state["cycle_id"] = cycle_id
         _crash_point("after_plan")
         store.set_cycle_status(cycle_id, "applying")
         _pause_point("applying")
@@ -506,7 +609,8 @@ def revert(backend: Backend, store, dry_run: bool = False, job_ids: Optional[lis
             continue
         argv = list(backend.describe(jid, fld, val))
         aid = store.audit_intent(cycle_id, jid, f"revert:{fld}" if fld in ("hold", "release")
-                                 and key[1] == "priority" else fld, cur, val, argv)
+                                 and key[1] == "priority" else fld, cur, val, argv,
+                                 reason=f"revert gimbal's {key[1]}")
         ch = backend.change(jid, fld, val, before=sj, force=True)
         store.audit_result(aid, "failed" if ch.error else "applied", ch.read_back, ch.error)
         done_keys[key] = done_keys.get(key, True) and not ch.error

@@ -32,6 +32,10 @@ class Policy:
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None
+    # True: the policy sets each job's GPU count itself (seed 001 elastic shares): it may
+    # start a job on any number of GPUs >= 1 and resize it later; the simulator calls it
+    # at every arrival and completion, even when nothing waits
+    elastic = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError
@@ -77,14 +81,16 @@ def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
     return tuple(chosen)
 
 
-def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None) -> tuple[int, int]:
-    """(sub_batch, accum_steps) for ``job`` alone on ``job.num_gpus`` GPUs.
+def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None,
+                     num_gpus: Optional[int] = None) -> tuple[int, int]:
+    """(sub_batch, accum_steps) for ``job`` alone on ``num_gpus`` GPUs (default: the
+    count it asked for).
 
     The per-GPU share ``B = ceil(global/num_gpus)``; accumulation steps double
     (powers of two, as seed 000 Alg. 2 searches) until the micro-batch fits the
     profiled maximum and the memory model (if known).
     """
-    local = -(-job.global_batch // max(job.num_gpus, 1))
+    local = -(-job.global_batch // max(num_gpus or job.num_gpus, 1))
     prof = snap.profiles.get(job.app)
     mem = snap.memory.get(job.app)
     if mem_limit_mb is None and snap.nodes:

@@ -13,6 +13,8 @@ _MODULES = (
     "policies.tiresias", "policies.sjf_bsbf", "policies.sjf_ffs",
     "policies.a_srpt", "policies.a_srpt_perfect", "policies.spjf", "policies.spwf",
     "policies.wcs_duration", "policies.wcs_workload", "policies.wcs_subtime",
+    "policies.afs_l", "policies.afs_p", "policies.max_min", "policies.themis",
+    "policies.optimus",
     "policies.lucid", "policies.gandiva", "policies.gavel_pack",
 )
 

@@ -173,11 +173,77 @@ def _asks_gpus(arg: str, nxt: str) -> bool:
     return False
 
 
-def build_command(argv: Sequence[str], env: Optional[Dict[str, str]] = None
-                  ) -> Tuple[List[str], bool]:
-    """-> (sbatch argv, dry_run)."""
+def slurm_time_limit(raw: str) -> Optional[int]:
+    """Seconds of a Slurm ``--time`` value (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``,
+    ``D-H:M:S``); None for ``UNLIMITED``/``infinite`` or what sbatch would refuse anyway."""
+    s = raw.strip().lower()
+    if s in ("unlimited", "infinite", "-1"):
+        return None
+    m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?", s)
+    if m:
+        d, h, mi, se = (int(x) if x else 0 for x in m.groups())
+        return ((d * 24 + h) * 60 + mi) * 60 + se
+    parts = s.split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return None
+    n = [int(p) for p in parts]
+    if len(n) == 1:
+        return n[0] * 60
+    if len(n) == 2:
+        return n[0] * 60 + n[1]
+    return (n[0] * 60 + n[1]) * 60 + n[2]
+
+
+def _time_arg(rest: Sequence[str]) -> Optional[str]:
+    """The ``--time``/``-t`` value among the sbatch options (before the script), if any."""
+    val = None
+    for pos, a in enumerate(rest):
+        if a == "--" or a.startswith("--wrap") or not a.startswith("-"):
+            break
+        nxt = rest[pos + 1] if pos + 1 < len(rest) else None
+        if a.startswith("--time="):
+            val = a.partition("=")[2]
+        elif a in ("--time", "-t"):
+            val = nxt
+        elif a.startswith("-t") and not a.startswith("--"):
+            val = a[2:]
+    return val
+
+
+def _fmt(secs: int) -> str:
+    d, r = divmod(int(secs), 86400)
+    h, r = divmod(r, 3600)
+    return (f"{d}-" if d else "") + f"{h:02d}:{r // 60:02d}:{r % 60:02d}"
+
+
+def check_warnings(meta: Dict[str, object], rest: Sequence[str],
+                   now: Optional[float] = None) -> List[str]:
+    """Plausibility warnings (the job is still submitted): a deadline already past, an
+    estimate above the job's own time limit."""
+    import time as _time
+    now = _time.time() if now is None else now
+    out = []
+    dl = meta.get("deadline")
+    if isinstance(dl, int) and dl <= now:
+        out.append(f"--deadline {_dt.datetime.fromtimestamp(dl).isoformat(timespec='seconds')} "
+                   f"is in the past ({_fmt(now - dl)} ago): the job cannot meet it")
+    est = meta.get("est")
+    raw = _time_arg(rest)
+    limit = slurm_time_limit(raw) if raw is not None else None
+    if isinstance(est, int) and limit is not None and est > limit:
+        out.append(f"--est {_fmt(est)} is above the job's time limit --time={raw} "
+                   f"({_fmt(limit)}): Slurm ends the job at its limit, and gimbal uses the "
+                   f"smaller of the two")
+    return out
+
+
+def build_command(argv: Sequence[str], env: Optional[Dict[str, str]] = None,
+                  warnings: Optional[List[str]] = None) -> Tuple[List[str], bool]:
+    """-> (sbatch argv, dry_run); plausibility warnings are appended to ``warnings``."""
     env = os.environ if env is None else env
     meta, opts, rest = parse_args(argv)
+    if warnings is not None:
+        warnings.extend(check_warnings(meta, rest))
     sbatch = str(opts["sbatch"] or env.get("GSBATCH_SBATCH") or "sbatch")
     cmd = [sbatch]
     if opts["gate"]:
@@ -190,14 +256,17 @@ def build_command(argv: Sequence[str], env: Optional[Dict[str, str]] = None
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    warns: List[str] = []
     try:
-        cmd, dry = build_command(argv)
+        cmd, dry = build_command(argv, warnings=warns)
     except UsageError as e:
         print(f"gsbatch: {e}" if not str(e).startswith("gsbatch:") and "\n" not in str(e)
               else str(e), file=sys.stderr)
         if "\n" not in str(e):
             print(USAGE, file=sys.stderr)
         return 2
+    for w in warns:
+        print(f"gsbatch: warning: {w}", file=sys.stderr)
     if dry:
         print(shlex.join(cmd))
         return 0

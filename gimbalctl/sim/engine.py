@@ -134,6 +134,9 @@ class Simulator:
         self.models = models.with_xi(config.xi) if config.xi is not None else models
         self.cfg = config
         self.progress = progress
+        # an elastic policy may start a job on any number of GPUs (>= 1), not only the
+        # count it asked for, and is called at every arrival and completion
+        self.elastic = bool(getattr(policy, "elastic", False))
         # what the policy declares (objects that are not Policy subclasses, e.g. test
         # wrappers, are taken as needing lengths and allowed to pre-empt)
         self.reveal = config.reveal_lengths and getattr(policy, "needs_lengths", True)
@@ -221,7 +224,10 @@ class Simulator:
                 else:
                     self.round_pending = False
                     round_due = True
-            if ((changed or tick) and self.waiting_ids) or (round_due and self.active):
+            # elastic policies (seed 001) re-divide the GPUs at every churn event, even
+            # when nothing waits (a completion frees GPUs the running jobs can take)
+            if ((changed or tick) and (self.waiting_ids or (changed and self.elastic and self.active))) \
+                    or (round_due and self.active):
                 self._schedule()
                 self._check_stall()
             if self.waiting_ids and not self.tick_pending:
@@ -471,15 +477,21 @@ class Simulator:
             rec.preemptions += 1
             rec.version += 1
             self.waiting_ids[rec.spec.id] = None
-        for act in plan.resizes():
+        resizes = plan.resizes()
+        old: dict[str, frozenset] = {}
+        for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
+            if not act.gpus:
+                raise PlanError(f"cannot resize job {act.job_id} to no GPU (pre-empt it instead)")
             self._check_count(rec, act)
             self._settle(rec)
-            old = frozenset(rec.alloc.gpus)
+            old[act.job_id] = frozenset(rec.alloc.gpus)
             affected |= self._release(rec)
-            self._place(rec, act, resize=True, moved=frozenset(act.gpus) != old)
+        for act in resizes:
+            rec = self.active[act.job_id]
+            self._place(rec, act, resize=True, moved=frozenset(act.gpus) != old[act.job_id])
             affected |= set(rec.partners)
         for act in plan.starts():
             rec = self.active[act.job_id]
@@ -492,13 +504,17 @@ class Simulator:
             affected |= set(rec.partners)
         self._refresh(affected)
 
-    @staticmethod
-    def _check_count(rec: _Rec, act) -> None:
+    def _check_count(self, rec: _Rec, act) -> None:
         """Gang size: exactly ``Job.num_gpus``, or within ``Job.gpu_range`` when the job lets
-        policies choose its GPU count (elastic / moldable jobs)."""
+        policies choose its GPU count (elastic / moldable jobs).  An elastic policy (seed
+        001: CoDDL runs every job on the share it is given) may give a job without a
+        range any count >= 1."""
         spec, n = rec.spec, len(act.gpus)
         if spec.gpu_range is None:
-            if n != spec.num_gpus:
+            if self.elastic:
+                if n < 1:
+                    raise PlanError(f"job {act.job_id}: a running job needs at least one GPU")
+            elif n != spec.num_gpus:
                 raise PlanError(f"gang violation: job {act.job_id} needs {spec.num_gpus} GPUs,"
                                 f" plan gives {n}")
         elif not spec.gpu_range[0] <= n <= spec.gpu_range[1]:

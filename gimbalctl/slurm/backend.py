@@ -60,6 +60,10 @@ class Backend:
         raise NotImplementedError
 
     # ---- reads ----------------------------------------------------------
+    def cluster_name(self) -> str:
+        """Slurm's ClusterName (keys the daemon lock); backends override this."""
+        return "default"
+
     def version(self) -> tuple[int, int, int]:
         if self._ver is None:
             self._ver = self._version()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 from typing import Any, Callable, Optional, Sequence
 
@@ -74,6 +75,14 @@ class CliBackend(Backend):
         return doc
 
     # ---- reads ------------------------------------------------------------
+    def cluster_name(self) -> str:
+        """``ClusterName`` from ``scontrol show config`` (cached; "default" if not set)."""
+        if getattr(self, "_cluster", None) is None:
+            out = self.run("scontrol", "show", "config")
+            m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
+            self._cluster = m.group(1) if m else "default"
+        return self._cluster
+
     def _version(self) -> tuple[int, int, int]:
         return parse_version(self.run("sinfo", "-V"))
 

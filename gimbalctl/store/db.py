@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import socket
 from importlib import resources
 from typing import Any, Iterator, Mapping, Optional
 
@@ -26,7 +27,25 @@ from .models import (AuditRow, CycleRow, DecisionRow, JobDecisionRow, JobRow, Pr
 
 log = logging.getLogger("gimbal.store")
 
+
+class _AlembicAtDebug(logging.Filter):
+    """Alembic logs ``Context impl SQLiteImpl.`` / ``Will assume ... DDL.`` at INFO each time the
+    schema revision is read: every cycle of a loop daemon.  Those lines become DEBUG (shown only
+    when gimbal's own logger is at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger("gimbal").isEnabledFor(logging.DEBUG)
+        return True
+
+
+for _name in ("alembic.runtime.migration", "alembic.runtime.plugins"):
+    logging.getLogger(_name).addFilter(_AlembicAtDebug())
+
 DEFAULT_DB = "gimbal.db"
+LOCK_WAIT = 30.0  # seconds a SQLite writer waits for another writer's lock
+_HOST = socket.gethostname()
 MEASURED_JOBS = 20  # job ids kept per measured entry (the most recent)
 
 
@@ -64,7 +83,7 @@ class Store:
         try:
             kw: dict = {}
             if self.url.startswith("sqlite"):
-                kw["connect_args"] = {"timeout": 30}
+                kw["connect_args"] = {"timeout": LOCK_WAIT}
             self.engine: Engine = create_engine(self.url, echo=echo, future=True, **kw)
         except (ArgumentError, ImportError, SQLAlchemyError, ValueError) as e:
             # ValueError: a malformed URL (e.g. a non-numeric port)
@@ -127,6 +146,50 @@ class Store:
         if self.revision() != self.head():
             self.upgrade()
 
+    def wait_write_lock(self, wait: float = LOCK_WAIT) -> Optional[float]:
+        """SQLite: make sure this process can write now.  If another process holds the write
+        lock (an open write transaction: another gimbalctl, an ``sqlite3`` shell, a backup),
+        say so on the log at once and wait up to ``wait`` s for it, instead of waiting
+        silently inside the first write.  Returns the seconds waited (None: no wait needed, or
+        not SQLite); raises :class:`StoreError` naming the URL when the lock stays taken."""
+        import sqlite3
+        import time
+        db = self.engine.url.database
+        if not self.url.startswith("sqlite") or not db or db == ":memory:" or \
+                (not db.startswith("file:") and not os.path.exists(db)):
+            return None
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.driver_connection.cursor()
+            cur.execute("PRAGMA busy_timeout = 0")
+            try:
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    cur.execute("ROLLBACK")
+                    return None
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) and "busy" not in str(e):
+                        raise StoreError(f"--db {_redact(self.url)!r}: {e}") from None
+                log.warning("state store %s is locked by another process (an open write "
+                            "transaction); waiting up to %g s for it", _redact(self.url), wait)
+                t0 = time.monotonic()
+                cur.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    cur.execute("ROLLBACK")
+                except sqlite3.OperationalError as e:
+                    raise StoreError(f"--db {_redact(self.url)!r}: still locked by another "
+                                     f"process after {wait:g} s ({e}); is another gimbalctl or "
+                                     f"an sqlite3 shell holding a transaction open?") from None
+                took = time.monotonic() - t0
+                log.warning("state store %s: lock free after %.1f s", _redact(self.url), took)
+                return took
+            finally:
+                cur.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT * 1000)}")
+                cur.close()
+        finally:
+            raw.close()
+
     @contextlib.contextmanager
     def tx(self) -> Iterator[Session]:
         """One transaction; a database error (cannot connect, read-only, locked, a value refused)
@@ -157,7 +220,8 @@ class Store:
             n_pend = sum(1 for j in jobs if j.get("state") == "PENDING")
             cyc = CycleRow(policy=policy, mode=mode, knob=knob, backend=backend,
                            slurm_release=release, dry_run=int(dry_run), status="planned",
-                           n_pending=n_pend, n_running=len(jobs) - n_pend, started_at=now)
+                           n_pending=n_pend, n_running=len(jobs) - n_pend, started_at=now,
+                           host=_HOST, pid=os.getpid())
             s.add(cyc)
             s.flush()
             s.add(DecisionRow(cycle_id=cyc.id, plan=plan, inputs=inputs))
@@ -167,10 +231,61 @@ class Store:
             return cyc.id
 
     def finish_cycle(self, cycle_id: int, status: str, error: Optional[str] = None,
-                     n_changes: int = 0) -> None:
+                     n_changes: Optional[int] = None) -> None:
+        """Close a cycle (``n_changes`` None: keep the count already stored)."""
         with self.tx() as s:
             c = s.get(CycleRow, cycle_id)
-            c.status, c.error, c.n_changes, c.finished_at = status, error, n_changes, utcnow()
+            c.status, c.error, c.finished_at = status, error, utcnow()
+            if n_changes is not None:
+                c.n_changes = n_changes
+
+    def record_cycle(self, *, policy: str, mode: str, knob: str, backend: str, release: str,
+                     status: str, error: Optional[str]) -> int:
+        """A cycle that did not run (``failed`` before its plan, ``skipped``): one finished
+        row with the reason, so ``gimbalctl cycles`` lists it."""
+        now = utcnow()
+        with self.tx() as s:
+            cyc = CycleRow(policy=_clip(CycleRow, "policy", policy), mode=mode, knob=knob,
+                           backend=_clip(CycleRow, "backend", backend),
+                           slurm_release=_clip(CycleRow, "slurm_release", release or ""),
+                           dry_run=0, status=status, error=error, started_at=now,
+                           finished_at=now, host=_HOST, pid=os.getpid())
+            s.add(cyc)
+            s.flush()
+            return cyc.id
+
+    def last_cycle(self, exclude_modes: tuple = ("revert",)) -> Optional[CycleRow]:
+        """The newest non-dry-run cycle (revert runs left out)."""
+        with self.tx() as s:
+            return s.scalars(select(CycleRow).where(
+                CycleRow.dry_run == 0, CycleRow.mode.not_in(exclude_modes))
+                .order_by(CycleRow.id.desc()).limit(1)).first()
+
+    def cycle_list(self, limit: int = 50, status: Optional[str] = None,
+                   since: Optional[Any] = None) -> list[CycleRow]:
+        """Cycles, newest first (``since``: a naive UTC datetime)."""
+        q = select(CycleRow).order_by(CycleRow.id.desc()).limit(limit)
+        if status:
+            q = q.where(CycleRow.status == status)
+        if since is not None:
+            q = q.where(CycleRow.started_at >= since)
+        with self.tx() as s:
+            return list(s.scalars(q))
+
+    def audit_log(self, job_id: Optional[str] = None, cycle_id: Optional[int] = None,
+                  since: Optional[Any] = None) -> list[tuple[AuditRow, Optional[CycleRow]]]:
+        """Audit rows (oldest first) with their cycle (policy, mode), filtered by job, cycle
+        and creation time (``since``: a naive UTC datetime)."""
+        q = select(AuditRow, CycleRow).join(CycleRow, CycleRow.id == AuditRow.cycle_id,
+                                            isouter=True).order_by(AuditRow.id)
+        if job_id:
+            q = q.where(AuditRow.job_id == str(job_id))
+        if cycle_id is not None:
+            q = q.where(AuditRow.cycle_id == cycle_id)
+        if since is not None:
+            q = q.where(AuditRow.created_at >= since)
+        with self.tx() as s:
+            return [(a, c) for a, c in s.execute(q).all()]
 
     def set_cycle_status(self, cycle_id: int, status: str) -> None:
         with self.tx() as s:
@@ -204,11 +319,11 @@ class Store:
 
     # ---- audit ------------------------------------------------------------
     def audit_intent(self, cycle_id: int, job_id: str, field: str, before: Any, after: Any,
-                     argv: list) -> int:
+                     argv: list, reason: Optional[str] = None) -> int:
         """Write the ``pending`` audit row *before* Slurm is changed."""
         with self.tx() as s:
             row = AuditRow(cycle_id=cycle_id, job_id=str(job_id), field=field, before=dumps(before),
-                           after=dumps(after), argv=list(argv), status="pending",
+                           after=dumps(after), argv=list(argv), status="pending", reason=reason,
                            created_at=utcnow(), updated_at=utcnow())
             s.add(row)
             s.flush()

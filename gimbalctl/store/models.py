@@ -66,12 +66,16 @@ class CycleRow(Base):
     backend: Mapped[str] = mapped_column(String(16))
     slurm_release: Mapped[str] = mapped_column(String(16), default="")
     dry_run: Mapped[int] = mapped_column(Integer, default=0)
-    # planned -> applying -> done | failed ; a crash leaves planned/applying
+    # planned -> applying -> done | partial | failed; a crash leaves planned/applying (the next
+    # cycle marks it interrupted); a cycle that could not run is recorded failed (Slurm
+    # unavailable, an error before the plan) or skipped (another daemon holds the cluster lock)
     status: Mapped[str] = mapped_column(String(16), default="planned")
     error: Mapped[Optional[str]] = mapped_column(Text)
     n_pending: Mapped[int] = mapped_column(Integer, default=0)
     n_running: Mapped[int] = mapped_column(Integer, default=0)
     n_changes: Mapped[int] = mapped_column(Integer, default=0)
+    host: Mapped[Optional[str]] = mapped_column(String(255))  # the process that ran it
+    pid: Mapped[Optional[int]] = mapped_column(Integer)
 
 
 class DecisionRow(Base):
@@ -109,6 +113,7 @@ class AuditRow(Base):
     # pending (written before the change) -> applied | failed | reconciled | abandoned; reverted
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     error: Mapped[Optional[str]] = mapped_column(Text)
+    reason: Mapped[Optional[str]] = mapped_column(Text)  # why (e.g. "position 3 of 10")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 

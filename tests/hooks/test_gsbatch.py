@@ -119,3 +119,40 @@ def test_cli_dry_run_and_exec_of_fake_sbatch(tmp_path):
     p = subprocess.run(tool + ["--app", "BAD"], env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "gsbatch: --app must be" in p.stderr
 
+
+
+def test_warns_on_past_deadline_and_estimate_above_time_limit(tmp_path):
+    """issue #14 item 11: a deadline in the past and ``--est`` above ``--time`` warn on stderr
+    (the job is still submitted, the comment unchanged)."""
+    fake = tmp_path / "fake-sbatch"
+    fake.write_text(FAKE_SBATCH)
+    fake.chmod(0o755)
+    env = dict(os.environ, GSBATCH_SBATCH=str(fake))
+    tool = [sys.executable, str(REPO / "slurm_hooks" / "gsbatch")]
+    p = subprocess.run(tool + ["--app", "bert", "--est", "10h", "--deadline", "1000000000",
+                               "--time=1:00:00", "--wrap", "true"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[0] == "--comment=gimbal:app=bert,est=36000,deadline=1000000000"
+    warn = [l for l in p.stderr.splitlines() if l.startswith("gsbatch: warning:")]
+    assert len(warn) == 2, p.stderr
+    assert "--deadline 2001-09-09" in warn[0] and "in the past" in warn[0]
+    assert "--est 10:00:00 is above the job's time limit --time=1:00:00 (01:00:00)" in warn[1]
+    # plausible values: no warning
+    p = subprocess.run(tool + ["--app", "bert", "--est", "30m", "--deadline", "4102444800",
+                               "-t", "60", "--wrap", "true"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+@pytest.mark.parametrize("raw,secs", [("90", 5400), ("5:30", 330), ("1:00:00", 3600),
+                                      ("2-0", 172800), ("1-2:03", 93780), ("1-0:0:5", 86405),
+                                      ("UNLIMITED", None), ("bogus", None)])
+def test_slurm_time_limit_formats(raw, secs):
+    assert gsbatch.slurm_time_limit(raw) == secs
+
+
+@pytest.mark.parametrize("args,limit", [(["-t", "5"], "5"), (["-t5"], "5"), (["--time", "7"], "7"),
+                                        (["--time=1-0", "job.sh", "-t", "9"], "1-0")])
+def test_time_arg_found_before_the_script_only(args, limit):
+    assert gsbatch._time_arg(args) == limit

@@ -14,11 +14,13 @@ from tests.slurm.test_daemon_ordering import Gimbal, fill_cluster
 pytestmark = pytest.mark.slurm
 
 
-def test_controller_unreachable_exits_3_db_untouched(slurm_2205, clean_slurm, tmp_path):
+def test_controller_unreachable_exits_3_and_records_a_failed_cycle(slurm_2205, clean_slurm,
+                                                                   tmp_path):
+    """Nothing is planned or changed; the only write is the failed cycle with its error
+    (issue #14 item 9: failed cycles are recorded; before, nothing showed the failure)."""
     c = slurm_2205
     g = Gimbal(c)
     assert g("db", "upgrade", "--db", g.db).returncode == 0
-    before = g.host_db.read_bytes()
     # a client config whose controller port nobody listens on (as if slurmctld were stopped;
     # the shared test controller itself keeps running for the other tests)
     conf = Path(c.env["SLURM_CONF"]).read_text()
@@ -32,20 +34,30 @@ def test_controller_unreachable_exits_3_db_untouched(slurm_2205, clean_slurm, tm
           timeout=200)
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert "Slurm unavailable" in r.stderr
-    assert g.host_db.read_bytes() == before
+    (cid, status, err), = g.rows("select id, status, error from cycles")
+    assert status == "failed" and err.startswith("Slurm unavailable: "), err
+    for table in ("jobs", "decisions", "job_decisions", "audit"):
+        assert g.rows(f"select count(*) from {table}") == [(0,)], table
+    r = g("cycles", "--db", g.db, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(x["id"], x["status"]) for x in json.loads(r.stdout)["cycles"]] == [(cid, "failed")]
 
 
 def test_overlapping_once_runs_one_skips(slurm_2205, clean_slurm):
     g = Gimbal(slurm_2205)
-    lock = filelock.FileLock(str(g.host_dir / "state" / "daemon.lock"))
+    # the lock is per cluster: <state_dir>/daemon-<ClusterName>.lock
+    lock = filelock.FileLock(str(g.host_dir / "state" / "daemon-gimbal.lock"))
     (g.host_dir / "state").mkdir()
-    with lock.acquire(timeout=0):  # a cycle in progress
+    with lock.acquire(timeout=0):  # a cycle in progress (no holder record: not gimbalctl's)
         r = g("daemon", "--once", "--policy", "fifo", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["status"] == "skipped"
-    assert not g.host_db.exists()
+    out = json.loads(r.stdout)
+    assert out["status"] == "skipped" and out["cluster"] == "gimbal"
+    assert "WARNING: cycle skipped" in r.stderr and "no holder record" in r.stderr
+    assert g.rows("select id, status from cycles") == [(1, "skipped")]
+    assert g.rows("select count(*) from audit") == [(0,)]
     r = g("daemon", "--once", "--policy", "fifo")
-    assert r.returncode == 0 and "cycle 1" in r.stdout
+    assert r.returncode == 0 and "cycle 2" in r.stdout
 
 
 @pytest.mark.parametrize("point", ["after_plan", "after_first_intent"])

@@ -26,6 +26,8 @@ class Replay:
             out = (self.dir / "squeue.json").read_text()
         elif argv in (("sinfo", "--json"), ("scontrol", "--json", "show", "nodes")):
             out = (self.dir / "nodes.json").read_text()
+        elif argv[:3] == ("scontrol", "show", "config"):
+            out = "Configuration data as of 2026-11-22T00:00:00\nClusterName             = gimbal\n"
         elif argv[0] == "sprio":
             out = (self.dir / "sprio.txt").read_text()
         elif argv[0] in ("scontrol", "scancel"):

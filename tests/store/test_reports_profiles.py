@@ -186,6 +186,6 @@ def test_migration_0002_keeps_existing_profiles(tmp_path):
     with st.engine.begin() as c:
         c.execute(text("insert into profiles (app, params, source, updated_at) values "
                        "('bert', '{\"alpha_comp\": 1}', 'old', '2026-01-01 00:00:00')"))
-    assert st.upgrade() == "0002"
+    assert st.upgrade("0002") == "0002"
     row = st.profiles()["bert"]
     assert (row.params, row.source, row.measured) == ({"alpha_comp": 1}, "old", None)

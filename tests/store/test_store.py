@@ -49,9 +49,9 @@ def _cycle(st, jobs=(), decisions=()):
 
 
 def test_migrations_reach_head(store):
-    assert store.revision() == store.head() == "0002"
+    assert store.revision() == store.head() == "0003"
     store.upgrade()  # idempotent
-    assert store.revision() == "0002"
+    assert store.revision() == "0003"
 
 
 def test_cycle_decision_audit_roundtrip(store):

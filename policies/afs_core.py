@@ -1,0 +1,203 @@
+"""AFS share computation (seed 001 §3.2-3.3, Algorithm 1), shared by AFS-L and AFS-P.
+
+Inequality (3), the Apathetic Future Share rule for the two-job case: with ``j_a``
+the job that finishes first under the current shares and ``j_b`` the other one,
+the extra GPU goes to ``j_b`` iff
+
+    (p'_b - p_b) / p'_b  >  (p'_a - p_a) / p_a                                  (3)
+
+where ``p`` is a job's throughput on its current count ``cnt`` and ``p'`` on
+``cnt + 1``.  :func:`ineq3_sides` returns the two sides.
+
+Algorithm 1 (lines cited in the code): ``TOPPRIORITY`` walks the jobs once,
+keeping a current winner ``j*``; two jobs both at count 0 compare lengths on one GPU
+(lines 5-7), otherwise the shorter one (length ``len(cnt)`` = remaining iterations /
+throughput, infinite at count 0) is ``j_a`` and (3) decides (lines 9-12).  AFS-L
+(lines 14-23) repeats it ``M`` times, one GPU each.
+
+The relation (3) defines is not transitive in general (three jobs with fractional
+gains p'/p = 1.3, 1.4, 1.5 and increasing lengths form a cycle; Appendix C proves
+only one chain), so the single pass depends on the order of the walk: ours is
+submit order (ties by id), and line 2's "any job" is the first job of that order.
+The paper starts "by picking two jobs at random"; a fixed order keeps the policy
+deterministic.
+
+Two exact shortcuts keep a call at O(n log n) when there are more jobs than GPUs:
+while every job holding a GPU would gain less than 100 % from one more, (3) always
+prefers a job at count 0 (its left side is 1), so the pass picks the count-0 job
+with the smallest ``len(1)`` (ties: the last in walk order, line 7's ``else``) —
+stage one is a sort.  Stage two (every job holds a GPU, GPUs left) walks the jobs
+as written, O(M·n) with n < M.  If some job would gain 100 % or more, the whole
+computation falls back to the plain walk.
+
+Choices (ours): a job only takes part in a walk while one more GPU raises its
+throughput (:func:`~policies.elastic.useful_share`, the regime of Appendix B) and
+its share is below its cap; when no job takes part, the remaining GPUs stay idle.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+INF = math.inf
+
+
+@dataclass
+class Cand:
+    """A job's state during one share computation."""
+
+    id: str
+    rem: float  # remaining iterations (inf: unknown)
+    rate: Callable[[int], float]  # iterations/s on k GPUs
+    cap: int  # largest share
+    cnt: int = 0
+    pick: int = -1  # step at which it got its first GPU
+    _p: Optional[list] = None  # memo of p(k)
+
+    def p(self, k: int) -> float:
+        memo = self._p
+        if memo is None:
+            memo = self._p = [0.0]
+        while len(memo) <= k:
+            memo.append(self.rate(len(memo)))
+        return memo[k]
+
+    def length(self, k: int) -> float:
+        """``len(k)``: seconds to finish on ``k`` GPUs; infinite at 0 (Alg. 1 text)."""
+        if k <= 0:
+            return INF
+        r = self.p(k)
+        return self.rem / r if r > 0 else INF
+
+    def can_grow(self) -> bool:
+        return self.cnt < self.cap and self.p(self.cnt + 1) > self.p(self.cnt) * (1 + 1e-9)
+
+    def doubles_at_one(self) -> bool:
+        """A second GPU would at least double its throughput: (3) may then prefer it
+        to a job at count 0, so the stage-one shortcuts do not apply."""
+        return self.cap > 1 and self.p(2) >= 2 * self.p(1)
+
+
+def ineq3_sides(a: Cand, b: Cand) -> tuple[float, float]:
+    """(left, right) of (3) for ``a`` finishing first and ``b`` the other job."""
+    pb, pb1 = b.p(b.cnt), b.p(b.cnt + 1)
+    pa, pa1 = a.p(a.cnt), a.p(a.cnt + 1)
+    left = (pb1 - pb) / pb1 if pb1 > 0 else 0.0
+    right = (pa1 - pa) / pa if pa > 0 else INF
+    return left, right
+
+
+def ineq3(a: Cand, b: Cand) -> bool:
+    """True: ``b`` (the longer job) gets the extra GPU (seed 001 inequality (3))."""
+    left, right = ineq3_sides(a, b)
+    return left > right
+
+
+def top_priority_l(jobs: Sequence[Cand]) -> Cand:
+    """Algorithm 1, TOPPRIORITY (lines 1-13), lengths known."""
+    star = jobs[0]  # line 2
+    for j in jobs:  # line 3
+        a, b = star, j  # line 4
+        if a.cnt == 0 and b.cnt == 0:  # line 5
+            star = a if a.length(1) < b.length(1) else b  # lines 6-7
+        else:
+            if a.length(a.cnt) >= b.length(b.cnt):  # line 9
+                a, b = b, a  # line 10
+            star = b if ineq3(a, b) else a  # lines 11-12
+    return star  # line 13
+
+
+def coin(seed: int, x: str, y: str) -> bool:
+    """A fair, reproducible coin for the pair (x, y) (same answer for (y, x))."""
+    lo, hi = sorted((x, y))
+    h = hashlib.blake2b(f"{seed}|{lo}|{hi}".encode(), digest_size=2).digest()
+    return (h[0] & 1) == (x == lo)
+
+
+def top_priority_p(jobs: Sequence[Cand], seed: int) -> Cand:
+    """TOPPRIORITY without lengths (§3.3 "Handling unknown job lengths"): (3) is tried
+    both ways; when it holds in neither, a coin decides."""
+    star = jobs[0]
+    for j in jobs:
+        if j is star:
+            continue
+        if ineq3(star, j):  # j_a = j*, j_b = j
+            star = j
+        elif ineq3(j, star):  # j_a = j, j_b = j*
+            pass
+        elif coin(seed, star.id, j.id):
+            star = j
+    return star
+
+
+def _fast_stage_one(jobs: list[Cand], m: int) -> Optional[int]:
+    """Stage one as a sort (exact while every picked job gains < 100 %, see module doc).
+    Returns the GPUs left, or None when the shortcut does not apply."""
+    zero = [(c.length(1), -i, c) for i, c in enumerate(jobs)]
+    if any(x[0] == INF for x in zero):
+        return None
+    zero.sort(key=lambda x: (x[0], x[1]))
+    step = 0
+    for _, _, c in zero:
+        if m == 0:
+            break
+        if c.doubles_at_one():
+            return None
+        c.cnt, c.pick = 1, step
+        step += 1
+        m -= 1
+    return m
+
+
+def _reset(jobs: Sequence[Cand]) -> None:
+    for c in jobs:
+        c.cnt, c.pick = 0, -1
+
+
+def afs_l_shares(jobs: list[Cand], total: int) -> None:
+    """Algorithm 1, procedure AFS-L (lines 14-23): sets ``cnt`` of every job."""
+    _reset(jobs)  # lines 15-16
+    m = total  # line 17
+    left = _fast_stage_one(jobs, m) if jobs else 0
+    if left is None:
+        _reset(jobs)
+    else:
+        m = left
+    step = total - m
+    while m > 0:  # line 18
+        live = [c for c in jobs if c.can_grow()]
+        if not live:
+            break
+        star = top_priority_l(live)  # line 19
+        star.cnt += 1  # line 20
+        if star.pick < 0:
+            star.pick = step
+        step += 1
+        m -= 1  # line 21
+
+
+def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
+    """AFS-P's stage for at most ``total`` jobs (§3.3): every job gets one GPU, the rest
+    by the length-unaware TOPPRIORITY."""
+    _reset(jobs)
+    m = total
+    step = 0
+    if not any(c.doubles_at_one() for c in jobs):
+        for c in jobs:  # count-0 jobs win every (3) test against jobs holding a GPU
+            if m == 0:
+                break
+            c.cnt, c.pick = 1, step
+            step += 1
+            m -= 1
+    while m > 0:
+        live = [c for c in jobs if c.can_grow()]
+        if not live:
+            break
+        star = top_priority_p(live, seed)
+        star.cnt += 1
+        if star.pick < 0:
+            star.pick = step
+        step += 1
+        m -= 1

@@ -1,0 +1,78 @@
+"""AFS-L: Apathetic Future Share with known job lengths (seed 001 §3.3, Algorithm 1).
+
+At every churn event (arrival, completion; the simulator also calls while jobs wait)
+the GPU shares of all active jobs are recomputed from zero by Algorithm 1
+(:func:`policies.afs_core.afs_l_shares`): one GPU at a time to the job
+``TOPPRIORITY`` picks with inequality (3).  Stage one gives every job one GPU in
+increasing order of its length on one GPU (when there are at least as many jobs as
+GPUs the algorithm stops there); stage two hands out the rest by (3), which weighs
+resource efficiency (fractional throughput gain of one more GPU) against length.
+
+Throughput on any GPU count comes from the fitted models
+(:class:`policies.elastic.Rates`: seed 000 eq. 7, the accumulation the plan uses);
+a job with no profile is measured and estimated optimistically (§4.5).  Lengths
+are remaining iterations / throughput; without a known length the user's duration
+estimate is used, and with neither the length is infinite.  Shares are then
+regulated by network packing (§4.4) and placed reusing current GPUs
+(:mod:`policies.elastic`).
+
+``explain`` numbers per job: ``share`` (GPUs after packing), ``decided_share``
+(Algorithm 1's count), ``ineq3_left`` = (p'-p)/p' (the job's side of (3) when it is
+the longer job ``j_b``), ``ineq3_right`` = (p'-p)/p (its side as the shorter job
+``j_a``), both at its decided count, and ``len_s`` (its length at that count).
+"""
+from __future__ import annotations
+
+from .afs_core import Cand, INF, afs_l_shares
+from .base import Policy
+from .elastic import Rates, elastic_plan
+from .registry import register
+
+
+def candidates(snap, rates: Rates, jobs, rem_of) -> list[Cand]:
+    out = []
+    n = len(jobs)
+    for j in jobs:
+        out.append(Cand(j.id, rem_of(j), (lambda k, j=j: rates.rate(j, k)), rates.cap(j, n)))
+    return out
+
+
+def numbers_of(cands: dict[str, Cand]):
+    def numbers(job) -> dict:
+        c = cands.get(job.id)
+        if c is None:
+            return {}
+        p, p1 = c.p(c.cnt), c.p(c.cnt + 1)
+        d = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
+             "ineq3_right": (p1 - p) / p if p > 0 else INF}
+        if c.rem != INF:
+            d["len_s"] = c.length(c.cnt)
+        return d
+    return numbers
+
+
+@register("afs-l")
+class AfsL(Policy):
+    """AFS-L: Alg. 1 elastic shares by inequality (3), job lengths known (seed 001)."""
+
+    preemptive = True
+    needs_lengths = True
+    elastic = True
+
+    def __init__(self, packing: bool = True):
+        self.packing = bool(packing)
+
+    def schedule(self, snap):
+        rates = Rates(snap)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+
+        def rem(j):
+            r = rates.remaining_iters(j)
+            return INF if r is None else r
+        cands = candidates(snap, rates, jobs, rem)
+        afs_l_shares(cands, snap.total_gpus)
+        by_id = {c.id: c for c in cands}
+        shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
+        order = list(shares)
+        return elastic_plan(snap, self.name, shares, rates, order, numbers_of(by_id),
+                            packing=self.packing)

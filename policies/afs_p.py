@@ -1,0 +1,86 @@
+"""AFS-P: Apathetic Future Share without job lengths (seed 001 §3.3).
+
+* **At most M jobs** (M = GPUs): the counters are ignored and the shares come from
+  the length-unaware ``TOPPRIORITY`` (:func:`policies.afs_core.afs_p_shares`):
+  inequality (3) is evaluated both ways — (``j_a`` = j*, ``j_b`` = j) and
+  (``j_a`` = j, ``j_b`` = j*); if it holds in either, that ``j_b`` wins; if in
+  neither, a reproducible coin (seeded by the snapshot seed and the two ids) picks.
+  Every job gets one GPU first (a job at count 0 has left side 1 in (3)).
+* **More than M jobs** (stage one only): processor sharing.  Each job's counter is the
+  number of whole units of time it has executed (``floor(executed / unit_s)``); one
+  GPU per job in increasing counter order (ties: submit order), *non-preemptive*: a
+  running job keeps its GPU until it completes its current unit (it is "evicted" when
+  its counter goes up, which makes it compete again).  A running job that held more
+  GPUs from an earlier stage two keeps running on one.
+
+Unit time (footnote 11): 2 hours for full-scale traces, to be scaled with the
+workload; ``unit_s`` sets it (bench/repro_afs.py scales it for the Pollux workloads
+and states how).  A unit boundary is detected exactly when the job's record was
+last updated before it (the simulator's ``as_of``), else when the executed time is
+within ``window_s`` (60 s, the scheduling tick) past a multiple of the unit (the live
+daemon rebuilds records every cycle).
+
+Throughput, network packing, placement and the ``explain`` numbers are as in AFS-L
+(:mod:`policies.afs_l`), plus ``counter`` for each job.
+"""
+from __future__ import annotations
+
+import math
+
+from .afs_core import INF, afs_p_shares
+from .afs_l import candidates, numbers_of
+from .base import Policy
+from .elastic import Rates, elastic_plan
+from .registry import register
+
+
+@register("afs-p")
+class AfsP(Policy):
+    """AFS-P: length-unaware AFS (3) both ways, processor sharing beyond M jobs (seed 001)."""
+
+    preemptive = True
+    elastic = True
+    window_s = 60.0  # the simulator's tick while jobs wait (see unit_done)
+
+    def __init__(self, unit_s: float = 7200.0, packing: bool = True):
+        if not unit_s > 0:
+            raise ValueError(f"afs-p unit_s must be positive, got {unit_s}")
+        self.unit_s = float(unit_s)
+        self.packing = bool(packing)
+
+    def counter(self, snap, job) -> int:
+        return int(snap.executed_time(job) // self.unit_s)
+
+    def unit_done(self, snap, job) -> bool:
+        """A running job has finished a unit since it was last (re)started or looked at."""
+        e_now = snap.executed_time(job)
+        if int(e_now // self.unit_s) > int(job.executed_time // self.unit_s):
+            return True
+        return e_now >= self.unit_s and (e_now % self.unit_s) < self.window_s
+
+    def schedule(self, snap):
+        rates = Rates(snap)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        M = snap.total_gpus
+        cands = candidates(snap, rates, jobs, lambda j: INF)
+        by_id = {c.id: c for c in cands}
+        base = numbers_of(by_id)
+
+        def numbers(job):
+            return dict(base(job), counter=float(self.counter(snap, job)))
+
+        if len(jobs) <= M:
+            afs_p_shares(cands, M, snap.seed)
+            shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
+        else:
+            keep = [j for j in jobs if j.running and not self.unit_done(snap, j)]
+            keep_ids = {j.id for j in keep}
+            rest = sorted((j for j in jobs if j.id not in keep_ids),
+                          key=lambda j: (self.counter(snap, j), j.submit_time, j.id))
+            chosen = keep[:M] + rest[:max(0, M - len(keep))]
+            shares = {j.id: 1 for j in chosen}
+            shares.update({j.id: 0 for j in jobs if j.id not in shares})
+            for c in cands:
+                c.cnt = shares[c.id]
+        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers,
+                            packing=self.packing)

@@ -1,0 +1,362 @@
+"""Shared machinery of the elastic-share policies (seed 001, Hwang et al. NSDI'21).
+
+An elastic policy decides a GPU *count* per job (its share); this module turns
+counts into a Plan:
+
+* :class:`Rates` — throughput of a job on any GPU count (iterations/s), from the
+  fitted model (seed 000 eq. 7 with the accumulation the plan will use, nodes =
+  ``ceil(k / GPUs per node)`` as network packing places them), or, for a job whose
+  application has no profile, the *overestimate-first* rule of seed 001 §4.5:
+  measured rates where the launcher reported them, linear scaling from the last
+  measured count above it, and linear scaling from "1 unit at 1 GPU" before any
+  measurement (optimistic), with the initial share capped at the fair share.
+* :func:`packing_shares` / :func:`regulate` — network packing (§4.4, Appendix E):
+  a share must be a power of two dividing the GPUs per node, or a multiple of the
+  GPUs per node (``1/2/4n`` on 4-GPU nodes).  Shares are first rounded down to the
+  largest allowed value (Appendix E's ``x_i``), then the GPUs this frees are given
+  back by Appendix E's two moves (double a sub-node share, add a whole node to a
+  multi-node share), largest deficit ``s_i - r_i`` first, so the total is kept
+  (Proposition 2) and the result stays closest to the algorithm's shares.
+* :func:`place` — GPU placement (§4.4): multi-node shares take whole nodes, then
+  sub-node shares first-fit-decreasing (never fails, Proposition 1); each job
+  prefers the nodes and GPUs it holds now, so a job is migrated only when its new
+  GPU set cannot contain any of its old GPUs.
+* :func:`elastic_plan` — Start / Resize / Preempt actions and one reason per job.
+
+Every job is elastic, as CoDDL makes every job (§4: it parallelizes any job over the
+share it is given, and gimbal-run keeps the global batch exact on any count); a job's
+``gpu_range``, when set, bounds its share (a share above it is cut to the largest
+allowed value inside it, a share below it becomes 0).
+
+Choices where the paper is open (ours): GPU counts per node are taken as the
+largest node's count; on nodes whose count is not a power of two, the sub-node
+shares are the powers of two dividing it (they still divide each other, so
+Proposition 1's first-fit-decreasing argument holds).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional
+
+from .base import exclusive_config, keep_running_reasons
+from .model import ClusterSnapshot, Gpu, Job
+from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
+
+MEASURED_RATES = "measured_rates"  # predictors key: job id -> {gpus: iterations/s}
+UNPROFILED = "unprofiled"  # predictors key: ids of jobs whose app has no fitted profile
+_MEMO: dict = {}
+
+
+def _model_rate(prof, batch: int, k: int, per_node: int, accum: int) -> float:
+    nodes = -(-k // max(per_node, 1))
+    return 1.0 / prof.iter_time(batch / k, k, nodes, accum)
+
+
+class Rates:
+    """``rate(job, k)``: iterations/s of ``job`` on ``k`` GPUs (0 for ``k <= 0``)."""
+
+    def __init__(self, snap: ClusterSnapshot):
+        self.snap = snap
+        self.per_node = snap.max_gpus_per_node or 1
+        self.measured: Mapping[str, Mapping[int, float]] = snap.predictors.get(MEASURED_RATES, {})
+        self.unprofiled = frozenset(snap.predictors.get(UNPROFILED, ()))
+        # model rates are pure functions of (profiles, memory, node size): reuse them across
+        # calls while the snapshot carries the same objects (the simulator's do)
+        key = (id(snap.profiles), id(snap.memory), self.per_node,
+               min((n.gpu_mem_mb for n in snap.nodes), default=0))
+        hit = _MEMO.get("rates")
+        if hit is None or hit[0] != key or hit[1] is not snap.profiles or hit[2] is not snap.memory:
+            hit = (key, snap.profiles, snap.memory, {}, {})
+            _MEMO["rates"] = hit
+        self._accum: dict[tuple, tuple[int, int]] = hit[3]
+        self._rate: dict[tuple, float] = hit[4]
+
+    def config(self, job: Job, k: int) -> tuple[int, int]:
+        """(sub_batch, accum_steps) of ``job`` on ``k`` GPUs."""
+        key = (job.app, job.global_batch, k)
+        c = self._accum.get(key)
+        if c is None:
+            c = self._accum[key] = exclusive_config(self.snap, job, num_gpus=k)
+        return c
+
+    def profiled(self, job: Job) -> bool:
+        return job.id not in self.unprofiled and job.app in self.snap.profiles
+
+    def rate(self, job: Job, k: int) -> float:
+        if k <= 0:
+            return 0.0
+        if self.profiled(job):
+            key = (job.app, job.global_batch, k)
+            r = self._rate.get(key)
+            if r is None:
+                r = self._rate[key] = _model_rate(self.snap.profiles[job.app], job.global_batch,
+                                                  k, self.per_node, self.config(job, k)[1])
+            return r
+        return self.optimistic(job, k)
+
+    def optimistic(self, job: Job, k: int) -> float:
+        """§4.5: measured where known; else linear from the largest measured count below
+        ``k`` (or the smallest above); with nothing measured, ``k`` (linear, unitless)."""
+        pts = dict(self.measured.get(job.id, {}))
+        if job.running and job.iter_rate > 0 and job.allocation is not None:
+            pts.setdefault(len(job.allocation.gpus), job.iter_rate)
+        if k in pts:
+            return float(pts[k])
+        below = [c for c in pts if c < k]
+        if below:
+            c = max(below)
+            return pts[c] * k / c
+        if pts:
+            c = min(pts)
+            return pts[c] * k / c
+        return float(k)
+
+    def remaining_iters(self, job: Job) -> Optional[float]:
+        """Known remaining iterations, else the estimate from the user's duration
+        estimate (converted at the job's requested GPU count), else ``None``."""
+        rem = self.snap.remaining_iters(job)
+        if rem is not None:
+            return rem
+        if job.duration_estimate is not None:
+            left = max(0.0, job.duration_estimate - self.snap.executed_time(job))
+            return left * self.rate(job, job.num_gpus)
+        return None
+
+    def cap(self, job: Job, n_jobs: int) -> int:
+        """Largest share a job may get: the top of its ``gpu_range`` (else the cluster);
+        for a job with neither a profile nor a measured rate, at most its fair share
+        ``max(1, M // n)`` (§4.5 "initial share within 1/n")."""
+        M = self.snap.total_gpus
+        top = min(M, job.gpu_range[1]) if job.gpu_range is not None else M
+        if self.profiled(job) or self.measured.get(job.id) or (job.running and job.iter_rate > 0):
+            return top
+        return min(top, max(1, M // max(n_jobs, 1)))
+
+
+# ---------------------------------------------------------------- network packing
+def packing_shares(per_node: int, total: int) -> tuple[int, ...]:
+    """Allowed shares (§4.4): powers of two dividing ``per_node``, then multiples of it."""
+    small = [1 << e for e in range(per_node.bit_length()) if per_node % (1 << e) == 0
+             and (1 << e) < per_node]
+    return tuple(small + list(range(per_node, total + 1, per_node)))
+
+
+def allowed(share: int, per_node: int) -> bool:
+    if share <= 0:
+        return share == 0
+    if share >= per_node:
+        return share % per_node == 0
+    return per_node % share == 0 and share & (share - 1) == 0
+
+
+def round_down(share: int, per_node: int) -> int:
+    """Appendix E's ``x_i``: the largest allowed share not above ``share``."""
+    if share <= 0:
+        return 0
+    if share >= per_node:
+        return share // per_node * per_node
+    x = 1 << (share.bit_length() - 1)
+    while per_node % x:
+        x >>= 1
+    return x
+
+
+def _next_up(r: int, per_node: int) -> Optional[int]:
+    """Appendix E's moves: ``2^l -> 2^(l+1)`` below a node, ``+per_node`` above."""
+    if r >= per_node:
+        return r + per_node
+    up = r * 2
+    while up < per_node and per_node % up:
+        up *= 2
+    return up if up <= per_node and allowed(up, per_node) else per_node
+
+
+def regulate(shares: Mapping[str, int], per_node: int, total: int,
+             useful: Callable[[str, int], bool] = lambda j, k: True) -> dict[str, int]:
+    """Network-packing regulation of ``shares`` (Appendix E, Proposition 2).
+
+    Every share becomes allowed and the sum is kept when the moves allow it.  Freed GPUs
+    go to the job with the largest deficit ``s_i - r_i`` whose next allowed share fits in
+    what is left (ties: the order of ``shares``, i.e. the policy's priority order); a job
+    whose next share would exceed what it was given only gets it if ``useful(job, new)``
+    (its throughput rises), else the GPUs stay idle.
+    """
+    out = {j: round_down(s, per_node) for j, s in shares.items()}
+    d = min(sum(shares.values()), total) - sum(out.values())
+    rank = {j: i for i, j in enumerate(shares)}
+    while d > 0:
+        best, best_key = None, None
+        for j, r in out.items():
+            if r == 0:
+                continue
+            up = _next_up(r, per_node)
+            if up is None or up - r > d:
+                continue
+            deficit = shares[j] - r
+            if deficit <= 0 and not useful(j, up):
+                continue
+            key = (-deficit, rank[j])
+            if best_key is None or key < best_key:
+                best, best_key = j, key
+        if best is None:
+            break
+        up = _next_up(out[best], per_node)
+        d -= up - out[best]
+        out[best] = up
+    return out
+
+
+# ---------------------------------------------------------------- placement
+def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
+    """GPU sets for ``shares`` (job id -> count > 0), reusing current GPUs (§4.4).
+
+    Multi-node shares (>= GPUs per node) take whole nodes, preferring the nodes the
+    job is on; the rest are placed largest first, each on the node holding most of
+    its current GPUs if it has room, else the fullest node that fits (best fit).  With
+    allowed shares on equal nodes this always succeeds (Appendix E, Proposition 1).
+    A share that cannot be placed (unequal nodes) is placed on as few nodes as
+    possible, and left out if fewer GPUs than it needs are left.
+    """
+    per_node = snap.max_gpus_per_node or 1
+    rank = snap.node_rank
+    free: dict[str, list[int]] = {n.name: list(range(n.num_gpus)) for n in snap.nodes}
+    held_now: dict[Gpu, str] = {}
+    cur: dict[str, set[Gpu]] = {}
+    for jid in shares:
+        job = snap.jobs[jid]
+        if job.running and job.allocation is not None:
+            cur[jid] = set(job.allocation.gpus)
+            for g in job.allocation.gpus:
+                held_now[g] = jid
+    out: dict[str, tuple[Gpu, ...]] = {}
+
+    def mine_on(jid: str, node: str) -> int:
+        return sum(1 for g in cur.get(jid, ()) if g.node == node)
+
+    def take(jid: str, node: str, n: int) -> list[Gpu]:
+        idx = free[node]
+        mine = cur.get(jid, set())
+        idx.sort(key=lambda i: (Gpu(node, i) not in mine, Gpu(node, i) in held_now, i))
+        got, free[node] = idx[:n], idx[n:]
+        return [Gpu(node, i) for i in got]
+
+    order = sorted(shares, key=lambda j: -shares[j])  # stable: keeps priority order in ties
+    for jid in order:
+        k = shares[jid]
+        if k < per_node:
+            continue
+        nodes = sorted((x for x in free if len(free[x]) == per_node),
+                       key=lambda x: (-mine_on(jid, x), rank.get(x, 0)))
+        gpus: list[Gpu] = []
+        for x in nodes:
+            if len(gpus) >= k:
+                break
+            gpus += take(jid, x, min(per_node, k - len(gpus)))
+        if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
+            for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
+                if len(gpus) >= k:
+                    break
+                if free[x]:
+                    gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        if len(gpus) < k:  # cannot happen with allowed shares on equal nodes
+            for g in gpus:
+                free[g.node].append(g.index)
+            continue
+        out[jid] = tuple(sorted(gpus))
+    for jid in order:
+        k = shares[jid]
+        if k >= per_node or k <= 0:
+            continue
+        fits = [x for x in free if len(free[x]) >= k]
+        if fits:
+            x = min(fits, key=lambda x: (-mine_on(jid, x), len(free[x]), rank.get(x, 0)))
+            out[jid] = tuple(sorted(take(jid, x, k)))
+            continue
+        if sum(len(v) for v in free.values()) < k:
+            continue
+        gpus = []
+        for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
+            if len(gpus) >= k:
+                break
+            if free[x]:
+                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        out[jid] = tuple(sorted(gpus))
+    return out
+
+
+# ---------------------------------------------------------------- plan
+def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], rates: Rates,
+                 order: list[str], numbers: Callable[[Job], dict] = lambda j: {},
+                 packing: bool = True) -> Plan:
+    """Plan that gives every job in ``shares`` its share (0 = wait / pre-empt).
+
+    ``order`` is the policy's priority order (the waiting jobs' queue order comes from
+    it).  With ``packing`` the shares are regulated by network packing first.
+    """
+    per_node = snap.max_gpus_per_node or 1
+    total = snap.total_gpus
+    positive = {j: s for j, s in shares.items() if s > 0}
+    if packing and any(not allowed(s, per_node) for s in positive.values()):
+        positive = regulate(positive, per_node, total,
+                            lambda j, k: rates.rate(snap.jobs[j], k)
+                            > rates.rate(snap.jobs[j], shares[j]) * (1 + 1e-9))
+    for jid, r in list(positive.items()):  # a job's own GPU range bounds its share
+        rng = snap.jobs[jid].gpu_range
+        if rng is not None and not rng[0] <= r <= rng[1]:
+            r = round_down(min(r, rng[1]), per_node) if packing else min(r, rng[1])
+            positive[jid] = r if r >= rng[0] else 0
+    positive = {j: r for j, r in positive.items() if r > 0}
+    placed = place(snap, positive)
+    actions: list = []
+    reasons: dict = {}
+    waiting: list[str] = []
+    for jid in order:
+        job = snap.jobs[jid]
+        gpus = placed.get(jid)
+        nums = dict(numbers(job), share=float(len(gpus) if gpus else 0),
+                    decided_share=float(shares.get(jid, 0)))
+        if not gpus:
+            if job.running:
+                actions.append(PreemptJob(jid))
+                reasons[jid] = reason(ReasonCode.PREEMPTED, "its share is 0 GPUs", **nums)
+            else:
+                waiting.append(jid)
+                reasons[jid] = reason(ReasonCode.WAIT_RESOURCES,
+                                      "its share is 0 GPUs (higher-priority jobs hold them)",
+                                      **nums)
+            continue
+        b, s = rates.config(job, len(gpus))
+        if job.running:
+            old = job.allocation.gpus
+            if set(old) == set(gpus) and (job.allocation.sub_batch, job.allocation.accum_steps) \
+                    == (b, s):
+                continue  # KEEP_RUNNING below
+            moved = not (set(old) & set(gpus))
+            actions.append(ResizeJob(jid, gpus, b, s))
+            reasons[jid] = reason(ReasonCode.RESIZED,
+                                  f"share {len(old)} -> {len(gpus)} GPUs"
+                                  + (" (migrated: no old GPU kept)" if moved else ""),
+                                  **nums, migrated=float(moved))
+        else:
+            actions.append(StartJob(jid, gpus, b, s))
+            code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
+            reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
+    for jid in snap.jobs:
+        if jid not in reasons and snap.jobs[jid].running:
+            job = snap.jobs[jid]
+            reasons[jid] = reason(ReasonCode.KEEP_RUNNING,
+                                  f"keeps its share of {len(job.allocation.gpus)} GPUs",
+                                  **numbers(job), share=float(len(job.allocation.gpus)),
+                                  decided_share=float(shares.get(jid, 0)))
+    keep_running_reasons(snap, reasons)
+    return make_plan(policy, actions, waiting, reasons)
+
+
+def useful_share(rates: Rates, job: Job, k: int) -> bool:
+    """True when one more GPU raises ``job``'s throughput (Appendix B: the regime where
+    an extra GPU helps); a job never gets a GPU that adds nothing."""
+    return rates.rate(job, k + 1) > rates.rate(job, k) * (1 + 1e-9)
+
+
+def fair_count(n: int, total: int) -> int:
+    return max(1, math.floor(total / max(n, 1)))

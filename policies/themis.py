@@ -1,0 +1,96 @@
+"""Themis-style finish-time fairness, the subset seed 001 uses (§6, footnote 13).
+
+Seed 001 characterises Themis (Mahajan et al., NSDI'20) for its comparison by one
+rule: a job whose throughput peaks at ``m`` GPUs and that runs beside ``n - 1``
+other jobs should get GPUs until its speedup over one GPU reaches ``m / n``; the
+leftover GPUs are distributed at random.  Here: ``n`` is the number of active jobs
+now (ours: the paper's "on average over time" would need the job's history);
+``m`` is the count, up to the cluster size, with the highest modelled throughput;
+the unfairness of a job on ``k`` GPUs is ``rho = (m / n) / speedup(k)`` (infinite at
+0).  GPUs go one at a time to the job with the largest ``rho`` above 1 (ties:
+submit order, so with more jobs than GPUs the oldest jobs run); then each leftover
+GPU goes to a job one more GPU speeds up, chosen by a reproducible pseudo-random
+draw (hash of the snapshot seed, job id and its count).  Not modelled (footnote
+13: "this does not cover all features of Themis"): the auction, the lease.
+Length-unaware.  Network packing and placement as in :mod:`policies.elastic`.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+
+from .base import Policy
+from .elastic import Rates, elastic_plan, useful_share
+from .registry import register
+
+INF = float("inf")
+
+
+def _draw(seed: int, jid: str, k: int) -> bytes:
+    return hashlib.blake2b(f"{seed}|{jid}|{k}".encode(), digest_size=8).digest()
+
+
+@register("themis")
+class Themis(Policy):
+    """Themis: finish-time fairness target speedup m/n, random leftovers (seed 001 subset)."""
+
+    preemptive = True
+    elastic = True
+
+    def __init__(self, packing: bool = True):
+        self.packing = bool(packing)
+
+    def peak(self, rates: Rates, job, limit: int) -> int:
+        best, best_k = rates.rate(job, 1), 1
+        for k in range(2, limit + 1):
+            r = rates.rate(job, k)
+            if r > best * (1 + 1e-9):
+                best, best_k = r, k
+        return best_k
+
+    def schedule(self, snap):
+        rates = Rates(snap)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        M = snap.total_gpus
+        n = len(jobs)
+        shares = {j.id: 0 for j in jobs}
+        front = jobs[:M]  # with more jobs than GPUs only the oldest M can get one
+        target, one = {}, {}
+        for j in front:
+            m = self.peak(rates, j, min(M, rates.cap(j, n)))
+            target[j.id] = m / n
+            one[j.id] = rates.rate(j, 1)
+
+        def rho(j, k):
+            if k == 0:
+                return INF
+            return target[j.id] / (rates.rate(j, k) / one[j.id])
+
+        heap = [(-INF, i, j) for i, j in enumerate(front)]
+        left = M
+        leftover: list = []
+        while left > 0 and heap:
+            r, i, j = heapq.heappop(heap)
+            k = shares[j.id]
+            if -r <= 1.0 or (k > 0 and not useful_share(rates, j, k)):
+                leftover.append(j)
+                continue
+            shares[j.id] = k + 1
+            left -= 1
+            heapq.heappush(heap, (-rho(j, k + 1), i, j))
+        leftover += [j for _, _, j in heap]
+        while left > 0:
+            grow = [j for j in leftover if shares[j.id] > 0 and shares[j.id] < rates.cap(j, n)
+                    and useful_share(rates, j, shares[j.id])]
+            if not grow:
+                break
+            j = min(grow, key=lambda j: _draw(snap.seed, j.id, shares[j.id]))
+            shares[j.id] += 1
+            left -= 1
+
+        def numbers(j):
+            if j.id not in target:
+                return {}
+            return {"target_speedup": target[j.id], "rho": rho(j, shares[j.id])}
+        return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
+                            packing=self.packing)
