@@ -214,9 +214,12 @@ def history_from_sacct(path) -> list[FinishedJob]:
     from .traces import _GPU_TRES, TraceError
 
     try:
-        df = pd.read_csv(path, sep="|", dtype=str, keep_default_na=False, index_col=False)
+        df = pd.read_csv(path, sep="|", dtype=str, keep_default_na=False, index_col=False,
+                         encoding_errors="replace")  # a job name in another encoding: kept
     except FileNotFoundError:
         raise TraceError(path, None, None, "file not found") from None
+    except OSError as e:
+        raise TraceError(path, None, None, f"cannot read ({e.strerror or e})") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise TraceError(path, None, None, f"not readable sacct output ({e})") from None
     for col in ("JobID", "Submit", "Start", "End"):

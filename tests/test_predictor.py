@@ -155,3 +155,13 @@ def test_simulate_cli_with_predictor(tmp_path):
     d = json.loads(r.output)
     text = json.dumps(d)
     assert "a-srpt" in text and "spjf" in text
+
+
+def test_sacct_history_survives_bad_bytes_and_reports_directories(tmp_path):
+    path = sacct_file(tmp_path, n=5)
+    raw = path.read_bytes().replace(b"resnet.sh", b"res\xffnet.sh").replace(b"bert.sh", b"b\xfe.sh")
+    path.write_bytes(raw)
+    assert len(history_from_sacct(path)) == 5
+    from gimbalctl.traces import TraceError
+    with pytest.raises(TraceError, match="cannot read"):
+        history_from_sacct(tmp_path)
