@@ -24,9 +24,11 @@ step() { # step NAME CMD... : run, time, keep the log, report
 export DEBIAN_FRONTEND=noninteractive
 
 # 1. host packages in one apt run: Slurm 22.05 + munge, Lua 5.1 (job_submit.lua unit tests; the
-#    interpreter Slurm links), debootstrap (26.05 chroot), PostgreSQL
+#    interpreter Slurm links), debootstrap (26.05 chroot), PostgreSQL, util-linux + systemd
+#    (unshare and systemd-analyze verify: tests/slurm/test_install_from_etc.py)
 step apt bash -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins lua5.1 debootstrap postgresql' \
+  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins lua5.1 debootstrap postgresql \
+  util-linux systemd' \
   || { echo "[ci-setup] FAILED (apt)" >&2; exit 1; }
 
 # 2. the 26.05 chroot is the long pole: build it in the background
