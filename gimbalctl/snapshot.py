@@ -36,6 +36,7 @@ from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
 from .config import ConfigError
+from .predictor import group_key
 from .records import RecordError, gpu_name, workers_from_wire
 from .slurm.types import SlurmJob, SlurmNode
 
@@ -164,7 +165,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         meas = ((getattr(row, "measured", None) or {}).get(shared_key)) if row is not None else None
         out_jobs[sj.job_id] = Job(
             id=sj.job_id, submit_time=sj.submit_time, num_gpus=n, app=app, global_batch=batch,
-            user=sj.user, total_iters=total_iters, duration_estimate=est, state=state,
+            user=sj.user, name=sj.name or "", total_iters=total_iters, duration_estimate=est,
+            state=state, group_id=group_key(sj.user, sj.name or meta.app or "", n, meta.batch),
             allocation=alloc, start_time=sj.start_time, as_of=now,
             completed_iters=min(completed, total_iters) if total_iters else completed,
             attained_service=executed * (len(alloc.gpus) if alloc is not None and alloc.gpus else n),
