@@ -313,3 +313,21 @@ def test_gpu_range_bounds_the_share(name):
 
     simulate(jobs, parse_cluster("2x4"), Spy(), MODELS, SimConfig(interval=30.0))
     assert seen and max(seen) <= 2
+
+
+def test_fig2_style_plot_has_one_line_per_policy_in_each_panel(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from gimbalctl.report import plot_ql_ce_bi
+
+    jobs = [Job(f"j{i}", 30.0 * i, 4, "cifar10", 512, total_iters=2000) for i in range(6)]
+    res = [simulate(jobs, parse_cluster("1x4"), policies.get_policy(p), MODELS, SimConfig())
+           for p in ("afs-l", "srtf")]
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    path = plot_ql_ce_bi(res, tmp_path / "f.png")
+    assert path.stat().st_size > 0
+    axes = figs[-1].axes
+    assert [a.get_ylabel() for a in axes] == ["QL (waiting jobs)", "CE", "BI (log scale)"]
+    assert all(len(a.lines) == 2 for a in axes[:2])
+    assert {t.get_text() for t in axes[0].get_legend().get_texts()} == {"afs-l", "srtf"}
