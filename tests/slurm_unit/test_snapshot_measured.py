@@ -37,3 +37,33 @@ def test_unknown_app_is_unprofiled_with_measured_rates():
     rates = Rates(snap)
     assert rates.rate(snap.jobs["1"], 2) == 4.0  # linear from the last measured count
     assert not rates.profiled(snap.jobs["1"]) and rates.profiled(snap.jobs["3"])
+
+
+def test_explain_shows_each_jobs_share_and_both_sides_of_inequality3(release, replay, tmp_path):
+    """A daemon cycle under AFS-L (ordering mode: resizes are planned, not applied) and
+    ``explain`` of a running job: its share and the two sides of (3) (seed 001)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gimbalctl.config import Config
+    from gimbalctl.daemon import run_cycle
+    from gimbalctl.store import Store
+    from policies.registry import get_policy
+    from tests.slurm_unit.replay import jobs_of
+
+    _, be = replay
+    db = str(tmp_path / "g.db")
+    st = Store(db)
+    st.upgrade()
+    res = run_cycle(Config(policy="afs-l", state_dir=str(tmp_path / "state")), be, st,
+                    get_policy("afs-l"), now=1_800_000_000.0)
+    assert res.status == "done"
+    r1 = jobs_of(release)["r1"]  # running on 2 GPUs
+    out = subprocess.run([sys.executable, "-m", "gimbalctl.cli", "explain", r1, "--db", db],
+                         capture_output=True, text=True, timeout=60,
+                         cwd=str(Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr
+    for key in ("share = ", "decided_share = ", "ineq3_left = ", "ineq3_right = "):
+        assert key in out.stdout
+    assert "under policy afs-l" in out.stdout
