@@ -40,7 +40,6 @@ from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
 from .config import ConfigError
-from .predictor import group_key
 from .records import RecordError, gpu_name, workers_from_wire
 from .slurm.types import SlurmJob, SlurmNode
 
@@ -90,6 +89,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
     ``reports``: job id -> newest ``ReportRow``; ``decisions``: job id ->
     ``launcher.decision.LauncherDecision`` (the files the daemon wrote)."""
+    from .predictor import group_key  # here: predictor needs numpy, the CLI starts without it
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
     if default_app not in profiles:
