@@ -58,7 +58,7 @@ class Exit:
     OK = 0  # cycle done (also: skipped because another cycle holds the lock)
     ERROR = 1  # unexpected error
     USAGE = 2  # bad flag / config / policy name
-    SLURM_UNAVAILABLE = 3  # controller unreachable or Slurm tools missing; DB untouched
+    SLURM_UNAVAILABLE = 3  # controller unreachable or Slurm tools missing; only a failed cycle row
     STORE = 4  # the state store cannot be opened/written
     PARTIAL = 5  # the cycle ran but some Slurm changes failed (see the audit)
 
