@@ -458,6 +458,13 @@ class Coordination:
     resizes: tuple[ResizeJob, ...]
 
 
+def _restored(ws: tuple[WorkerAlloc, ...], batch: int) -> tuple[WorkerAlloc, ...]:
+    """Workers of a job that shares no GPU any more: MPS back to 100 %, even split."""
+    base, extra = divmod(int(batch), len(ws))
+    return tuple(replace(_with_share(w, base + (1 if i < extra else 0)), mps_pct=100)
+                 for i, w in enumerate(ws))
+
+
 def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
     """A running job's workers as the coordinator starts from (unset MPS share = 100 %).  When
     the record's shares do not add up to the global batch (an allocation built from sub-batch x
@@ -480,17 +487,37 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
     model = RateModel(snap.profiles, snap.interference)
     skip = set(skip)
     out = []
-    for ps in packing_sets(snap):
+    sets = packing_sets(snap)
+    in_sets = {m for ps in sets for m in ps.members}
+    for job in snap.running():
+        # a job whose partners have left keeps no GIMBAL limit: full GPU, even split
+        if job.id in in_sets or job.id in skip or job.allocation is None:
+            continue
+        if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
+            continue
+        ws = job.allocation.workers
+        if any(w.mps_pct is not None and w.mps_pct < 100 for w in ws):
+            new = _restored(ws, job.allocation.global_batch or job.global_batch)
+            none = Attempt("restore: no partner left", 0.0, True)
+            res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
+            out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
+                job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                max(w.accum_steps for w in new), 100, new, job.allocation.global_batch),)))
+    for ps in sets:
         if skip & set(ps.members):
             continue
         jobs = [snap.jobs[j] for j in ps.members]
         if any(j.app not in snap.profiles for j in jobs):
             continue
         infos = {j.id: job_info(snap, j) for j in jobs}
-        start = {j.id: start_config(j) for j in jobs}
+        actual = {j.id: start_config(j) for j in jobs}
+        # a worker whose GPU holds only its own job has no partner to yield to: 100 %
+        start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
+                            else replace(w, mps_pct=100) for w in ws)
+                 for jid, ws in actual.items()}
         res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
         resizes = []
-        for jid in res.changed(start):
+        for jid in res.changed(actual):
             ws = tuple(res.config[jid])
             j = snap.jobs[jid]
             mps = min(w.mps_pct for w in ws)
