@@ -184,6 +184,8 @@ def run_gimbal(args, rank, world, x, y, device):
         cuda = device.type == "cuda"
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
                                     every_steps=10, extra={"restart": cfg.restart_count,
+                                                           "global_batch": global_batch,
+                                                           "mps_thread_pct": cfg.mps_thread_pct,
                                                            **cfg.report_fields(world, global_batch)},
                                     start_step=step, sync=(lambda: _sync(device)) if cuda else None)
     times = []
