@@ -12,6 +12,7 @@ import click
 import policies
 from policies.registry import UnknownPolicyError
 
+from .cli_predictor import register as register_predictor
 from .cluster import ClusterSpecError, parse_cluster
 from .trace_kinds import REQUIRED, TraceError
 
@@ -89,12 +90,17 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
               help="seconds a (re)started job runs before a pre-emptive policy "
                    "(tiresias, srtf, srsf) may pre-empt it again; 0 = as published")
 @click.option("--unknown-lengths", is_flag=True, help="hide job lengths from policies")
+@click.option("--predictor", type=click.Choice(["rf", "mean", "median", "perfect"]), default=None,
+              help="fit this job-length predictor on the jobs finished so far and give it to "
+                   "the policies (seed 003 A-SRPT and its baselines use it)")
+@click.option("--refit", default=3600.0, show_default=True, type=click.FloatRange(min=1),
+              help="seconds of simulated time between predictor refits")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
-             interval, xi, preempt_cost, min_run_s, unknown_lengths, limit, out,
+             interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
              as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .profiles import default_models
@@ -133,7 +139,11 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
     for pol in pols:
         t0 = time.perf_counter()
         try:
-            res = _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress)
+            kw = {}
+            if predictor is not None:
+                from .predictor import refitter
+                kw = dict(refit=refitter(predictor, seed), refit_every=refit)
+            res = _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress, **kw)
         except ValueError as e:  # jobs the cluster cannot hold, or an invalid plan
             raise click.ClickException(f"{pol.name}: {e}") from None
         res.summary["wall_s"] = time.perf_counter() - t0
@@ -153,15 +163,15 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
         click.echo(f"wrote {len(written)} files to {out}")
 
 
-def _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress):
+def _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress, **kw):
     if not show_progress:
-        return run_sim(jobs, nodes, pol, models, cfg)
+        return run_sim(jobs, nodes, pol, models, cfg, **kw)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
         task = bar.add_task(f"{pol.name}", total=len(jobs))
         return run_sim(jobs, nodes, pol, models, cfg,
-                       progress=lambda done, total: bar.update(task, completed=done))
+                       progress=lambda done, total: bar.update(task, completed=done), **kw)
 
 
 def _print_table(results, trace, cluster, njobs) -> None:
@@ -198,6 +208,7 @@ def _register_optional() -> None:
 
 
 _register_optional()
+register_predictor(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

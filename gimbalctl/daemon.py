@@ -467,6 +467,33 @@ def report_job_info(jobs: list[SlurmJob]) -> dict[str, dict]:
     return out
 
 
+_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor)
+
+
+def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
+    """Seed 003 predictor fitted on the site's sacct history (``[predictor] sacct``), refitted
+    every ``predictor.refit`` seconds or when the file changes; ``{}`` when not configured.
+    A missing or unreadable file is a warning, never a failed cycle (the policy then falls
+    back to time limits)."""
+    path = cfg.predictor_sacct
+    if not path:
+        return {}
+    from .predictor import FITTERS, history_from_sacct
+    from .traces import TraceError
+    try:
+        mtime = os.stat(path).st_mtime
+        hit = _PREDICTORS.get(path)
+        if hit and hit[0] == mtime and hit[2] == cfg.predictor_kind \
+                and now - hit[1] < cfg.predictor_refit:
+            return {"iterations": hit[3]}
+        pred = FITTERS[cfg.predictor_kind](history_from_sacct(path))
+    except (OSError, TraceError, ValueError) as e:
+        warnings.append(f"predictor: {path}: {e}; predicting from time limits")
+        return {}
+    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred)
+    return {"iterations": pred}
+
+
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
               dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
     """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
@@ -532,8 +559,12 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
                           default_app=cfg.default_app, default_batch=cfg.default_batch,
                           decisions=read_decisions(cfg.state_dir, jobs),
                           estimates=cfg.estimates, penalised_users=penalised)
-    plan = policy.schedule(snap.snapshot)
     warnings = problems + list(snap.warnings)
+    preds = site_predictors(cfg, snap.snapshot.now, warnings)
+    if preds:
+        snap = dataclasses.replace(snap, snapshot=dataclasses.replace(snap.snapshot,
+                                                                      predictors=preds))
+    plan = policy.schedule(snap.snapshot)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
     order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions)

@@ -30,6 +30,16 @@ cluster it is simulated on (``nodes``: consolidated placement, the memory
 limit's accumulation steps), so a job alone runs exactly as long as it did.
 Submit times are shifted so the first job arrives at 0.
 
+Recurrence key (``Job.group_id``, seed 003's ``group id``): a trace's own ``group`` column
+(generic), else :func:`gimbalctl.predictor.group_key` of the fields the trace has that
+identify a recurring job — never of the drawn application or the length:
+
+* pollux: application + GPUs + batch (no user);
+* philly: VC (``cluster``, standing in for the user) + GPUs (no user, name or batch);
+* tiresias / muri: ``model_name`` + GPUs (no user);
+* generic: ``user`` + ``app`` + GPUs + ``batch_size``, each when the trace has the column;
+* sacct: user + ``JobName`` (else gimbal's ``app``) + GPUs + gimbal ``batch``.
+
 Malformed input raises :class:`TraceError` naming file, line and column;
 nothing is returned half-loaded.
 """
@@ -47,6 +57,7 @@ import pandas as pd
 from policies.base import exclusive_steps
 from policies.model import Job, Node
 
+from .predictor import group_key
 from .profiles import APPS, Models, default_models
 from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
 
@@ -211,7 +222,7 @@ def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models
 
 
 def _from_durations(ids, submits, gpus, durations, model_names, rng, models, shape, users=None,
-                    apps=None, batches=None, extra=None) -> list[Job]:
+                    apps=None, batches=None, extra=None, groups=None) -> list[Job]:
     jobs = []
     t0 = float(np.min(submits))
     for k in range(len(ids)):
@@ -220,7 +231,9 @@ def _from_durations(ids, submits, gpus, durations, model_names, rng, models, sha
             model_names[k] if model_names is not None else "", rng)
         batch = int(batches[k]) if batches is not None and batches[k] else _batch_for(app, g, models)
         iters = _iters_for_duration(app, g, batch, float(durations[k]), models, shape)
-        kw = extra[k] if extra else {}
+        kw = dict(extra[k]) if extra else {}
+        if groups is not None and not kw.get("group_id"):
+            kw["group_id"] = groups[k]
         jobs.append(Job(id=str(ids[k]), submit_time=float(submits[k]) - t0, num_gpus=g, app=app,
                         global_batch=batch, total_iters=iters,
                         user=str(users[k]) if users is not None else "user", **kw))
@@ -238,7 +251,8 @@ def _pollux(df, path, rng, models, shape) -> list[Job]:
                              f"unknown application {app!r}; known: {', '.join(sorted(models.iters_table))}")
         jobs.append(Job(id=str(df.name.iloc[i]), submit_time=float(t.iloc[i]), num_gpus=int(g.iloc[i]),
                         app=app, global_batch=int(b.iloc[i]),
-                        total_iters=models.iterations_for(app, int(b.iloc[i]))))
+                        total_iters=models.iterations_for(app, int(b.iloc[i])),
+                        group_id=group_key("", app, int(g.iloc[i]), int(b.iloc[i]))))
     return jobs
 
 
@@ -253,9 +267,12 @@ def _philly(df, path, rng, models, shape) -> list[Job]:
     submits = (ts - ts.min()).dt.total_seconds().to_numpy()
     order = np.argsort(submits, kind="stable")  # apps are drawn in submit order
     ids = [f"philly-{i}" for i in range(len(df))]
+    vcs = df.cluster.to_numpy() if "cluster" in df else np.full(len(df), "")
+    groups = [group_key(vcs[i], "", int(g.iloc[i]), None) for i in order]
     jobs = _from_durations([ids[i] for i in order], submits[order], g.to_numpy()[order],
                            dur.to_numpy()[order], None, rng, models, shape,
-                           users=df.cluster.to_numpy()[order] if "cluster" in df else None)
+                           users=df.cluster.to_numpy()[order] if "cluster" in df else None,
+                           groups=groups)
     return jobs
 
 
@@ -265,8 +282,10 @@ def _tiresias_like(scale: float):
         dur = _numeric(df, path, "duration", positive=True) / scale
         g = _numeric(df, path, "num_gpu", positive=True, integer=True)
         names = df.model_name.to_numpy() if "model_name" in df else None
+        groups = [group_key("", names[i] if names is not None else "", int(g.iloc[i]), None)
+                  for i in range(len(df))]
         return _from_durations(df.job_id.to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(),
-                               names, rng, models, shape)
+                               names, rng, models, shape, groups=groups)
     return load
 
 
@@ -297,6 +316,11 @@ def _generic(df, path, rng, models, shape) -> list[Job]:
         for i, v in enumerate(df.group):
             extra[i]["group_id"] = v or None
     users = df.user.to_numpy() if "user" in df else None
+    for i in range(len(df)):
+        if not extra[i].get("group_id"):
+            extra[i]["group_id"] = group_key(users[i] if users is not None else "",
+                                             apps[i] if apps is not None else "", int(g.iloc[i]),
+                                             int(batches[i]) if batches is not None else None)
     if "iterations" in df:
         it = _numeric(df, path, "iterations", positive=True)
         t0 = float(sub.min())
@@ -347,13 +371,15 @@ def _sacct(df, path, rng, models, shape) -> list[Job]:
         if not meta.tagged and "Comment" in df:
             meta = parse_meta(str(df.Comment.iloc[i]))
         app = meta.app if meta.app in models.profiles else None
+        user = str(df.User.iloc[i]) if "User" in df else "user"
+        name = str(df.JobName.iloc[i]) if "JobName" in df else ""
         rows.append((jid, sub.timestamp(), gpus, max((en - st).total_seconds(), 1.0),
-                     str(df.User.iloc[i]) if "User" in df else "user", app, meta.batch))
+                     user, app, meta.batch, group_key(user, name or meta.app or "", gpus, meta.batch)))
     if not rows:
         raise TraceError(path, None, None, "no finished GPU jobs in the sacct output")
-    ids, sub, g, dur, users, apps, batches = map(list, zip(*rows))
+    ids, sub, g, dur, users, apps, batches, groups = map(list, zip(*rows))
     return _from_durations(ids, np.array(sub), g, dur, None, rng, models, shape, users=users,
-                           apps=apps, batches=batches)
+                           apps=apps, batches=batches, groups=groups)
 
 
 _LOADERS = {"pollux": _pollux, "philly": _philly, "tiresias": _tiresias_like(1.0),
