@@ -95,7 +95,9 @@ def build(nodes, gpus, running, pending, seed=0):
 
     sj, sn, now = daemon_state(nodes, gpus, running, pending, seed)
     t0 = time.perf_counter()
-    res = build_snapshot(sj, sn, default_models(), now=now)
+    # synthetic jobs without time limits: their iters are the lengths (the site rule that
+    # trusts user claims, docs/daemon.md "Duration estimates")
+    res = build_snapshot(sj, sn, default_models(), now=now, estimates="bounded")
     return res.snapshot, time.perf_counter() - t0
 
 
