@@ -240,8 +240,11 @@ def history_from_sacct(path) -> list[FinishedJob]:
         sub, st, en = ts["Submit"].iloc[i], ts["Start"].iloc[i], ts["End"].iloc[i]
         if gpus <= 0 or pd.isna(sub) or pd.isna(st) or pd.isna(en) or en < st:
             continue
-        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "",
-                          str(df.Comment.iloc[i]) if "Comment" in df else "")
+        # AdminComment first; a finished job's user Comment only as a grouping hint for the
+        # history (lengths come from Start/End, which Slurm recorded)
+        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "")
+        if not meta.tagged and "Comment" in df:
+            meta = parse_meta(str(df.Comment.iloc[i]))
         user = str(df.User.iloc[i]) if "User" in df else ""
         name = str(df.JobName.iloc[i]) if "JobName" in df else ""
         app = meta.app or ""
