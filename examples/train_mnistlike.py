@@ -115,10 +115,14 @@ def run_gimbal(args, rank, world, x, y):
 
     cfg = launcher.config()
     global_batch, sub_batch = cfg.resolve_batch(args.global_batch, world_size=world)
+    mine = cfg.worker(rank, world)  # this rank's record of the decision (issue #8)
+    if mine is not None:  # unequal shares (LISS split) and this rank's own micro-batch
+        sub_batch = min(mine["micro_batch"], global_batch)
     model = make_model(args.seed, args.hidden)
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
-    sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed)
+    sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed,
+                                   shares=cfg.shares(world))
     ctl = StealingController(sampler, enabled=cfg.stealing and world > 1)
     local_max = global_batch  # micro-batches are at most sub_batch anyway
     acc = GradientAccumulator(
@@ -132,13 +136,18 @@ def run_gimbal(args, rank, world, x, y):
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sampler.load_state_dict(state["sampler"])
+        if cfg.shares(world) is not None:  # the (new) decision's split wins over the checkpoint's
+            sampler.set_shares(cfg.shares(world))
         step = resumed_from = state["step"]
 
     monitor = None
     if rank == 0:
         writer = ReportWriter(cfg.report_path, cfg.job_id or "standalone") if cfg.report_path else None
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
-                                    every_steps=10, extra={"restart": cfg.restart_count})
+                                    every_steps=10, extra={"restart": cfg.restart_count,
+                                                          "global_batch": global_batch,
+                                                          "mps_thread_pct": cfg.mps_thread_pct,
+                                                           **cfg.report_fields(world, global_batch)})
     times = []
     while step < args.steps:
         sampler.set_epoch(step // len(sampler))
@@ -146,7 +155,9 @@ def run_gimbal(args, rank, world, x, y):
             k = sampler.step - 1
             t0 = time.perf_counter()
             acc.step(x[idx], y[idx], normalizer=world / sampler.global_size(k))
-            ctl.end_step(len(idx))
+            if ctl.end_step(len(idx)) is not None and monitor is not None:
+                # stealing moved the shares: reports echo the split in force
+                monitor.extra.update(cfg.report_fields(world, global_batch, sampler.shares))
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             dt = time.perf_counter() - t0

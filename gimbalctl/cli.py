@@ -12,9 +12,9 @@ import click
 import policies
 from policies.registry import UnknownPolicyError
 
+from .cli_predictor import register as register_predictor
 from .cluster import ClusterSpecError, parse_cluster
-from .profiles import default_models
-from .traces import REQUIRED, TraceError, load_trace
+from .trace_kinds import REQUIRED, TraceError
 
 DEMO_POLICIES = ("fifo", "sjf", "tiresias", "sjf-ffs", "sjf-bsbf")
 
@@ -46,13 +46,16 @@ def list_policies(as_json: bool) -> None:
     Console().print(table)
 
 
-def _parse_policies(names: tuple[str, ...]) -> list:
+def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
     valid = policies.names()
     chosen = list(names) if names else [p for p in DEMO_POLICIES if p in valid]
     out = []
     for n in chosen:
         try:
-            out.append(policies.get_policy(n))
+            pol = policies.get_policy(n)
+            if min_run_s and getattr(pol, "accepts_min_run", False):
+                pol = policies.get_policy(n, min_run_s=min_run_s)
+            out.append(pol)
         except UnknownPolicyError as e:
             raise click.BadParameter(str(e), param_hint="--policy") from None
     return out
@@ -82,17 +85,29 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="override every co-location interference ratio ξ")
 @click.option("--preempt-cost", default=30.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds to checkpoint/restore on each pre-emption")
+@click.option("--min-run", "min_run_s", default=0.0, show_default=True,
+              type=click.FloatRange(min=0),
+              help="seconds a (re)started job runs before a pre-emptive policy "
+                   "(tiresias, srtf, srsf) may pre-empt it again; 0 = as published")
 @click.option("--unknown-lengths", is_flag=True, help="hide job lengths from policies")
+@click.option("--predictor", type=click.Choice(["rf", "mean", "median", "perfect"]), default=None,
+              help="fit this job-length predictor on the jobs finished so far and give it to "
+                   "the policies (seed 003 A-SRPT and its baselines use it)")
+@click.option("--refit", default=3600.0, show_default=True, type=click.FloatRange(min=1),
+              help="seconds of simulated time between predictor refits")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
-             interval, xi, preempt_cost, unknown_lengths, limit, out, as_json) -> None:
+             interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
+             as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
+    from .profiles import default_models
     from .sim import SimConfig, simulate as run_sim
+    from .traces import load_trace
 
-    pols = _parse_policies(policy_names)
+    pols = _parse_policies(policy_names, min_run_s)
     models = default_models()
     if gpu_types_file is not None:
         from .config import ConfigError, load as load_config
@@ -113,7 +128,8 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
             raise click.BadParameter(f"{item!r} is not COLUMN=FIELD", param_hint="--map")
         columns[src.strip()] = dst.strip()
     try:
-        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns)
+        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns,
+                          nodes=nodes)
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
@@ -123,7 +139,11 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
     for pol in pols:
         t0 = time.perf_counter()
         try:
-            res = _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress)
+            kw = {}
+            if predictor is not None:
+                from .predictor import refitter
+                kw = dict(refit=refitter(predictor, seed), refit_every=refit)
+            res = _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress, **kw)
         except ValueError as e:  # jobs the cluster cannot hold, or an invalid plan
             raise click.ClickException(f"{pol.name}: {e}") from None
         res.summary["wall_s"] = time.perf_counter() - t0
@@ -143,15 +163,15 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
         click.echo(f"wrote {len(written)} files to {out}")
 
 
-def _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress):
+def _run_one(run_sim, jobs, nodes, pol, models, cfg, show_progress, **kw):
     if not show_progress:
-        return run_sim(jobs, nodes, pol, models, cfg)
+        return run_sim(jobs, nodes, pol, models, cfg, **kw)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
         task = bar.add_task(f"{pol.name}", total=len(jobs))
         return run_sim(jobs, nodes, pol, models, cfg,
-                       progress=lambda done, total: bar.update(task, completed=done))
+                       progress=lambda done, total: bar.update(task, completed=done), **kw)
 
 
 def _print_table(results, trace, cluster, njobs) -> None:
@@ -160,12 +180,13 @@ def _print_table(results, trace, cluster, njobs) -> None:
 
     t = Table(title=f"{njobs} jobs from {Path(trace).name} on {cluster}")
     for col in ("policy", "avg JCT (h)", "p50 JCT (h)", "p99 JCT (h)", "avg queue (h)",
-                "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
+                "avg wait (h)", "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
         t.add_column(col, justify="right" if col != "policy" else "left")
     for r in results:
         s = r.summary
         t.add_row(r.policy, f"{s['avg_jct'] / 3600:.2f}", f"{s['median_jct'] / 3600:.2f}",
                   f"{s['p99_jct'] / 3600:.2f}", f"{s['avg_queueing'] / 3600:.2f}",
+                  f"{s['avg_wait_total'] / 3600:.2f}",
                   f"{s['makespan'] / 3600:.1f}", f"{s['gpu_utilization']:.0%}",
                   f"{s['avg_ce']:.2f}", str(s["shared_jobs"]), str(s["preemptions"]),
                   f"{s['wall_s']:.1f}")
@@ -187,6 +208,7 @@ def _register_optional() -> None:
 
 
 _register_optional()
+register_predictor(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

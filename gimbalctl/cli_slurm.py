@@ -58,13 +58,22 @@ def _policy(name: str, options: dict):
         _fail(f"--policy {name}: bad policy_options ({e})", Exit.USAGE)
 
 
+class _BackendFailed(SystemExit):
+    """``_backend`` could not give a backend (the message was printed); ``error`` says why."""
+
+    def __init__(self, error: str):
+        super().__init__(Exit.SLURM_UNAVAILABLE)
+        self.error = error
+
+
 def _backend(cfg):
     from .slurm import SlurmError, get_backend
     try:
         return get_backend(cfg.backend, timeout=cfg.timeout, prefix=cfg.command_prefix,
                            partition=cfg.partition)
     except SlurmError as e:
-        _fail(str(e), Exit.SLURM_UNAVAILABLE)
+        click.echo(f"gimbalctl: error: {e}", err=True)
+        raise _BackendFailed(f"Slurm unavailable: {e}") from None
 
 
 def _store(cfg, upgrade: bool = True, dry_run: bool = False):
@@ -165,7 +174,8 @@ def _print_changes(changes, as_json: bool, dry_run: bool) -> None:
               help="ordering mode: Slurm priority (fixed) or site factor")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=None, help="seconds between cycles")
 @click.option("--state-dir", default=None, help="launcher decisions/reports root ($GIMBAL_STATE_DIR)")
-@click.option("--lock-file", default=None, help="lock file (default <state-dir>/daemon.lock)")
+@click.option("--lock-file", default=None, help="lock file; {cluster} = Slurm's ClusterName "
+              "(default <state-dir>/daemon-{cluster}.lock)")
 @click.option("--dry-run", is_flag=True, help="print the plan and the exact Slurm changes; change nothing")
 def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, interval, state_dir,
                lock_file, dry_run):
@@ -173,7 +183,7 @@ def daemon_cmd(config_path, db, backend, as_json, once, policy, mode, knob, inte
 
     \b
     Exit codes (--once): 0 done or skipped (another cycle holds the lock),
-    1 unexpected error, 2 bad input, 3 Slurm unavailable (DB untouched),
+    1 unexpected error, 2 bad input, 3 Slurm unavailable (recorded as a failed cycle),
     4 state store error, 5 some Slurm changes failed (see the audit).
     Without --once: a cycle every --interval seconds until SIGTERM/SIGINT, which end the
     loop after the running cycle (exit 0); failed cycles are logged and retried.
@@ -237,7 +247,12 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool, keep: Optional[dict] = No
         except StateDirError as e:
             click.echo(f"gimbalctl daemon: state directory: {e}", err=True)
             return Exit.STORE
-    be = _backend(cfg)
+    try:
+        be = _backend(cfg)
+    except _BackendFailed as e:
+        if not dry_run:
+            _record(cfg, pol, None, e.error)
+        raise
     try:
         be.version()
         cluster = be.cluster_name()
@@ -248,6 +263,10 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool, keep: Optional[dict] = No
         if not dry_run:
             _record(cfg, pol, be, e)
         return Exit.SLURM_UNAVAILABLE if unavailable else Exit.ERROR
+    except Exception as e:  # e.g. output that cannot be read: recorded, then as before
+        if not dry_run:
+            _record(cfg, pol, be, e)
+        raise
     lock = None
     if not dry_run:
         lock = (keep or {}).get("lock")
@@ -483,6 +502,11 @@ def revert_cmd(config_path, db, backend, as_json, jobs, dry_run):
     from .daemon import revert
     from .slurm import SlurmError, SlurmUnavailable
     from .store import StoreError
+    st0, why = _store_ro(cfg) if not dry_run else (True, None)
+    if st0 is None:  # no store: no audit, nothing gimbal changed; do not create one
+        click.echo(json.dumps({"dry_run": False, "changes": [], "note": why}) if as_json
+                   else f"revert: 0 change(s) ({why})")
+        return
     be = _backend(cfg)
     st = _store(cfg, dry_run=dry_run)
     try:

@@ -36,6 +36,12 @@ Example ``etc/gimbal.toml``::
     app = "cifar10"
     batch = 128
 
+    [predictor]                # seed 003 A-SRPT job-length predictor (policy "a-srpt")
+    sacct = "/var/lib/gimbal/sacct.txt"  # sacct -a -X -P --format=JobID,JobName,User,Submit,
+                               # Start,End,AllocTRES,Comment,AdminComment (refreshed by cron)
+    kind = "rf"                # rf | mean | median
+    refit = 3600               # seconds between refits (and whenever the file changes)
+
     [gpu_types.a100]           # Slurm GRES type (gpu:a100:4) -> relative speed, memory
     speed = 2.2                # vs the reference type (v100 = 1.0; gimbalctl/gpu_types.py)
     memory_mb = 40960
@@ -92,6 +98,10 @@ class Config:
     default_app: str = "cifar10"
     default_batch: int = 128
     policy_options: dict = field(default_factory=dict)
+    # [predictor] (seed 003): sacct history file, model kind, refit period (s)
+    predictor_sacct: Optional[str] = None
+    predictor_kind: str = "rf"
+    predictor_refit: float = 3600.0
     # where the settings came from: the config file's path, or "" for the built-in defaults
     source: str = field(default="", compare=False)
     # [gpu_types.<type>] tables: speed, memory_mb (see gimbalctl/gpu_types.py)
@@ -130,6 +140,11 @@ class Config:
             raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
         if self.default_batch < 1:
             raise ConfigError(f"{where}: defaults.batch must be >= 1, got {self.default_batch!r}")
+        if self.predictor_kind not in ("rf", "mean", "median"):
+            raise ConfigError(f"{where}: predictor.kind must be rf, mean or median, "
+                              f"got {self.predictor_kind!r}")
+        if not self.predictor_refit > 0:
+            raise ConfigError(f"{where}: predictor.refit must be > 0, got {self.predictor_refit!r}")
         if self.priority_step < 1 or self.priority_base < 1:
             raise ConfigError(f"{where}: ordering.priority_base/priority_step must be >= 1")
         if self.priority_base > SLURM_PRIORITY_MAX - self.priority_step:
@@ -154,6 +169,8 @@ _KEYS = {
     ("ordering", "site_step"): "site_step",
     ("gate", "preempt_grace"): "preempt_grace", ("gate", "share_fraction"): "share_fraction",
     ("defaults", "app"): "default_app", ("defaults", "batch"): "default_batch",
+    ("predictor", "sacct"): "predictor_sacct", ("predictor", "kind"): "predictor_kind",
+    ("predictor", "refit"): "predictor_refit",
 }
 
 

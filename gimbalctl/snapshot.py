@@ -10,8 +10,14 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
 * expected duration (length-aware policies): metadata ``iters`` (→
   ``total_iters``) and ``est`` (→ ``duration_estimate``), else the Slurm time
   limit;
+* nodes: GPU type from the configured GRES type (``gpu:v100:4``), memory from the
+  ``[gpu_types]`` table (bundled K80/P100/V100 figures, else 16384 MiB); relative speeds
+  reach policies as ``snapshot.gpu_types``;
 * allocations: the GPU indices Slurm reports (``IDX`` / per-GPU detail);
-  shard/mps jobs on the same GPU index share it (``gpu_jobs``);
+  shard/mps jobs on the same GPU index share it (``gpu_jobs``); the per-worker record
+  (share, micro-batch, accumulation, MPS share, stage) from rank 0's newest launcher
+  report, else from the launcher decision file, else the even split
+  (:func:`_running_alloc`);
 * progress: launcher throughput reports (latest step) and the DB's
   pre-emption counts;
 * profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles;
@@ -29,11 +35,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping, Optional
 
-from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.elastic import MEASURED_RATES, UNPROFILED
-from policies.throughput import MemoryProfile, ThroughputProfile
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, uniform_workers
+from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
 from .config import ConfigError
+from .records import RecordError, gpu_name, workers_from_wire
 from .slurm.types import SlurmJob, SlurmNode
 
 log = logging.getLogger("gimbal.snapshot")
@@ -78,15 +85,18 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
                    now: Optional[float] = None, db_profiles: Optional[Mapping] = None,
                    history: Optional[Mapping] = None, reports: Optional[Mapping] = None,
                    default_app: str = "cifar10", default_batch: int = 128,
-                   seed: int = 0) -> SnapshotResult:
+                   seed: int = 0, decisions: Optional[Mapping] = None) -> SnapshotResult:
     """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
-    ``reports``: job id -> newest ``ReportRow``."""
+    ``reports``: job id -> newest ``ReportRow``; ``decisions``: job id ->
+    ``launcher.decision.LauncherDecision`` (the files the daemon wrote)."""
+    from .predictor import group_key  # here: predictor needs numpy, the CLI starts without it
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
     if default_app not in profiles:
         raise ConfigError(f"defaults.app {default_app!r} has no throughput profile; known: "
                           f"{', '.join(sorted(profiles))}")
-    node_objs = tuple(Node(n.name, n.num_gpus) for n in sorted(nodes, key=lambda n: n.name)
+    gpu_types = getattr(models, "gpu_types", None) or GpuTypeTable()
+    node_objs = tuple(_node(n, gpu_types) for n in sorted(nodes, key=lambda n: n.name)
                       if n.usable and n.num_gpus > 0)
     valid = {g for n in node_objs for g in n.gpus()}
     warnings: list[str] = []
@@ -97,6 +107,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     gpu_jobs: dict[Gpu, list[str]] = {}
     history = history or {}
     reports = reports or {}
+    decisions = decisions or {}
     unprofiled: list[str] = []  # seed 001 §4.5: these jobs' rates are measured, not modelled
     measured_rates: dict[str, Mapping[int, float]] = {}
 
@@ -140,14 +151,18 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             gpus = tuple(g for g in gpus if g in valid)
             if not gpus:
                 warnings.append(f"job {sj.job_id}: running but Slurm reports no GPU indices")
-            local = -(-batch // max(len(gpus) or n, 1))
             shared = any(k in ("shard", "mps") for k in kinds.values())
-            alloc = Allocation(gpus, local, 1, None)
+            alloc = _running_alloc(sj.job_id, gpus, batch, n, rep, decisions.get(sj.job_id),
+                                   warnings)
+            if alloc.global_batch:  # progress counts samples of the submitted batch
+                completed = completed * alloc.global_batch / batch
             for g in gpus:
                 gpu_jobs.setdefault(g, []).append(sj.job_id)
             executed = max(0.0, now - (sj.start_time or now))
             if rep is not None and rep.step_time_s:
                 rate = 1.0 / rep.step_time_s
+                if alloc.global_batch:
+                    rate = rate * alloc.global_batch / batch
             inputs_alloc = [f"{g.node}:{g.index}" for g in gpus]
         else:
             inputs_alloc = []
@@ -164,11 +179,14 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
                 measured_rates[sj.job_id] = MappingProxyType(pts)
         out_jobs[sj.job_id] = Job(
             id=sj.job_id, submit_time=sj.submit_time, num_gpus=n, app=app, global_batch=batch,
-            user=sj.user, total_iters=total_iters, duration_estimate=est, state=state,
+            user=sj.user, name=sj.name or "", total_iters=total_iters, duration_estimate=est,
+            state=state, group_id=group_key(sj.user, sj.name or meta.app or "", n, meta.batch),
             allocation=alloc, start_time=sj.start_time, as_of=now,
             completed_iters=min(completed, total_iters) if total_iters else completed,
-            attained_service=executed * n, executed_time=executed, iter_rate=rate,
-            preemptions=max(preempts, sj.restarts))
+            attained_service=executed * (len(alloc.gpus) if alloc is not None and alloc.gpus else n),
+            executed_time=executed, iter_rate=rate,
+            preemptions=max(preempts, sj.restarts),
+            run_start=sj.start_time if sj.running else None)
         by_id[sj.job_id] = sj
         inputs[sj.job_id] = {
             "state": state.value, "num_gpus": n, "app": app, "batch": batch,
@@ -185,13 +203,70 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         now=now, nodes=node_objs, jobs=MappingProxyType(out_jobs),
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
-        interference=models.interference, seed=seed,
-        predictors=MappingProxyType({MEASURED_RATES: MappingProxyType(measured_rates),
+        interference=models.interference, seed=seed, gpu_types=gpu_types,
+        predictors=MappingProxyType({**dict(getattr(models, "predictors", {}) or {}),
+                                     MEASURED_RATES: MappingProxyType(measured_rates),
                                      UNPROFILED: tuple(unprofiled)}))
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
                           MappingProxyType(by_id), tuple(skipped))
+
+
+def _running_alloc(job_id: str, gpus: tuple[Gpu, ...], batch: int, n: int, rep, dec,
+                   warnings: list[str]) -> Allocation:
+    """A running job's allocation as decided and reported.
+
+    In order: the per-worker record rank 0's newest report echoes (what runs), the record
+    of the launcher decision file (what the daemon decided), the decision's job-level
+    sub-batch / accumulation / MPS share as an even split, else the even split of the
+    batch.  A record is used only when it names exactly the GPUs Slurm reports for the
+    job; otherwise a warning names the job and the next source is tried."""
+    gb = batch
+    for source, raw, rec_gb in (
+            ("report", _rep_workers(rep), _rep_batch(rep)),
+            ("decision", list(dec.workers) if dec is not None and dec.workers else None,
+             dec.global_batch if dec is not None else None)):
+        if raw is None:
+            continue
+        try:
+            workers = workers_from_wire(raw, f"job {job_id} {source} workers")
+        except RecordError as e:
+            warnings.append(str(e))
+            continue
+        if set(w.gpu for w in workers) != set(gpus) or len(workers) != len(gpus):
+            warnings.append(f"job {job_id}: the {source}'s worker records name GPUs "
+                            f"{sorted(gpu_name(w.gpu) for w in workers)}, Slurm reports "
+                            f"{sorted(gpu_name(g) for g in gpus)}; not used")
+            continue
+        force = rec_gb if isinstance(rec_gb, int) and rec_gb > 0 else gb
+        return Allocation.from_workers(workers, force if force != batch else None)
+    if not gpus:
+        return Allocation(gpus, -(-batch // max(n, 1)), 1, None)
+    if dec is not None and (dec.sub_batch or dec.accum_steps or dec.mps_thread_pct):
+        force = dec.global_batch or batch
+        sub = dec.sub_batch or -(-(-(-force // len(gpus))) // (dec.accum_steps or 1))
+        accum = dec.accum_steps or 1
+        return Allocation(gpus, sub, accum, dec.mps_thread_pct,
+                          uniform_workers(gpus, sub, accum, dec.mps_thread_pct, force),
+                          force if force != batch else None)
+    local = -(-batch // len(gpus))
+    return Allocation(gpus, local, 1, None, uniform_workers(gpus, local, 1, None, batch))
+
+
+def _rep_workers(rep):
+    extra = getattr(rep, "extra", None) if rep is not None else None
+    return extra.get("workers") if isinstance(extra, dict) else None
+
+
+def _rep_batch(rep):
+    extra = getattr(rep, "extra", None) if rep is not None else None
+    return extra.get("global_batch") if isinstance(extra, dict) else None
+
+
+def _node(n: SlurmNode, gpu_types: GpuTypeTable) -> Node:
+    gtype = getattr(n, "gpu_type", None) or "gpu"
+    return Node(n.name, n.num_gpus, gtype, int(gpu_types.memory_mb.get(gtype, 16384)))
 
 
 def _measured_rates(row) -> dict[int, float]:

@@ -12,7 +12,16 @@ Schema (version 1), all fields but ``version``/``job_id`` optional::
     {"version": 1, "job_id": "123", "policy": "sjf-bsbf",
      "sub_batch": 16, "accum_steps": 4, "global_batch": 64,
      "mps_thread_pct": 50, "mps_mem_limit_mb": 8000,
-     "stealing": true, "share_with": "122", "written_at": "2024-01-01T00:00:00+00:00"}
+     "stealing": true, "share_with": "122", "written_at": "2024-01-01T00:00:00+00:00",
+     "workers": [{"gpu": "node1:0", "share": 40, "micro_batch": 16, "accum_steps": 3,
+                  "mps_pct": 50, "mem_limit_mb": null, "stage": 0}, ...]}
+
+``workers`` is the per-worker allocation record (``policies.model.WorkerAlloc``, one
+per rank in rank order; docs/architecture.md): the rank's sample share of the global
+batch (unequal shares = LISS split), its micro-batch and accumulation steps, MPS share,
+memory limit and pipeline stage.  ``global_batch`` is the batch in force (a policy may
+override the submitted one).  gimbal-run hands the record to the ranks
+(``GIMBAL_WORKERS``) and rank 0's reports echo it back.
 
 Unknown keys are ignored (forward compatible); a newer ``version`` is an error.
 This module's public API (``LauncherDecision``, ``read_decision``,
@@ -26,7 +35,7 @@ import datetime as _dt
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .fsutil import atomic_target
 
@@ -61,14 +70,19 @@ class LauncherDecision:
     stealing: Optional[bool] = None
     share_with: Optional[str] = None
     written_at: Optional[str] = None
+    workers: Optional[Tuple[Dict[str, Any], ...]] = None
     version: int = SCHEMA_VERSION
 
     def __post_init__(self):
+        if self.workers is not None:
+            object.__setattr__(self, "workers", _normalise_workers(self.workers, "LauncherDecision"))
         _validate(self, where="LauncherDecision")
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready dict; ``None`` fields are left out."""
         d = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if self.workers is not None:
+            d["workers"] = [dict(w) for w in self.workers]
         d["version"] = self.version
         return d
 
@@ -107,6 +121,43 @@ def _check_int(where: str, name: str, value: Any, lo: int, hi: Optional[int] = N
         raise DecisionError(f"{where}: field {name!r} must be {rng}, got {value}")
 
 
+WORKER_FIELDS = ("gpu", "share", "micro_batch", "accum_steps", "mps_pct", "mem_limit_mb", "stage")
+
+
+def _normalise_workers(items: Any, where: str) -> Tuple[Dict[str, Any], ...]:
+    """Validated worker records with every field present (defaults filled in)."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)) or not items:
+        raise DecisionError(f"{where}: field 'workers' must be a non-empty list of records")
+    out = []
+    for i, w in enumerate(items):
+        at = f"{where}: workers[{i}]"
+        if not isinstance(w, Mapping):
+            raise DecisionError(f"{at} must be an object, got {type(w).__name__}")
+        unknown = set(w) - set(WORKER_FIELDS)
+        if unknown:
+            raise DecisionError(f"{at}: unknown field(s) {sorted(unknown)}")
+        gpu = w.get("gpu")
+        node, _, idx = gpu.rpartition(":") if isinstance(gpu, str) else ("", "", "")
+        if not node or not idx.isdigit():
+            raise DecisionError(f"{at}: field 'gpu' must be 'node:index', got {gpu!r}")
+        rec = {"gpu": gpu, "share": w.get("share"), "micro_batch": w.get("micro_batch"),
+               "accum_steps": w.get("accum_steps", 1), "mps_pct": w.get("mps_pct"),
+               "mem_limit_mb": w.get("mem_limit_mb"), "stage": w.get("stage", 0)}
+        if rec["share"] is None or rec["micro_batch"] is None:
+            raise DecisionError(f"{at}: fields 'share' and 'micro_batch' are required")
+        _check_int(at, "share", rec["share"], 0)
+        _check_int(at, "micro_batch", rec["micro_batch"], 1)
+        _check_int(at, "accum_steps", rec["accum_steps"], 1)
+        _check_int(at, "mps_pct", rec["mps_pct"], 1, 100)
+        _check_int(at, "mem_limit_mb", rec["mem_limit_mb"], 1)
+        _check_int(at, "stage", rec["stage"], 0)
+        if rec["micro_batch"] * rec["accum_steps"] < rec["share"]:
+            raise DecisionError(f"{at}: micro_batch {rec['micro_batch']} x accum_steps "
+                                f"{rec['accum_steps']} does not cover share {rec['share']}")
+        out.append(rec)
+    return tuple(out)
+
+
 def _validate(d: LauncherDecision, where: str) -> None:
     if isinstance(d.version, bool) or not isinstance(d.version, int):
         raise DecisionError(f"{where}: field 'version' must be an integer, got {d.version!r}")
@@ -132,6 +183,14 @@ def _validate(d: LauncherDecision, where: str) -> None:
         except ValueError:
             raise DecisionError(f"{where}: field 'written_at' must be an ISO-8601 time, "
                                 f"got {d.written_at!r}") from None
+    if d.workers and d.global_batch:
+        per_stage: Dict[int, int] = {}
+        for w in d.workers:
+            per_stage[w["stage"]] = per_stage.get(w["stage"], 0) + w["share"]
+        bad = {s: n for s, n in per_stage.items() if n != d.global_batch}
+        if bad:
+            raise DecisionError(f"{where}: worker shares sum to {sorted(bad.values())[0]}, not "
+                                f"'global_batch' ({d.global_batch})")
     if d.sub_batch and d.global_batch and d.sub_batch > d.global_batch:
         raise DecisionError(f"{where}: field 'sub_batch' ({d.sub_batch}) exceeds "
                             f"'global_batch' ({d.global_batch})")

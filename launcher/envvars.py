@@ -15,6 +15,7 @@ GIMBAL_SUB_BATCH            micro-batch size for gradient accumulation
 GIMBAL_ACCUM_STEPS          number of micro-batches per global batch
 GIMBAL_GLOBAL_BATCH         global batch size (all ranks, one optimizer step)
 GIMBAL_STEALING             ``1``/``0``: LISS input-sample stealing on/off
+GIMBAL_WORKERS              per-worker allocation record (JSON list, rank order)
 GIMBAL_RESTART_COUNT        how many times gimbal-run relaunched (0 = first run)
 GIMBAL_RUN_DIR              per-launch scratch dir (worker pid/exit files)
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  (LGRR)
@@ -22,9 +23,10 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  (LGRR)
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 JOB_ID = "GIMBAL_JOB_ID"
 STATE_DIR = "GIMBAL_STATE_DIR"
@@ -34,6 +36,7 @@ SUB_BATCH = "GIMBAL_SUB_BATCH"
 ACCUM_STEPS = "GIMBAL_ACCUM_STEPS"
 GLOBAL_BATCH = "GIMBAL_GLOBAL_BATCH"
 STEALING = "GIMBAL_STEALING"
+WORKERS = "GIMBAL_WORKERS"
 RESTART_COUNT = "GIMBAL_RESTART_COUNT"
 RUN_DIR = "GIMBAL_RUN_DIR"
 MPS_THREAD = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -82,10 +85,38 @@ class TrainingConfig:
     restart_count: int = 0
     mps_thread_pct: Optional[str] = None
     mps_mem_limit: Optional[str] = None
+    # the decision's per-worker records (dicts as in launcher.decision), rank order
+    workers: Optional[Tuple[Dict[str, Any], ...]] = None
 
     @property
     def resumed(self) -> bool:
         return self.restart_count > 0
+
+    def worker(self, rank: int, world_size: int) -> Optional[Dict[str, Any]]:
+        """This rank's record when the decision has one record per rank, else ``None``
+        (a record for another world size cannot be applied: the even split is used)."""
+        if not self.workers or len(self.workers) != world_size or not 0 <= rank < world_size:
+            return None
+        return dict(self.workers[rank])
+
+    def shares(self, world_size: int) -> Optional[List[int]]:
+        """Per-rank sample shares of the decision (unequal = LISS split), or ``None``."""
+        if not self.workers or len(self.workers) != world_size:
+            return None
+        return [int(w["share"]) for w in self.workers]
+
+    def report_fields(self, world_size: int, global_batch: int,
+                      shares: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+        """Fields rank 0's throughput reports carry so the daemon reads back what runs:
+        the applied worker records (with the shares in force, which LISS stealing may
+        have moved) and the global batch.  Empty when no record was applied."""
+        if not self.workers or len(self.workers) != world_size:
+            return {}
+        recs = [dict(w) for w in self.workers]
+        if shares is not None and len(shares) == len(recs):
+            for r, s in zip(recs, shares):
+                r["share"] = int(s)
+        return {"workers": recs, "global_batch": int(global_batch)}
 
     def resolve_batch(self, default_global: int, default_sub: Optional[int] = None,
                       world_size: int = 1):
@@ -121,4 +152,20 @@ def config(env: Optional[Mapping[str, str]] = None) -> TrainingConfig:
         restart_count=int(rc),
         mps_thread_pct=env.get(MPS_THREAD) or None,
         mps_mem_limit=env.get(MPS_MEM) or None,
+        workers=_workers(env),
     )
+
+
+def _workers(env: Mapping[str, str]) -> Optional[Tuple[Dict[str, Any], ...]]:
+    raw = env.get(WORKERS, "").strip()
+    if not raw:
+        return None
+    try:
+        items = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{WORKERS}: not valid JSON ({exc})") from None
+    from .decision import DecisionError, _normalise_workers
+    try:
+        return _normalise_workers(items, WORKERS)
+    except DecisionError as exc:
+        raise ConfigError(str(exc)) from None

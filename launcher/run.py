@@ -125,6 +125,8 @@ def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping
             out[var] = str(val)
     if dec.stealing is not None:
         out[ev.STEALING] = "1" if dec.stealing else "0"
+    if dec.workers:
+        out[ev.WORKERS] = json.dumps([dict(w) for w in dec.workers], sort_keys=True)
     out.update(mps_env(dec.mps_thread_pct, dec.mps_mem_limit_mb, nproc, inherited))
     return out
 

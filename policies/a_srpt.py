@@ -29,16 +29,20 @@ Our choices where the paper is open (documented):
   unseen groups predict 0, i.e. complete on arrival in Ã1 — the paper's rule); without a
   predictor the exact length (simulator) or the time limit is used.
 * The delay of lines 14–20 needs ``κ`` and its start time: they are the only state the
-  policy object keeps (``job id -> (t0, κ)``); a fresh object (a restarted daemon) starts
-  the delay anew.
+  policy object keeps that changes decisions (``job id -> (t0, κ)``); a fresh object (a
+  restarted daemon) starts the delay anew.  The other memos (per-job ``α`` bounds and
+  predictions while the predictor object is the same, an index of the history by submit
+  time) only save work.
 * τ (the delay factor) is not given for the simulations; default 1.0, an option.
 """
 from __future__ import annotations
 
+import bisect
+
 from .asrpt_core import (EPS, alpha_bounds, free_counts, place, prediction, predicted_seconds,
                          virtual_srpt)
 from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
-from .heavy_edge import choose_servers
+from .heavy_edge import FreeIndex
 from .pipeline import Network
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
@@ -59,28 +63,56 @@ class ASrpt(Policy):
         self.comm_heavy, self.tau = float(comm_heavy), float(tau)
         self.net = Network.from_units(intra_gbytes, inter_gbits)
         self._delay: dict[str, tuple[float, float]] = {}
+        # memo only (results are a pure function of the snapshot): per-job facts, history index
+        self._token, self._facts, self._hidx = None, {}, None
 
     # ---------------------------------------------------------------- Ã1
+    def _fact(self, snap, j, G):
+        """(α̂min, αmax, ñ, unit, source, p̃) of a job; memoised per job id while the
+        predictor object, G and the server size are the same (the inputs do not change)."""
+        token = (snap.predictors.get("iterations"), G, snap.max_gpus_per_node, snap.profiles)
+        if self._token is None or any(x is not y for x, y in zip(token, self._token)) \
+                or token[1:3] != self._token[1:3]:
+            self._token, self._facts = token, {}
+        hit = self._facts.get(j.id)
+        if hit is not None and hit[0] is j:
+            return hit[1]
+        amin, amax = alpha_bounds(snap, j, self.net)
+        val, unit, src = prediction(snap, j, self.perfect)
+        fact = (amin, amax, val, unit, src, j.num_gpus / G * predicted_seconds(val, unit, amin))
+        if len(self._facts) > 200_000:
+            self._facts.clear()
+        self._facts[j.id] = (j, fact)
+        return fact
+
+    def _history_since(self, history, t0):
+        """History records submitted at or after ``t0`` (index by submit time, extended
+        incrementally as the simulator appends finished jobs)."""
+        idx = self._hidx
+        if idx is None or len(history) < idx[1] or (idx[1] and history[idx[1] - 1] is not idx[2]):
+            subs = sorted((f.submit_time, i) for i, f in enumerate(history))
+        else:
+            subs = idx[3]
+            for i in range(idx[1], len(history)):
+                bisect.insort(subs, (history[i].submit_time, i))
+        self._hidx = (None, len(history), history[-1] if history else None, subs)
+        k = bisect.bisect_left(subs, (t0, -1))
+        return [history[i] for _, i in subs[k:]]
+
     def virtual(self, snap):
         """(per-job facts, Ã1 completion times) for the active jobs (and recent history)."""
         G = max(snap.total_gpus, 1)
         facts, items = {}, []
         active = list(snap.jobs.values())
         for j in active:
-            amin, amax = alpha_bounds(snap, j, self.net)
-            val, unit, src = prediction(snap, j, self.perfect)
-            dur = predicted_seconds(val, unit, amin)
-            p = j.num_gpus / G * dur
-            facts[j.id] = (amin, amax, val, unit, src, p)
-            items.append((j.id, j.submit_time, p))
+            fact = self._fact(snap, j, G)
+            facts[j.id] = fact
+            items.append((j.id, j.submit_time, fact[5]))
         if active and snap.history:
             t0 = min(j.submit_time for j in active)
-            for f in snap.history:
-                if f.submit_time >= t0 and f.id not in facts:
-                    amin, _ = alpha_bounds(snap, f, self.net)
-                    val, unit, _ = prediction(snap, f, self.perfect)
-                    items.append((f.id, f.submit_time,
-                                  f.num_gpus / G * predicted_seconds(val, unit, amin)))
+            for f in self._history_since(snap.history, t0):
+                if f.id not in facts:
+                    items.append((f.id, f.submit_time, self._fact(snap, f, G)[5]))
         return facts, virtual_srpt(items)
 
     # ---------------------------------------------------------------- Alg. 1
@@ -94,9 +126,11 @@ class ASrpt(Policy):
         self._delay = {k: v for k, v in self._delay.items() if k in snap.jobs}
         by_node = snap.free_by_node()
         free = free_counts(by_node)
+        fidx = FreeIndex(free, snap.node_rank)
+        gpn = {n.name: n.num_gpus for n in snap.nodes}
+        mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
         nfree = sum(free.values())
         total = snap.total_gpus
-        rank = snap.node_rank
         actions, reasons, order, infeasible = [], {}, [], []
         pos = {j.id: i for i, j in enumerate(queue + later)}
 
@@ -129,8 +163,8 @@ class ASrpt(Policy):
                 continue
             amin, amax, val, unit, src, p = facts[j.id]
             heavy = amax / amin >= self.comm_heavy  # line 8
-            servers = choose_servers(free, j.num_gpus, heavy, rank)  # line 9 / 22
-            gpus, workers, alpha = place(snap, j, servers, by_node, self.net)  # line 10 / 23
+            servers = fidx.choose(j.num_gpus, heavy)  # line 9 / 22
+            gpus, workers, alpha = place(snap, j, servers, by_node, self.net, gpn, mem)  # line 10 / 23
             why = "non-communication-heavy: fewest-free servers (line 22)"
             if heavy and alpha / amin > self.comm_heavy + EPS:  # line 12 fails
                 t0, kappa = self._delay.setdefault(j.id, (now, alpha))  # line 15
@@ -150,11 +184,10 @@ class ASrpt(Policy):
             elif heavy:
                 why = "communication-heavy: most-free servers, alpha within COMM_HEAVY (line 13)"
             take_gpus(by_node, gpus)
-            for m, c in servers:
-                free[m] -= c
+            fidx.take(servers)
             nfree -= len(gpus)
             self._delay.pop(j.id, None)
-            b, s = exclusive_config(snap, j)
+            b, s = exclusive_config(snap, j, mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
             reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text(j),
                                    **nums(j, alpha=alpha, servers=len(servers)))

@@ -137,10 +137,13 @@ def virtual_srpt(items: Iterable[tuple[Any, float, float]]) -> dict[Any, float]:
 
 # ------------------------------------------------------------------ placement
 def place(snap: ClusterSnapshot, job: Job, servers: Sequence[tuple[str, int]],
-          by_node: Mapping[str, Sequence[Gpu]], net: Network) -> tuple[tuple[Gpu, ...], tuple[WorkerAlloc, ...], float]:
+          by_node: Mapping[str, Sequence[Gpu]], net: Network,
+          gpn: Optional[Mapping[str, int]] = None, mem: Optional[float] = None,
+          ) -> tuple[tuple[Gpu, ...], tuple[WorkerAlloc, ...], float]:
     """GPUs, worker records and per-iteration time of ``job`` on ``servers`` ((name, GPUs
-    taken) pairs; GPUs taken in index order from ``by_node``)."""
-    b, s = exclusive_config(snap, job)
+    taken) pairs; GPUs taken in index order from ``by_node``).  ``gpn`` (node -> GPUs) and
+    ``mem`` (smallest GPU memory) may be passed precomputed."""
+    b, s = exclusive_config(snap, job, mem)
     spec = spec_of(job)
     if spec is None:
         gpus = tuple(g for m, c in servers for g in sorted(by_node[m])[:c])
@@ -156,7 +159,8 @@ def place(snap: ClusterSnapshot, job: Job, servers: Sequence[tuple[str, int]],
     base, extra = divmod(job.global_batch, len(workers))
     workers = [WorkerAlloc(w.gpu, base + (1 if i < extra else 0), w.micro_batch, w.accum_steps,
                            stage=w.stage) for i, w in enumerate(workers)]
-    gpn = {n.name: n.num_gpus for n in snap.nodes}
+    if gpn is None:
+        gpn = {n.name: n.num_gpus for n in snap.nodes}
     alpha = iter_time(spec, _stage_counts(spec, where), gpn, net)
     return tuple(w.gpu for w in workers), tuple(workers), alpha
 

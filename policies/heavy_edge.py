@@ -18,6 +18,7 @@ Ties between equal weights break by vertex order (stage, replica).
 """
 from __future__ import annotations
 
+import bisect
 import random
 from typing import Hashable, Mapping, Sequence
 
@@ -87,25 +88,65 @@ def cut_weight(adj: Mapping[Hashable, Mapping[Hashable, float]], where: Mapping[
     return tot
 
 
-def choose_servers(free: Mapping[str, int], n: int, most_available: bool,
-                   rank: Mapping[str, int]) -> list[tuple[str, int]]:
-    """Servers and GPU counts covering ``n`` GPUs.
+class FreeIndex:
+    """Servers bucketed by free-GPU count (each bucket in node order), so choosing servers
+    for a job costs O(buckets + servers taken), not a sort of the whole cluster."""
 
-    ``most_available``: Algorithm 1 line 9 — servers with most free GPUs first (fewest
-    servers).  Otherwise line 22 (fragmentation-aware) — servers with *least* free GPUs
-    first, so the emptier servers stay free for communication-heavy jobs.  Ties by node
-    order.  Each chosen server gives all its free GPUs except the last, which gives the rest.
-    """
-    big = len(rank)
-    if most_available:
-        key = lambda m: (-free[m], rank.get(m, big), m)  # noqa: E731
-    else:
-        key = lambda m: (free[m], rank.get(m, big), m)  # noqa: E731
-    out, left = [], n
-    for m in sorted((m for m, c in free.items() if c > 0), key=key):
-        take = min(left, free[m])
-        out.append((m, take))
-        left -= take
-        if left == 0:
-            return out
-    raise ValueError(f"{n} GPUs asked, {n - left} free")
+    def __init__(self, free: Mapping[str, int], rank: Mapping[str, int]):
+        self.rank, self.big = rank, len(rank)
+        self.free = {m: c for m, c in free.items() if c > 0}
+        self.buckets: dict[int, list] = {}
+        for m in sorted(self.free, key=self._key):
+            self.buckets.setdefault(self.free[m], []).append(m)
+        self.total = sum(self.free.values())
+
+    def _key(self, m):
+        return (self.rank.get(m, self.big), m)
+
+    def choose(self, n: int, most_available) -> list[tuple[str, int]]:
+        """Servers and GPU counts covering ``n`` GPUs.
+
+        ``most_available=True``: Algorithm 1 line 9 — servers with most free GPUs first
+        (fewest servers).  ``False``: line 22 (fragmentation-aware) — servers with *least*
+        free GPUs first, so the emptier servers stay free for communication-heavy jobs.
+        ``"best-fit"``: the server with the fewest free GPUs that holds all ``n`` if there
+        is one, else most free first (the project's consolidated choice, used by the
+        baselines).  Ties by node order.  Each chosen server gives all its free GPUs except
+        the last, which gives the rest.
+        """
+        if n > self.total:
+            raise ValueError(f"{n} GPUs asked, {self.total} free")
+        counts = sorted(c for c, ms in self.buckets.items() if ms)
+        if most_available == "best-fit":
+            for c in counts:
+                if c >= n:
+                    return [(self.buckets[c][0], n)]
+            most_available = True
+        out, left = [], n
+        for c in (reversed(counts) if most_available else counts):
+            for m in self.buckets[c]:
+                take = min(left, c)
+                out.append((m, take))
+                left -= take
+                if left == 0:
+                    return out
+        raise AssertionError("free counts out of step")  # pragma: no cover
+
+    def take(self, servers: Sequence[tuple[str, int]]) -> None:
+        for m, k in servers:
+            c = self.free[m]
+            self.buckets[c].remove(m)
+            self.total -= k
+            c -= k
+            if c > 0:
+                self.free[m] = c
+                b = self.buckets.setdefault(c, [])
+                bisect.insort(b, m, key=self._key)
+            else:
+                del self.free[m]
+
+
+def choose_servers(free: Mapping[str, int], n: int, most_available,
+                   rank: Mapping[str, int]) -> list[tuple[str, int]]:
+    """One-off :meth:`FreeIndex.choose`."""
+    return FreeIndex(free, rank).choose(n, most_available)

@@ -1,8 +1,8 @@
 """Shared core of seed 003's §V-A 1-d baselines: order waiting jobs by a key computed from
 the *predicted* duration ``ñ_i·α̂_i^min`` (:mod:`policies.asrpt_core`), place each with
-Heavy-Edge (§V-A: "All baselines adopt the Heavy-Edge algorithm for GPU mapping") on the
-servers with most free GPUs (consolidation; our choice, the paper does not say which
-servers), never pre-empt.
+Heavy-Edge (§V-A: "All baselines adopt the Heavy-Edge algorithm for GPU mapping") on
+consolidated servers — the fullest server that holds the whole job, else the servers with
+most free GPUs (our choice; the paper does not say which servers) — never pre-empt.
 
 * strict (SPJF, SPWF): the first job that does not fit blocks every job behind it
   (§V-B 2-a: "If the shortest job does not fit, it will not schedule longer jobs");
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .asrpt_core import alpha_bounds, free_counts, place, prediction, predicted_seconds
 from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
-from .heavy_edge import choose_servers
+from .heavy_edge import FreeIndex
 from .pipeline import Network
 from .plan import ReasonCode, StartJob, make_plan, reason
 
@@ -40,6 +40,9 @@ class PredictedOrder(Policy):
         order_jobs = sorted(snap.pending(), key=lambda j: self.key(j, facts[j.id][0]) + (j.submit_time, j.id))
         by_node = snap.free_by_node()
         free = free_counts(by_node)
+        fidx = FreeIndex(free, snap.node_rank)
+        gpn = {n.name: n.num_gpus for n in snap.nodes}
+        mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
         nfree, total = sum(free.values()), snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
         blocked = False
@@ -60,13 +63,12 @@ class PredictedOrder(Policy):
                                        **nums)
                 blocked = blocked or not self.work_conserving
                 continue
-            servers = choose_servers(free, j.num_gpus, True, snap.node_rank)
-            gpus, workers, alpha = place(snap, j, servers, by_node, self.net)
+            servers = fidx.choose(j.num_gpus, "best-fit")
+            gpus, workers, alpha = place(snap, j, servers, by_node, self.net, gpn, mem)
             take_gpus(by_node, gpus)
-            for m, c in servers:
-                free[m] -= c
+            fidx.take(servers)
             nfree -= len(gpus)
-            b, s = exclusive_config(snap, j)
+            b, s = exclusive_config(snap, j, mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
             reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; " + text,
                                    alpha=alpha, **nums)

@@ -116,6 +116,16 @@ def parse_gres_detail(text: str, node: str) -> list[GresUse]:
     return out
 
 
+_GPU_TYPE = re.compile(r"(?:^|[,\s])(?:gres[:/])?gpu:([A-Za-z][A-Za-z0-9_.-]{0,31}):\d")
+
+
+def parse_gpu_type(text: Any) -> Optional[str]:
+    """GPU type of a node's configured GRES (``gpu:v100:4`` -> ``v100``, lower case);
+    ``None`` for untyped GPUs (``gpu:4``).  A node with several types gets the first."""
+    m = _GPU_TYPE.search(str(text or ""))
+    return m.group(1).lower() if m else None
+
+
 def parse_gres_spec(text: Any) -> dict[str, int]:
     """``gres:gpu:2`` / ``gres/gpu:2`` / ``gpu:tesla:2(S:0)`` / ``gpu:4,shard:16`` -> {name: count}."""
     out: dict[str, int] = {}
@@ -235,7 +245,8 @@ def nodes_from_json(doc: Mapping[str, Any], partition: Optional[str] = None) -> 
         parts = tuple(n.get("partitions") or ())
         if partition and parts and partition not in parts:
             continue
-        seen[name] = SlurmNode(name, state, parse_gres_spec(n.get("gres") or ""), parts)
+        gres = n.get("gres") or ""
+        seen[name] = SlurmNode(name, state, parse_gres_spec(gres), parts, parse_gpu_type(gres))
     return sorted(seen.values(), key=lambda x: x.name)
 
 

@@ -17,7 +17,7 @@ from .backend import Backend
 from .cli import CliBackend
 from .errors import SlurmError, SlurmUnavailable, SlurmVersionError, is_unavailable
 from .meta import parse_meta
-from .parse import parse_gres_spec
+from .parse import parse_gpu_type, parse_gres_spec
 from .types import SlurmJob, SlurmNode
 
 import pyslurm  # noqa: E402  (ImportError -> select.py falls back to the CLI)
@@ -100,10 +100,11 @@ class PyslurmBackend(Backend):
             parts = tuple(n.partitions or ())
             if self.partition and parts and self.partition not in parts:
                 continue
-            gres = {}
+            gres, gtype = {}, None
             for k, v in (n.configured_gres or {}).items():
                 gres.update(parse_gres_spec(f"{k}:{v}"))
-            out.append(SlurmNode(str(name), str(n.state or "").lower(), gres, parts))
+                gtype = gtype or parse_gpu_type(f"{k}:{v}")
+            out.append(SlurmNode(str(name), str(n.state or "").lower(), gres, parts, gtype))
         return sorted(out, key=lambda x: x.name)
 
     # ---- mutations --------------------------------------------------------

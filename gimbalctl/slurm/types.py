@@ -116,6 +116,7 @@ class SlurmNode:
     state: str  # idle, mixed, allocated, down, drained, ...
     gres: Mapping[str, int]  # configured: {"gpu": 4, "shard": 16}
     partitions: tuple[str, ...] = ()
+    gpu_type: Optional[str] = None  # GRES type of its GPUs (gpu:v100:4 -> "v100")
 
     @property
     def num_gpus(self) -> int:

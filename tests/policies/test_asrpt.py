@@ -7,10 +7,10 @@ import random
 
 import numpy as np
 import pytest
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 import policies
 from gimbalctl.cluster import parse_cluster
+from gimbalctl.placement_ilp import exact_min_cut
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.asrpt_core import alpha_bounds, virtual_srpt
@@ -90,32 +90,7 @@ def test_heavy_edge_fig2_assignment():
 
 
 def exact_cut(adj, servers):
-    """Minimum cut weight by an ILP (scipy milp): y[v,m] binary, s[e,m] <= y[u,m], y[v,m];
-    maximise the weight kept inside servers."""
-    verts = sorted(adj)
-    edges = [(u, v, w) for u in verts for v, w in adj[u].items() if u < v]
-    V, M, E = len(verts), len(servers), len(edges)
-    ny = V * M
-    n = ny + E * M
-    c = np.zeros(n)
-    for ei, (_, _, w) in enumerate(edges):
-        c[ny + ei * M: ny + (ei + 1) * M] = -w
-    rows, lo, hi = [], [], []
-    for vi in range(V):
-        r = np.zeros(n); r[vi * M:(vi + 1) * M] = 1; rows.append(r); lo.append(1); hi.append(1)
-    for mi, (_, cap) in enumerate(servers):
-        r = np.zeros(n); r[[vi * M + mi for vi in range(V)]] = 1; rows.append(r); lo.append(cap); hi.append(cap)
-    idx = {v: i for i, v in enumerate(verts)}
-    for ei, (u, v, _) in enumerate(edges):
-        for mi in range(M):
-            for x in (u, v):
-                r = np.zeros(n); r[ny + ei * M + mi] = 1; r[idx[x] * M + mi] = -1
-                rows.append(r); lo.append(-np.inf); hi.append(0)
-    res = milp(c, constraints=LinearConstraint(np.array(rows), lo, hi),
-               integrality=np.ones(n), bounds=Bounds(0, 1))
-    assert res.success
-    where = {v: servers[int(np.argmax(res.x[i * M:(i + 1) * M]))][0] for i, v in enumerate(verts)}
-    return sum(w for _, _, w in edges) + res.fun, where
+    return exact_min_cut(adj, servers)
 
 
 def random_instance(rng):

@@ -24,9 +24,11 @@ step() { # step NAME CMD... : run, time, keep the log, report
 export DEBIAN_FRONTEND=noninteractive
 
 # 1. host packages in one apt run: Slurm 22.05 + munge, Lua 5.1 (job_submit.lua unit tests; the
-#    interpreter Slurm links), debootstrap (26.05 chroot), PostgreSQL
+#    interpreter Slurm links), debootstrap (26.05 chroot), PostgreSQL, util-linux + systemd
+#    (unshare and systemd-analyze verify: tests/slurm/test_install_from_etc.py)
 step apt bash -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins lua5.1 debootstrap postgresql' \
+  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins lua5.1 debootstrap postgresql \
+  util-linux systemd' \
   || { echo "[ci-setup] FAILED (apt)" >&2; exit 1; }
 
 # 2. the 26.05 chroot is the long pole: build it in the background
@@ -39,6 +41,7 @@ fi
 # 3. 22.05 clusters and PostgreSQL meanwhile
 step bringup-22.05 env FRESH=1 bash "$HERE/bringup-22.05.sh"
 step bringup-22.05-mps env FRESH=1 VARIANT=mps bash "$HERE/bringup-22.05.sh"
+step bringup-22.05-het env FRESH=1 VARIANT=het bash "$HERE/bringup-22.05.sh"
 step postgres bash "$REPO/tests/services/postgres.sh"
 [ -f "$LOGS/postgres.log" ] && echo "[ci-setup] postgres URL: $(tail -1 "$LOGS/postgres.log")" >&2
 

@@ -222,3 +222,28 @@ def test_a_long_queue_never_exceeds_slurms_maximum_priority():
 def test_simulate_negative_seed_is_a_usage_error():
     r = invoke(["simulate", "--seed", "-1", "--limit", "2"])
     assert r.exit_code == 2 and "--seed" in r.stderr and "Traceback" not in r.stderr + r.stdout
+
+
+def test_a_backend_that_cannot_be_used_is_a_recorded_failed_cycle(tmp_path, no_default_config):
+    """``--backend pyslurm`` without a usable pyslurm (this host has none): exit 3, and the
+    cycle is listed as failed with the reason (before: nothing was recorded)."""
+    try:
+        import pyslurm  # noqa: F401
+        pytest.skip("pyslurm is importable here")  # only inside the 26.05 chroot
+    except ImportError:
+        pass
+    db = tmp_path / "g.db"
+    r = invoke(["daemon", "--once", "--policy", "sjf", "--backend", "pyslurm", "--db", str(db)],
+               env={"GIMBAL_STATE_DIR": str(tmp_path / "state")})
+    assert r.exit_code == 3, r.output + r.stderr
+    r = invoke(["cycles", "--db", str(db), "--json"])
+    (c,) = json.loads(r.stdout)["cycles"]
+    assert c["status"] == "failed" and c["error"].startswith("Slurm unavailable: --backend pyslurm")
+
+
+def test_revert_without_a_store_changes_nothing_and_creates_nothing(tmp_path, replay,
+                                                                     no_default_config):
+    db = tmp_path / "g.db"
+    r = invoke(["revert", "--db", str(db)])
+    assert r.exit_code == 0 and "revert: 0 change(s) (no state store at" in r.stdout
+    assert not db.exists() and replay.mutations() == []

@@ -1,0 +1,83 @@
+"""A-SRPT in the daemon (seed 003 §IV-C on a Slurm site): the predictor is fitted on the
+site's sacct history ([predictor] sacct), the pending jobs are ordered by Ã1 on the predicted
+lengths, not the users' time limits, and the reasons name the prediction and its source
+(recorded 22.05/26.05 state; no live cluster)."""
+from __future__ import annotations
+
+from gimbalctl.config import Config, load
+from gimbalctl.daemon import run_cycle
+from gimbalctl.store import Store
+from policies.registry import get_policy
+
+from tests.slurm_unit.replay import jobs_of
+
+NOW = 1_800_000_000.0
+HEAD = "JobID|JobName|User|Submit|Start|End|AllocTRES|Comment|AdminComment\n"
+
+
+def sacct(tmp_path):
+    """Recurring runs of the fixture's pending job names by root (4 GPUs, imagenet batch
+    256): the history contradicts the time limits (p40 runs 5 min, p10 50 min); bob runs
+    the same names for hours (another user: other groups)."""
+    rows, i = [], 0
+    mins = {("root", "p40"): 5, ("root", "p30"): 15, ("root", "p20"): 30, ("root", "p10"): 50,
+            ("bob", "p40"): 600, ("bob", "p10"): 600}
+    for rep in range(6):
+        for (user, name), m in mins.items():
+            i += 1
+            day = 1 + i // 20
+            start = f"2026-01-{day:02d}T{i % 20:02d}:00:00"
+            end = f"2026-01-{day:02d}T{i % 20 + m // 60:02d}:{m % 60:02d}:{rep:02d}"
+            rows.append(f"{1000 + i}|{name}|{user}|{start}|{start}|{end}|cpu=4,gres/gpu=4|"
+                        "gimbal:app=imagenet,batch=256|")
+    p = tmp_path / "sacct.txt"
+    p.write_text(HEAD + "\n".join(rows) + "\n")
+    return p
+
+
+def cycle(tmp_path, be, cfg):
+    st = Store(str(tmp_path / "g.db"))
+    st.upgrade()
+    return run_cycle(cfg, be, st, get_policy("a-srpt"), dry_run=True, now=NOW)
+
+
+def order_of(res, release):
+    ids = jobs_of(release)
+    name = {ids["p"][0]: "p40", ids["p"][1]: "p10", ids["p"][2]: "p30", ids["p"][3]: "p20"}
+    return [name[j] for j in res.plan.order if j in name]
+
+
+def test_daemon_orders_by_predicted_length_from_sacct(release, replay, tmp_path):
+    _, be = replay
+    state = str(tmp_path / "state")
+    plain = cycle(tmp_path, be, Config(policy="a-srpt", state_dir=state))
+    assert order_of(plain, release) == ["p10", "p20", "p30", "p40"]  # time limits
+    cfg = Config(policy="a-srpt", state_dir=state, predictor_sacct=str(sacct(tmp_path)))
+    res = cycle(tmp_path, be, cfg)
+    assert order_of(res, release) == ["p40", "p30", "p20", "p10"]  # the site's history
+    p10 = jobs_of(release)["p"][1]
+    r = res.plan.reasons[p10]
+    assert "(rf)" in r.text and r.numbers["predicted"] > 2000  # ~50 min, in seconds
+    assert r.numbers["virtual_pos"] >= 3
+
+
+def test_bad_sacct_file_is_a_warning_not_a_failed_cycle(release, replay, tmp_path):
+    _, be = replay
+    bad = tmp_path / "bad.txt"
+    bad.write_text("JobID|User\n1|x\n")
+    res = cycle(tmp_path, be, Config(policy="a-srpt", state_dir=str(tmp_path / "s"),
+                                     predictor_sacct=str(bad)))
+    assert any("predictor" in w and "bad.txt" in w for w in res.warnings)
+    assert order_of(res, release) == ["p10", "p20", "p30", "p40"]
+
+
+def test_predictor_config_keys(tmp_path):
+    p = tmp_path / "g.toml"
+    p.write_text('[predictor]\nsacct = "/x/sacct.txt"\nkind = "median"\nrefit = 600\n')
+    cfg = load(str(p))
+    assert (cfg.predictor_sacct, cfg.predictor_kind, cfg.predictor_refit) == ("/x/sacct.txt", "median", 600.0)
+    p.write_text('[predictor]\nkind = "svm"\n')
+    import pytest
+    from gimbalctl.config import ConfigError
+    with pytest.raises(ConfigError, match="predictor.kind"):
+        load(str(p))
