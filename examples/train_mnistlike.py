@@ -11,7 +11,15 @@ What it shows:
 * ``launcher.stealing``: LISS sampler + rebalancer when ``GIMBAL_STEALING=1``;
 * ``launcher.checkpoint``: SIGUSR2 -> checkpoint -> exit 75 -> resume after
   gimbal-run's relaunch;
-* ``launcher.monitor``/``launcher.report``: throughput reports (rank 0).
+* ``launcher.monitor``/``launcher.report``: throughput reports (rank 0), whose
+  ``step`` is the training step (resumed from the checkpoint) and whose first
+  record per launch is marked ``warmup``.
+
+Device: ``cuda:LOCAL_RANK`` (NCCL) when CUDA is available and the node has a GPU
+for every local rank, else the CPU (gloo).  Model and data live on that device;
+the loop never syncs the host per micro-batch (the loss is summed on the device
+and read once at the end), and on a GPU the reported throughput is timed
+between reports after one device sync.
 
 ``--plain`` runs the same model with a bare DDP loop and none of the library
 (the baseline of bench/bench_launcher_overhead.py).  No dataset download: the
@@ -57,18 +65,44 @@ def parse(argv=None):
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from timing")
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end (tests)")
     p.add_argument("--marker", default=None, help="rank 0 touches this file after its first step")
+    p.add_argument("--device", choices=("auto", "cpu"), default="auto",
+                   help="auto: cuda:LOCAL_RANK when there is a GPU per local rank, else cpu")
     return p.parse_args(argv)
 
 
-def init_dist():
+def pick_device(env=os.environ, choice="auto"):
+    """``cuda:LOCAL_RANK`` when CUDA is available and there is one GPU per local rank
+    (every rank decides the same way, so the backend agrees), else the CPU."""
+    if choice == "cpu":
+        return torch.device("cpu")
+    local_rank = int(env.get("LOCAL_RANK", 0))
+    local_world = int(env.get("LOCAL_WORLD_SIZE", 1))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= max(local_world, local_rank + 1):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_dist(device):
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) >= 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "nccl" if device.type == "cuda" else "gloo"
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
         dist.init_process_group(backend)
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _ddp(model, device, world):
+    if world <= 1:
+        return model
+    ids = [device.index] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def write_out(path, summary):
@@ -79,9 +113,9 @@ def write_out(path, summary):
         os.replace(tmp, path)
 
 
-def run_plain(args, rank, world, x, y):
-    model = make_model(args.seed, args.hidden)
-    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+def run_plain(args, rank, world, x, y, device):
+    model = make_model(args.seed, args.hidden).to(device)
+    ddp = _ddp(model, device, world)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     local = args.global_batch // world
     times = []
@@ -93,7 +127,8 @@ def run_plain(args, rank, world, x, y):
             if step >= args.steps:
                 break
             t0 = time.perf_counter()
-            idx = perm[k * args.global_batch + rank * local: k * args.global_batch + (rank + 1) * local]
+            idx = perm[k * args.global_batch + rank * local:
+                       k * args.global_batch + (rank + 1) * local].to(device)
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(ddp(x[idx]), y[idx])
             loss.backward()
@@ -105,7 +140,7 @@ def run_plain(args, rank, world, x, y):
     return model, step, times, {}
 
 
-def run_gimbal(args, rank, world, x, y):
+def run_gimbal(args, rank, world, x, y, device):
     import launcher
     from launcher import checkpoint
     from launcher.accum import GradientAccumulator
@@ -118,12 +153,13 @@ def run_gimbal(args, rank, world, x, y):
     mine = cfg.worker(rank, world)  # this rank's record of the decision (issue #8)
     if mine is not None:  # unequal shares (LISS split) and this rank's own micro-batch
         sub_batch = min(mine["micro_batch"], global_batch)
-    model = make_model(args.seed, args.hidden)
-    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    model = make_model(args.seed, args.hidden).to(device)
+    ddp = _ddp(model, device, world)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     sampler = StealingBatchSampler(args.samples, global_batch, rank, world, seed=args.seed,
                                    shares=cfg.shares(world))
-    ctl = StealingController(sampler, enabled=cfg.stealing and world > 1)
+    # CUDA events on a GPU, wall time on the CPU (launcher.timing)
+    ctl = StealingController(sampler, enabled=cfg.stealing and world > 1, device=device)
     local_max = global_batch  # micro-batches are at most sub_batch anyway
     acc = GradientAccumulator(
         ddp, opt, lambda out, t: F.cross_entropy(out, t, reduction="sum"),
@@ -131,7 +167,7 @@ def run_gimbal(args, rank, world, x, y):
         forward=lambda m, inp: _timed(ctl, m, inp))
 
     step, resumed_from = 0, None
-    state = checkpoint.load_checkpoint() if cfg.checkpoint_dir else None
+    state = checkpoint.load_checkpoint(map_location=device) if cfg.checkpoint_dir else None
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -143,18 +179,24 @@ def run_gimbal(args, rank, world, x, y):
     monitor = None
     if rank == 0:
         writer = ReportWriter(cfg.report_path, cfg.job_id or "standalone") if cfg.report_path else None
+        # report step = training step (resumed), first report per launch marked warm-up;
+        # on a GPU the window is timed after one sync per report, never per step
+        cuda = device.type == "cuda"
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
                                     every_steps=10, extra={"restart": cfg.restart_count,
-                                                          "global_batch": global_batch,
-                                                          "mps_thread_pct": cfg.mps_thread_pct,
-                                                           **cfg.report_fields(world, global_batch)})
+                                                           "global_batch": global_batch,
+                                                           "mps_thread_pct": cfg.mps_thread_pct,
+                                                           **cfg.report_fields(world, global_batch)},
+                                    start_step=step, sync=(lambda: _sync(device)) if cuda else None)
     times = []
+    loss_sum = torch.zeros((), device=device)
     while step < args.steps:
         sampler.set_epoch(step // len(sampler))
         for idx in sampler:
             k = sampler.step - 1
             t0 = time.perf_counter()
-            acc.step(x[idx], y[idx], normalizer=world / sampler.global_size(k))
+            ix = torch.as_tensor(idx, dtype=torch.long).to(device, non_blocking=True)
+            loss_sum += acc.step(x[ix], y[ix], normalizer=world / sampler.global_size(k), sync=False)
             if ctl.end_step(len(idx)) is not None and monitor is not None:
                 # stealing moved the shares: reports echo the split in force
                 monitor.extra.update(cfg.report_fields(world, global_batch, sampler.shares))
@@ -164,7 +206,8 @@ def run_gimbal(args, rank, world, x, y):
             times.append(dt)
             step += 1
             if monitor is not None:
-                monitor.step_done(sampler.global_size(k), dt)
+                monitor.step_done(sampler.global_size(k), None if device.type == "cuda" else dt,
+                                  step=step)
             if rank == 0 and args.marker and step == (resumed_from or 0) + 1:
                 open(args.marker, "a").close()
             if step % args.poll_every == 0 and checkpoint.should_checkpoint():
@@ -179,7 +222,8 @@ def run_gimbal(args, rank, world, x, y):
     extra = {"resumed_from": resumed_from, "restart_count": cfg.restart_count,
              "global_batch": global_batch, "sub_batch": sub_batch, "stealing": cfg.stealing,
              "shares": sampler.shares, "mps_thread_pct": cfg.mps_thread_pct,
-             "mps_mem_limit": cfg.mps_mem_limit}
+             "mps_mem_limit": cfg.mps_mem_limit, "timer": ctl.timer.kind,
+             "train_loss_sum": float(loss_sum)}  # the loop's only loss sync
     return model, step, times, extra
 
 
@@ -190,18 +234,21 @@ def _timed(ctl, m, inp):
 
 def main(argv=None):
     args = parse(argv)
-    rank, world = init_dist()
+    device = pick_device(choice=args.device)
+    rank, world = init_dist(device)
     torch.set_num_threads(1)
     x, y = make_data(args.samples)
+    x, y = x.to(device), y.to(device)
     run = run_plain if args.plain else run_gimbal
-    model, step, times, extra = run(args, rank, world, x, y)
+    model, step, times, extra = run(args, rank, world, x, y, device)
+    _sync(device)
     with torch.no_grad():
         loss = float(F.cross_entropy(model(x[:512]), y[:512]))
         param_sum = float(sum(p.double().sum() for p in model.parameters()))
     if rank == 0:
         steady = times[args.warmup:] or times
         write_out(args.out, {"steps": step, "world_size": world, "final_loss": loss,
-                             "param_sum": param_sum,
+                             "param_sum": param_sum, "device": str(device),
                              "mean_step_s": sum(steady) / max(1, len(steady)),
                              "median_step_s": sorted(steady)[len(steady) // 2] if steady else None,
                              **extra})

@@ -21,7 +21,14 @@ Sources (all fitted offline by :func:`refit` and shipped as ``data/models.json``
 * **Interference ξ** (seed 000 eq. 5–6) — from Gavel's measured co-location
   throughputs (stanford-futuredata/gavel, MIT): ``ξ_A = isolated / co-located``
   throughput of A beside B on one V100, averaged over batch-size variants, with
-  Pollux applications mapped to the nearest Gavel model (``GAVEL_MODEL``).
+  Pollux applications mapped to the nearest Gavel model (``GAVEL_MODEL``).  This
+  is the **time-slicing** table (co-location without MPS shares).
+* **MPS interference and MPS-limited solo slowdown** — :func:`fit_mps`, fitted to
+  this project's H100 measurements (``data/traces/h100-mps/{solo,pairs}.csv``,
+  see ``data/traces/SOURCES.md``): per measured model the solo curve ``(c, k)``,
+  sensitivity κ, pressure π and time-slicing ξ, one global γ
+  (:class:`policies.throughput.MpsInterference`).  Pollux applications map to the
+  nearest measured model (``H100_MODEL``); docs/interference.md.
 """
 from __future__ import annotations
 
@@ -29,15 +36,16 @@ import ast
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Optional
 
 import numpy as np
 
-from policies.throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
+from policies.throughput import (GpuTypeTable, InterferenceTable, MemoryProfile, MpsInterference,
+                                 ThroughputProfile)
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -46,8 +54,13 @@ PARAMS_M = {"bert": 110.0, "cifar10": 11.2, "deepspeech2": 38.0, "imagenet": 25.
             "ncf": 5.0, "yolov3": 61.9}
 GAVEL_MODEL = {"cifar10": "ResNet-18", "imagenet": "ResNet-50", "bert": "Transformer",
                "deepspeech2": "LM", "ncf": "Recommendation", "yolov3": "CycleGAN"}
+# Pollux application -> the H100-measured model nearest in architecture and GPU load
+# (a choice, docs/interference.md): no Recommendation or detection model was measured.
+H100_MODEL = {"cifar10": "resnet18", "imagenet": "resnet50", "bert": "tinylm",
+              "deepspeech2": "lstm", "ncf": "lstm", "yolov3": "vgg16"}
 T4_MEM_MB = 16384
 DEFAULT_XI = 1.5
+H100_DIR = Path(__file__).resolve().parent / "data" / "traces" / "h100-mps"
 
 
 @dataclass(frozen=True)
@@ -79,9 +92,27 @@ class Models:
         return float(math.exp(np.interp(x, xs, ys)))
 
     def with_xi(self, xi: float | None = None, default: float | None = None) -> "Models":
-        table = InterferenceTable(self.interference.pairs,
-                                  self.interference.default if default is None else default, xi)
-        return dataclasses.replace(self, interference=table)
+        t = self.interference
+        table = replace(t, default=t.default if default is None else default, override=xi)
+        return replace(self, interference=table)
+
+    def with_interference(self, timeslice: str = "gavel", mechanism: str = "timeslice") -> "Models":
+        """The same models with another co-location assumption.
+
+        ``timeslice``: ``"gavel"`` (the bundled per-pair V100 table) or ``"h100"`` (the
+        fitted H100 time-slicing ξ, one per model).  ``mechanism``: ``"timeslice"`` or
+        ``"mps"`` (co-location without explicit shares runs both jobs as MPS clients at
+        100 %)."""
+        t = self.interference
+        if timeslice == "h100":
+            if t.mps is None:
+                raise ValueError("no MPS/H100 interference model in these models")
+            apps = set(self.profiles) | {a for pair in t.pairs for a in pair}
+            pairs = {(a, b): round(t.mps.timeslice(a, b), 4) for a in apps for b in apps}
+            t = replace(t, pairs=MappingProxyType(pairs))
+        elif timeslice != "gavel":
+            raise ValueError(f"timeslice source {timeslice!r} is not 'gavel' or 'h100'")
+        return replace(self, interference=replace(t, mechanism=mechanism))
 
     def with_gpu_types(self, gpu_types: GpuTypeTable) -> "Models":
         return dataclasses.replace(self, gpu_types=gpu_types)
@@ -168,7 +199,79 @@ def fit_interference(gavel: dict, gpu: str = "v100") -> dict[tuple[str, str], fl
     return out
 
 
-def refit(pollux_dir: Path, gavel_file: Path) -> dict:
+def _solo_curve(p, c: float, k: float):
+    return (1 + (c / p) ** k) ** (1 / k) / (1 + c ** k) ** (1 / k)
+
+
+def fit_mps(solo, pairs, alias: Mapping[str, str] = H100_MODEL) -> dict:
+    """Fit :class:`policies.throughput.MpsInterference` to the H100 table (pandas frames of
+    ``solo.csv`` / ``pairs.csv``).  All ξ are relative to the model's no-MPS solo time.
+
+    1. Per model, ``(c, k)`` of the solo curve by least squares on ``ln(iter/iter_noMPS)``
+       over the 100/70/50/30/10 % rows.
+    2. κ (per model), π (per model) and γ (global) by least squares on ``ln ξ`` of every
+       MPS pair row, both directions (64 values), with the solo curves fixed.
+    3. Time-slicing ξ per model: geometric mean of its no-MPS pair rows.
+    Returns pure data (``apps``, ``alias``, ``gamma``, ``fit`` errors) for models.json."""
+    from scipy.optimize import least_squares
+
+    base = {r.model: float(r.iter_ms) for r in solo[solo.mps_pct.isna()].itertuples()}
+    models = sorted(base)
+    curve: dict[str, tuple[float, float]] = {}
+    for m in models:
+        d = solo[(solo.model == m) & solo.mps_pct.notna()]
+        p = d.mps_pct.to_numpy(float) / 100
+        y = np.log(d.iter_ms.to_numpy(float) / base[m])
+        r = least_squares(lambda th: np.log(_solo_curve(p, th[0], np.exp(th[1]))) - y,
+                          [0.5, math.log(2.0)], bounds=([0.01, -3.0], [1.5, 4.0]))
+        curve[m] = (float(r.x[0]), float(np.exp(r.x[1])))
+    obs, ts = [], {m: [] for m in models}
+    for r in pairs.itertuples():
+        for a, b, pa, pb, x in ((r.model_a, r.model_b, r.pct_a, r.pct_b, r.xi_a),
+                                (r.model_b, r.model_a, r.pct_b, r.pct_a, r.xi_b)):
+            if r.mode == "mps":
+                obs.append((a, b, float(pa) / 100, float(pb) / 100, float(x)))
+            else:
+                ts[a].append(float(x))
+    ix = {m: i for i, m in enumerate(models)}
+    n = len(models)
+    ls_a = np.array([math.log(_solo_curve(pa, *curve[a])) for a, _, pa, _, _ in obs])
+    s_b = np.array([_solo_curve(pb, *curve[b]) for _, b, _, pb, _ in obs])
+    pb_ = np.array([pb for _, _, _, pb, _ in obs])
+    ia = np.array([ix[a] for a, *_ in obs])
+    ib = np.array([ix[b] for _, b, *_ in obs])
+    y = np.log([x for *_, x in obs])
+
+    def resid(th):
+        kap, pi, g = th[:n], th[n:2 * n], th[2 * n]
+        return ls_a + kap[ia] * pi[ib] * pb_ ** g / s_b - y
+
+    # π is only defined up to a common factor with κ: the bounds keep both in [0, 5]
+    r = least_squares(resid, np.r_[np.full(n, 0.3), np.ones(n), 1.0],
+                      bounds=(np.r_[np.zeros(2 * n), 0.01], np.r_[np.full(2 * n, 5.0), 6.0]))
+    kap, pi, gamma = r.x[:n], r.x[n:2 * n], float(r.x[2 * n])
+    err = np.exp(r.fun) - 1
+    apps = {m: {"c": round(curve[m][0], 4), "k": round(curve[m][1], 4),
+                "kappa": round(float(kap[ix[m]]), 4), "pi": round(float(pi[ix[m]]), 4),
+                "timeslice": round(float(np.exp(np.mean(np.log(ts[m])))), 4)} for m in models}
+    apps["*"] = {key: round(float(np.mean([apps[m][key] for m in models])), 4)
+                 for key in ("c", "k", "kappa", "pi", "timeslice")}
+    return {"source": "fitted by gimbalctl.profiles.fit_mps from data/traces/h100-mps "
+                      "(this project's H100 measurements, 2026-11-22)",
+            "apps": apps, "alias": dict(alias), "gamma": round(gamma, 4),
+            "fit": {"mps_rows": len(obs), "max_rel_err": round(float(np.abs(err).max()), 4),
+                    "median_rel_err": round(float(np.median(np.abs(err))), 4)}}
+
+
+def mps_model_from_dict(d: Optional[dict]) -> Optional[MpsInterference]:
+    if not d:
+        return None
+    apps = {m: MappingProxyType({k: float(v) for k, v in p.items()}) for m, p in d["apps"].items()}
+    return MpsInterference(MappingProxyType(apps), MappingProxyType(dict(d.get("alias", {}))),
+                           float(d.get("gamma", 1.0)))
+
+
+def refit(pollux_dir: Path, gavel_file: Path, h100_dir: Path = H100_DIR) -> dict:
     """Re-derive ``data/models.json`` from the raw Pollux and Gavel files."""
     import pandas as pd
 
@@ -188,6 +291,8 @@ def refit(pollux_dir: Path, gavel_file: Path) -> dict:
         out["iters"][app] = sorted(table)
     gavel = json.loads(Path(gavel_file).read_text())
     out["interference"] = [[a, b, x] for (a, b), x in sorted(fit_interference(gavel).items())]
+    out["mps"] = fit_mps(pd.read_csv(Path(h100_dir) / "solo.csv"),
+                         pd.read_csv(Path(h100_dir) / "pairs.csv"))
     return out
 
 
@@ -196,7 +301,8 @@ def models_from_dict(d: dict) -> Models:
     profiles = {a: ThroughputProfile(**p) for a, p in d["profiles"].items()}
     memory = {a: MemoryProfile(**m) for a, m in d["memory"].items()}
     pairs = {(a, b): float(x) for a, b, x in d["interference"]}
-    table = InterferenceTable(MappingProxyType(pairs), float(d.get("default_xi", DEFAULT_XI)))
+    table = InterferenceTable(MappingProxyType(pairs), float(d.get("default_xi", DEFAULT_XI)),
+                              mps=mps_model_from_dict(d.get("mps")))
     iters = {a: tuple((int(b), int(i)) for b, i in rows) for a, rows in d["iters"].items()}
     return Models(MappingProxyType(profiles), MappingProxyType(memory), table,
                   MappingProxyType(iters))

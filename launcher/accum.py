@@ -88,7 +88,11 @@ class GradientAccumulator:
 
     ``loss_fn(outputs, targets)`` must return the *mean* loss of its
     micro-batch.  ``step(inputs, targets)`` returns the mean loss of the whole
-    batch (a float)."""
+    batch: a float (one host sync per step), or with ``sync=False`` a detached
+    0-d tensor on the model's device (no host sync at all; the caller syncs
+    when it logs, e.g. once per report).  Micro-batch losses are summed on the
+    device: a ``float(loss)`` per micro-batch would stall the GPU queue each
+    time (up to 17 % at micro-batch 8 on an H100, ``shared/notes/gpu.md`` §4)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                  loss_fn: Callable[[Any, Any], torch.Tensor], sub_batch: Optional[int] = None,
@@ -113,7 +117,8 @@ class GradientAccumulator:
         ns = getattr(self.model, "no_sync", None)
         return ns() if callable(ns) else contextlib.nullcontext()
 
-    def step(self, inputs: Any, targets: Any, normalizer: Optional[float] = None) -> float:
+    def step(self, inputs: Any, targets: Any, normalizer: Optional[float] = None,
+             sync: bool = True) -> "float | torch.Tensor":
         """One optimizer step on ``(inputs, targets)``.
 
         ``normalizer=None``: ``loss_fn`` returns the micro-batch *mean*;
@@ -127,7 +132,7 @@ class GradientAccumulator:
             raise ValueError("empty batch (pass normalizer= for sum-reduced LISS losses)")
         sizes = micro_batch_sizes(n, self.sub_batch, self.accum_steps)
         self.optimizer.zero_grad(set_to_none=True)
-        total = 0.0
+        total: Optional[torch.Tensor] = None
         xs, ys = _split(inputs, sizes), _split(targets, sizes)
         for i, (x, y, m) in enumerate(zip(xs, ys, sizes)):
             last = i == len(sizes) - 1
@@ -135,9 +140,9 @@ class GradientAccumulator:
                 out = self.loss_fn(self.forward(self.model, x), y)
                 loss = out * (m / n) if normalizer is None else out * normalizer
                 loss.backward()
-            total += float(loss.detach())
+            total = loss.detach() if total is None else total + loss.detach()
         self.optimizer.step()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.steps += 1
-        return total
+        return float(total) if sync else total

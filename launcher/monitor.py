@@ -11,6 +11,19 @@ speed"; §6 monitors every 30 s).
 * :class:`ThroughputMonitor` - rank 0 calls ``step_done(samples, step_time)``
   each step; every ``every_s`` seconds (or ``every_steps`` steps) it writes
   one record through :class:`launcher.report.ReportWriter`.
+
+  - ``step`` in a record is the *training* step (``start_step`` = the step the
+    launch resumed from, plus the steps done since), so progress never goes
+    back after a checkpoint/relaunch; the snapshot builder reads progress
+    from it.
+  - The first ``warmup_reports`` records of each launch carry
+    ``"warmup": true`` (CUDA context, allocator and autotuning make them slow:
+    886 vs 4428 samples/s on an H100, ``shared/notes/gpu.md`` §4); the state
+    store keeps them but folds only steady records into measured throughput.
+  - On a GPU, pass ``step_time_s=None`` and ``sync=torch.cuda.synchronize``:
+    the window's busy time is then the wall time between two reports, taken
+    after one device sync per report (per-step host timers would measure
+    kernel launches, not work).
 """
 from __future__ import annotations
 
@@ -18,7 +31,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from .report import ReportWriter
 
@@ -131,8 +144,13 @@ class ThroughputMonitor:
 
     def __init__(self, writer: Optional[ReportWriter], nvml=None, devices: Optional[Sequence[int]] = None,
                  every_s: float = 30.0, every_steps: Optional[int] = None, extra: Optional[dict] = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, start_step: int = 0, warmup_reports: int = 1,
+                 sync: Optional[Callable[[], None]] = None):
+        if start_step < 0 or warmup_reports < 0:
+            raise ValueError("start_step and warmup_reports must be >= 0")
         self.writer = writer
+        self.sync = sync
+        self.warmup_left = int(warmup_reports)
         self.nvml = nvml
         self.devices = list(devices) if devices is not None else None
         self.every_s = every_s
@@ -140,7 +158,7 @@ class ThroughputMonitor:
         self.extra = dict(extra or {})
         self.clock = clock
         self._reset(clock())
-        self.step = 0
+        self.step = int(start_step)
         self.records: List[dict] = []
 
     def _reset(self, now: float) -> None:
@@ -148,6 +166,7 @@ class ThroughputMonitor:
         self._n_steps = 0
         self._samples = 0
         self._step_time = 0.0
+        self._timed_steps = 0
 
     def _gpu_fields(self) -> dict:
         if self.nvml is None:
@@ -171,12 +190,18 @@ class ThroughputMonitor:
                       "n_procs": len(s.processes)} for s in samples],
         }
 
-    def step_done(self, samples: int, step_time_s: float) -> Optional[dict]:
-        """Record one finished step; returns the record when one was emitted."""
-        self.step += 1
+    def step_done(self, samples: int, step_time_s: Optional[float] = None,
+                  step: Optional[int] = None) -> Optional[dict]:
+        """Record one finished step; returns the record when one was emitted.
+
+        ``step``: the training step just finished (default: the previous one + 1).
+        ``step_time_s=None``: the window's wall time is used instead (see the module doc)."""
+        self.step = self.step + 1 if step is None else int(step)
         self._n_steps += 1
         self._samples += int(samples)
-        self._step_time += float(step_time_s)
+        if step_time_s is not None:
+            self._step_time += float(step_time_s)
+            self._timed_steps += 1
         now = self.clock()
         due = (self.every_steps is not None and self._n_steps >= self.every_steps) or \
               (self.every_steps is None and now - self._t0 >= self.every_s)
@@ -185,13 +210,22 @@ class ThroughputMonitor:
         return self.flush(now)
 
     def flush(self, now: Optional[float] = None) -> Optional[dict]:
-        now = self.clock() if now is None else now
         if self._n_steps == 0:
             return None
-        busy = self._step_time if self._step_time > 0 else now - self._t0
+        if self.sync is not None:
+            self.sync()  # the queued steps are done before the clock is read
+            now = self.clock()
+        now = self.clock() if now is None else now
+        if self._timed_steps == self._n_steps and self._step_time > 0:
+            busy = self._step_time
+        else:
+            busy = now - self._t0
         rec = {"samples_per_s": self._samples / busy if busy > 0 else None,
-               "step_time_s": self._step_time / self._n_steps,
+               "step_time_s": busy / self._n_steps if busy > 0 else None,
                "steps": self._n_steps, **self._gpu_fields(), **self.extra}
+        if self.warmup_left > 0:
+            self.warmup_left -= 1
+            rec["warmup"] = True
         self._reset(now)
         self.records.append(rec)
         if self.writer is not None:

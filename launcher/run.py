@@ -40,6 +40,7 @@ from . import envvars as ev
 from .checkpoint import EXIT_CHECKPOINT
 from .decision import DecisionError, LauncherDecision, decision_path, read_decision, state_dir
 from .mps import MPSConfigError, mps_env
+from . import slurm as _slurm
 from .slurm import SlurmEnvError, count_visible_gpus, in_slurm, parse_allocation
 
 log = logging.getLogger("gimbal.run")
@@ -131,6 +132,32 @@ def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping
     return out
 
 
+def check_gpu_count(nproc: int, env: Mapping[str, str]) -> None:
+    """Refuse more processes per node than the GPUs they may use.
+
+    Only on a node that has NVIDIA GPUs (:func:`launcher.slurm.physical_gpu_count`): the
+    visible count is ``SLURM_GPUS_ON_NODE`` / ``CUDA_VISIBLE_DEVICES`` when set, else all of
+    the node's GPUs.  Training script ``cuda:LOCAL_RANK`` would otherwise crash the extra
+    ranks ("invalid device ordinal").  ``CUDA_VISIBLE_DEVICES=""`` (no GPU visible) runs
+    any number of CPU processes; a node without GPUs is never checked."""
+    physical = _slurm.physical_gpu_count()
+    if physical <= 0:
+        return
+    visible = count_visible_gpus(env)
+    if visible is None:
+        visible = physical
+    if visible >= 1 and nproc > visible:
+        cvd = env.get("CUDA_VISIBLE_DEVICES")
+        where = (f"SLURM_GPUS_ON_NODE={env['SLURM_GPUS_ON_NODE']}"
+                 if env.get("SLURM_GPUS_ON_NODE", "").strip() else
+                 f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else
+                 f"the node has {physical}")
+        raise LaunchError(
+            f"--nproc-per-node {nproc} exceeds the {visible} GPU(s) visible on this node "
+            f"({where}): each process needs its own GPU; use --nproc-per-node {visible} or fewer "
+            f"(or CUDA_VISIBLE_DEVICES= to train on the CPU)")
+
+
 _READ = object()  # build_plan: read the decision file
 
 
@@ -172,6 +199,7 @@ def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
         rdzv_id = job_id if restart_count == 0 else f"{job_id}-r{restart_count}"
     if nproc < 1:
         raise LaunchError(f"--nproc-per-node must be >= 1, got {nproc}")
+    check_gpu_count(nproc, env)
 
     sdir = opts.state_dir or state_dir(env)
     dpath = opts.decision_file or decision_path(job_id, sdir)

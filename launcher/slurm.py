@@ -146,6 +146,27 @@ def count_visible_gpus(env: Mapping[str, str]) -> Optional[int]:
     return None
 
 
+def physical_gpu_count() -> int:
+    """NVIDIA GPUs this node has, whatever ``CUDA_VISIBLE_DEVICES`` says: the driver's
+    ``/proc/driver/nvidia/gpus`` entries, else NVML; 0 when there is no NVIDIA driver.
+    No CUDA context is created (the launcher never imports torch)."""
+    try:
+        n = len(os.listdir("/proc/driver/nvidia/gpus"))
+        if n:
+            return n
+    except OSError:
+        pass
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no package, no driver, no device: no GPU
+        return 0
+
+
 @dataclass(frozen=True)
 class SlurmAllocation:
     job_id: str

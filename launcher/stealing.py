@@ -24,13 +24,14 @@ unchanged), but it is split into per-rank *shares* of different sizes.
   global batch.
 * :class:`StealingController` - measures latency, all-gathers it, decides on
   rank 0 and broadcasts the shares (torch.distributed), then updates the
-  sampler.
+  sampler.  Latency comes from :mod:`launcher.timing`: CUDA events on a GPU
+  (the host returns before the kernels ran, so wall time would record the
+  launch only), the wall clock on a CPU; read once per ``end_step``.
 """
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
@@ -262,8 +263,13 @@ class StealingController:
     identical shares before producing the next batch."""
 
     def __init__(self, sampler: StealingBatchSampler, rebalancer: Optional[Rebalancer] = None,
-                 interval: int = 1, enabled: bool = True, group: Any = None):
+                 interval: int = 1, enabled: bool = True, group: Any = None,
+                 device: Any = None, timer: Any = None):
+        from .timing import make_timer
         self.sampler = sampler
+        # ``timer``: any object with start()/stop()/take() (launcher.timing); by default
+        # CUDA events when ``device`` is a CUDA device, the wall clock otherwise.
+        self.timer = timer if timer is not None else make_timer(device)
         self.rebalancer = rebalancer or Rebalancer(sampler.global_batch, sampler.world_size)
         self.interval = max(1, int(interval))
         self.enabled = enabled
@@ -275,11 +281,17 @@ class StealingController:
 
     @contextlib.contextmanager
     def measure(self):
-        t0 = time.perf_counter()
+        """Time the enclosed work (the forward pass) on the controller's timer; on a GPU
+        this records events only and never waits for the device.  Nothing is timed while
+        stealing is disabled."""
+        if not self.enabled:
+            yield
+            return
+        self.timer.start()
         try:
             yield
         finally:
-            self._lat += time.perf_counter() - t0
+            self.timer.stop()
 
     def add_latency(self, seconds: float) -> None:
         self._lat += seconds
@@ -289,6 +301,7 @@ class StealingController:
         self._steps += 1
         if not self.enabled or self._steps % self.interval:
             return None
+        self._lat += self.timer.take()  # one device sync per rebalancing window
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank(self.group)

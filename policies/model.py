@@ -369,6 +369,12 @@ class ClusterSnapshot:
             out.setdefault(g.node, []).append(g)
         return {n: tuple(v) for n, v in out.items()}
 
-    def xi(self, app: str, other: str) -> float:
-        """Interference ratio ξ of ``app`` when sharing with ``other`` (seed 000 eq. 5-6)."""
-        return self.interference.ratio(app, other)
+    def xi(self, app: str, other: str, mps_pct: Optional[int] = None,
+           other_mps_pct: Optional[int] = None) -> float:
+        """Interference ratio ξ of ``app`` when sharing with ``other`` (seed 000 eq. 5-6):
+        time-slicing without MPS shares, the MPS model with them (docs/interference.md)."""
+        return self.interference.ratio(app, other, mps_pct, other_mps_pct)
+
+    def mps_alone(self, app: str, mps_pct: Optional[int]) -> float:
+        """Slowdown of ``app`` alone on its GPU under an MPS thread limit."""
+        return self.interference.mps_alone(app, mps_pct)

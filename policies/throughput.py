@@ -14,11 +14,14 @@ Seed 000 (Luo et al.) §III-C:
   ``t_iter = (s−1)·t_comp(B/s) + (t_comp(B/s)^δ + t_comm^δ)^(1/δ)``
   where δ is the compute/communication overlap degree (Pollux's γ).
 * eq. 5–6 — sharing a GPU set slows each job by its interference ratio ξ:
-  ``t̂_A = ξ_A·t_A``.
+  ``t̂_A = ξ_A·t_A``.  ξ depends on how the jobs share (time-slicing or MPS) and
+  on the MPS split (:class:`InterferenceTable`, :class:`MpsInterference`;
+  docs/interference.md).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -83,38 +86,125 @@ class MemoryProfile:
 
 
 @dataclass(frozen=True)
-class InterferenceTable:
-    """ξ per ordered application pair (seed 000 eq. 5-6).
+class MpsInterference:
+    """Interference by co-location mechanism and MPS split, fitted to one H100.
 
-    ``ratio(a, b)`` is the slowdown of ``a`` while co-located with ``b``.
-    ``override`` (the ``--xi`` sweep, seed 000 Fig. 6(b)) replaces every pair.
+    Pure data fitted by :func:`gimbalctl.profiles.fit_mps` from the measured table in
+    ``gimbalctl/data/traces/h100-mps/`` (five models, eight pairs, MPS splits 100/100,
+    50/50, 30/70, 70/30, plain time-slicing, solo runs under 100/70/50/30/10 % limits).
+    ``p`` is an MPS thread percentage as a fraction (0.3 = 30 %).  Per measured model:
+
+    * **alone under an MPS limit** (``alone``): ``s(p) = (1 + (c/p)^k)^(1/k) / (1 + c^k)^(1/k)``,
+      a smooth ``max(1, c/p)``: a job that keeps about ``c`` of the SMs busy does not slow
+      down above that share and slows in proportion below it; ``s(1) = 1``.
+    * **beside another MPS client** (``xi``): ``ln ξ_a = ln s_a(p_a) + κ_a · π_b · p_b^γ / s_b(p_b)``
+      — a's own limit plus a contention term: a's sensitivity κ_a times b's pressure π_b
+      times b's work rate under its own limit (``p_b^γ / s_b(p_b)``).  ξ is relative to a
+      running alone *without* a limit, so it already contains the limit's own slowdown.
+      It falls as a's share grows and rises with b's share (tested).
+    * **time-slicing** (no MPS, ``timeslice``): one ξ per model, the geometric mean of its
+      measured pairs (the H100 measured 1.6-2.2 whatever the partner, ``shared/notes/gpu.md``).
+
+    Applications without H100 measurements use the model named in ``alias`` (Pollux's
+    applications: nearest measured architecture, see docs/interference.md); any other
+    application uses the ``"*"`` entry, the mean of the fitted per-model parameters.
+    """
+
+    apps: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({}))  # model -> {c, k, kappa, pi, timeslice}
+    alias: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gamma: float = 1.0
+
+    def params(self, app: str) -> Mapping[str, float]:
+        p = self.apps.get(app) or self.apps.get(self.alias.get(app, ""))
+        if p is None:
+            p = self.apps["*"]
+        return p
+
+    @staticmethod
+    def _frac(pct: "int | float | None") -> float:
+        return 1.0 if pct is None else max(1.0, min(100.0, float(pct))) / 100.0
+
+    def alone(self, app: str, mps_pct: "int | float | None") -> float:
+        """Slowdown ``s_a(p)`` of ``app`` alone under an MPS limit (1.0 at 100 % or None)."""
+        p = self._frac(mps_pct)
+        q = self.params(app)
+        c, k = q["c"], q["k"]
+        return (1.0 + (c / p) ** k) ** (1.0 / k) / (1.0 + c ** k) ** (1.0 / k)
+
+    def xi(self, app: str, other: str, mps_pct: "int | float | None",
+           other_mps_pct: "int | float | None") -> float:
+        """ξ of ``app`` beside ``other`` when both are MPS clients (None = 100 %)."""
+        pa, pb = self._frac(mps_pct), self._frac(other_mps_pct)
+        load_b = pb ** self.gamma / self.alone(other, other_mps_pct)
+        return self.alone(app, mps_pct) * math.exp(
+            self.params(app)["kappa"] * self.params(other)["pi"] * load_b)
+
+    def timeslice(self, app: str, other: str) -> float:
+        """ξ of ``app`` beside ``other`` under plain time-slicing (per model, any partner)."""
+        return self.params(app)["timeslice"]
+
+
+MECHANISMS = ("timeslice", "mps")
+
+
+@dataclass(frozen=True)
+class InterferenceTable:
+    """ξ of a co-located job (seed 000 eq. 5-6), by co-location mechanism.
+
+    * **Time-slicing** (no MPS shares given; plain ``gres/shard`` sharing): ``pairs``, ξ
+      per ordered application pair, else ``default``.  The bundled table is Gavel's
+      measured co-location on a V100 (gimbalctl/profiles.py); :meth:`gimbalctl.profiles.
+      Models.with_interference` can swap in the H100 time-slicing fit.
+    * **MPS** (either share given, or ``mechanism="mps"``): the fitted H100 model
+      ``mps`` (:class:`MpsInterference`), pair-, split- and direction-dependent.  Without
+      an MPS model the time-slicing value is used and the shares are ignored.
+    * ``mechanism``: what co-location without MPS shares means — ``"timeslice"`` (the
+      default) or ``"mps"`` (both clients at 100 %, i.e. a cluster that runs every shared
+      GPU under MPS).
+    * ``override`` (the ``--xi`` sweep, seed 000 Fig. 6(b)) replaces every co-located ξ,
+      whatever the mechanism; it does not touch ``mps_alone``.
     """
 
     pairs: Mapping[tuple[str, str], float] = field(
         default_factory=lambda: MappingProxyType({}))
     default: float = 1.5
     override: float | None = None
+    mps: MpsInterference | None = None
+    mechanism: str = "timeslice"
+
+    def __post_init__(self):
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"interference mechanism {self.mechanism!r} is not one of {MECHANISMS}")
 
     def ratio(self, app: str, other: str, mps_pct: "int | None" = None,
               other_mps_pct: "int | None" = None) -> float:
-        """ξ of ``app`` beside ``other``.  ``mps_pct``/``other_mps_pct``: the two jobs'
-        MPS shares when they share through MPS (``None``: time-slicing).  This table has
-        no MPS model, so the shares are accepted and ignored here; the MPS-aware model
-        (issue: allocation record, item 3) refines it."""
+        """ξ of ``app`` beside ``other``.  ``mps_pct``/``other_mps_pct``: the two jobs' MPS
+        thread percentages when they share through MPS (``None`` for both: no MPS, i.e.
+        time-slicing unless ``mechanism="mps"``; ``None`` for one: that one at 100 %).
+
+        Under MPS the value is relative to ``app`` running alone *without* a limit, so it
+        includes the slowdown of ``app``'s own limit: do not multiply by :meth:`mps_alone`
+        as well (that is for a limited job with nobody beside it)."""
         if self.override is not None:
             return self.override
+        use_mps = mps_pct is not None or other_mps_pct is not None or self.mechanism == "mps"
+        if use_mps and self.mps is not None:
+            return self.mps.xi(app, other, mps_pct, other_mps_pct)
         return self.pairs.get((app, other), self.default)
 
     def mps_alone(self, app: str, mps_pct: "int | None") -> float:
-        """Slowdown (>= 1) of ``app`` running alone under an MPS thread limit.  This table
-        models it as compute capped in proportion to the share (what the simulator did
-        before): ``100 / mps_pct``."""
+        """Slowdown (>= 1) of ``app`` running alone under an MPS thread limit: the fitted
+        H100 curve when there is an MPS model, else compute capped in proportion to the
+        share (``100 / mps_pct``)."""
         if mps_pct is None:
             return 1.0
+        if self.mps is not None:
+            return self.mps.alone(app, mps_pct)
         return 100.0 / max(1, min(100, int(mps_pct)))
 
     def with_override(self, xi: float | None) -> "InterferenceTable":
-        return InterferenceTable(self.pairs, self.default, xi)
+        return replace(self, override=xi)
 
 
 @dataclass(frozen=True)

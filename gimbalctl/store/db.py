@@ -441,7 +441,9 @@ class Store:
                 added += 1
                 r_app = r.get("app") if isinstance(r.get("app"), str) and r.get("app") else app
                 r_n = _pos_int(r.get("num_gpus")) or n_gpus
-                if r_app and r_n and _good(sps):
+                # a launch's first report includes warm-up (launcher.monitor marks it): kept
+                # in ``reports`` but never folded into the measured throughput
+                if r_app and r_n and _good(sps) and r.get("warmup") is not True:
                     if r_app not in measured:
                         row = s.get(ProfileRow, r_app)
                         measured[r_app] = copy.deepcopy(row.measured) if row and row.measured else {}

@@ -99,9 +99,13 @@ def test_classify_exit():
 
 
 # ------------------------------------------------------------ end to end (real torchrun)
-def _gimbal_run(args, env=None, **kw):
+def _gimbal_run(args, env=None, gpu=False, **kw):
+    """gimbal-run in a subprocess.  ``gpu=False`` hides the GPUs (``CUDA_VISIBLE_DEVICES=``):
+    the multi-process tests run several CPU ranks, which gimbal-run would refuse on a node
+    with fewer GPUs than processes; ``gpu=True`` leaves the node's GPUs visible."""
+    base = {} if gpu else {"CUDA_VISIBLE_DEVICES": ""}
     return subprocess.Popen([sys.executable, "-m", "launcher.run", *args], cwd=REPO,
-                            env=subprocess_env(env), stdout=subprocess.PIPE,
+                            env=subprocess_env({**base, **(env or {})}), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -122,7 +126,7 @@ def _reference_param_sum(monkeypatch, tmp_path, argv):
     import runpy
     mod = runpy.run_path(EXAMPLE)
     out = str(tmp_path / "ref.json")
-    assert mod["main"]([*argv, "--out", out]) == 0
+    assert mod["main"]([*argv, "--out", out, "--device", "cpu"]) == 0
     return json.load(open(out))["param_sum"]
 
 
@@ -159,6 +163,84 @@ def test_sigusr2_checkpoint_relaunch_resumes_exactly(tmp_path, monkeypatch):
     assert os.path.exists(os.path.join(sd, "checkpoints", "sig", "checkpoint.pt"))
     # the resumed run ends where an uninterrupted one does
     assert b["param_sum"] == pytest.approx(_reference_param_sum(monkeypatch, tmp_path, COMMON), abs=1e-4)
+
+
+def _reports(sd, job):
+    return [json.loads(line) for line in open(os.path.join(sd, "reports", f"{job}.jsonl"))]
+
+
+def test_relaunch_reported_step_never_decreases(tmp_path):
+    """One rank on the node's device (the GPU where there is one): SIGUSR2 -> checkpoint ->
+    relaunch; the reports' ``step`` is the training step, so it goes on from where the
+    checkpoint was taken instead of restarting at 0, and each launch's first report is
+    marked as warm-up."""
+    sd = str(tmp_path / "state")
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(["--standalone", "--nproc", "1", "--state-dir", sd, "--job-id", "mono", "--",
+                     EXAMPLE, "--steps", "60", "--samples", "1024", "--step-sleep", "0.05",
+                     "--marker", marker, "--out", str(tmp_path / "m.json")], gpu=True)
+    _wait_for(marker, p)
+    time.sleep(1.2)  # a couple of reports in the first launch
+    p.send_signal(signal.SIGUSR2)
+    out = p.communicate(timeout=180)[0]
+    assert p.returncode == 0, out
+    m = json.load(open(tmp_path / "m.json"))
+    assert m["restart_count"] == 1 and 0 < m["resumed_from"] < 60 and m["steps"] == 60
+    reps = _reports(sd, "mono")
+    steps = [r["step"] for r in reps]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
+    assert steps[-1] == 60
+    first = [r for r in reps if r.get("restart", 0) == 0]
+    second = [r for r in reps if r.get("restart") == 1]
+    assert first and second, reps
+    assert all(r["step"] > m["resumed_from"] for r in second)
+    assert second[0]["step"] <= m["resumed_from"] + 10  # not a per-launch counter
+    # exactly the first report of each launch is marked warm-up
+    assert [bool(r.get("warmup")) for r in first] == [True] + [False] * (len(first) - 1)
+    assert [bool(r.get("warmup")) for r in second] == [True] + [False] * (len(second) - 1)
+
+
+def test_example_trains_on_the_nodes_device(tmp_path):
+    """With the node's GPUs visible, one rank trains on cuda:0 when CUDA is available (NCCL,
+    CUDA-event timer), on the CPU otherwise (gloo, wall-clock timer)."""
+    import torch
+    sd = str(tmp_path / "state")
+    p = _gimbal_run(["--standalone", "--nproc", "1", "--state-dir", sd, "--job-id", "dev", "--",
+                     EXAMPLE, "--steps", "20", "--samples", "512", "--out", str(tmp_path / "d.json")],
+                    gpu=True)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, out
+    d = json.load(open(tmp_path / "d.json"))
+    cuda = torch.cuda.is_available()
+    assert d["device"] == ("cuda:0" if cuda else "cpu") and d["timer"] == ("cuda" if cuda else "wall")
+    assert d["steps"] == 20 and d["train_loss_sum"] > 0
+    reps = _reports(sd, "dev")
+    assert [r["step"] for r in reps] == [10, 20] and reps[0]["warmup"] is True
+    assert "warmup" not in reps[1] and reps[1]["samples_per_s"] > 0
+
+
+def test_nproc_above_visible_gpus_is_refused(tmp_path, monkeypatch):
+    """On a node with GPUs, more processes than visible GPUs exit 2 with a clear message;
+    hiding the GPUs (CPU training) or a node without GPUs is not checked."""
+    import launcher.slurm as ls
+    monkeypatch.setattr(ls, "physical_gpu_count", lambda: 1)
+    res = _invoke(["--dry-run", "--standalone", "--nproc", "2", "--state-dir", str(tmp_path), "--",
+                   "t.py"], {})
+    assert res.exit_code == 2
+    assert "--nproc-per-node 2 exceeds the 1 GPU(s) visible on this node" in res.output
+    monkeypatch.setattr(ls, "physical_gpu_count", lambda: 4)
+    res = _invoke(["--dry-run", "--standalone", "--nproc", "3", "--state-dir", str(tmp_path), "--",
+                   "t.py"], {"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert res.exit_code == 2 and "CUDA_VISIBLE_DEVICES='0,1'" in res.output
+    for nproc, env in (("2", {"CUDA_VISIBLE_DEVICES": "0,1"}), ("4", {}),
+                       ("3", {"CUDA_VISIBLE_DEVICES": ""})):
+        res = _invoke(["--dry-run", "--standalone", "--nproc", nproc, "--state-dir", str(tmp_path),
+                       "--", "t.py"], env)
+        assert res.exit_code == 0, (nproc, env, res.output)
+    monkeypatch.setattr(ls, "physical_gpu_count", lambda: 0)  # no GPU: CPU ranks, no check
+    res = _invoke(["--dry-run", "--standalone", "--nproc", "8", "--state-dir", str(tmp_path), "--",
+                   "t.py"], {})
+    assert res.exit_code == 0, res.output
 
 
 def test_fake_one_node_slurm_env_decision_and_exit_code(tmp_path):

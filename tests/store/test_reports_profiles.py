@@ -84,6 +84,26 @@ def test_lines_ingested_once_and_folded_into_the_profile(db, tmp_path):
     assert st.profiles()["bert"].params is None
 
 
+def test_warmup_reports_are_stored_but_not_folded(db, tmp_path):
+    """The first report of each launch (``warmup: true``, launcher.monitor) is kept in
+    ``reports`` but the measured throughput averages only steady reports."""
+    st, _ = db
+    d = tmp_path / "reports"
+    d.mkdir()
+    (d / "7.jsonl").write_text(
+        line(ts=1.0, step=10, samples_per_s=886.0, step_time_s=0.9, warmup=True)
+        + line(ts=2.0, step=20, samples_per_s=4400.0, step_time_s=0.2)
+        + line(ts=3.0, step=30, samples_per_s=4456.0, step_time_s=0.2, restart=0)
+        # relaunch: its own warm-up report, then steady again
+        + line(ts=4.0, step=35, samples_per_s=500.0, step_time_s=1.5, warmup=True, restart=1)
+        + line(ts=5.0, step=45, samples_per_s=4428.0, step_time_s=0.2, restart=1))
+    assert st.ingest_reports(str(d), BERT2) == 5
+    m = measured(st, "bert")["2"]
+    assert m["n"] == 3 and m["samples_per_s"] == pytest.approx(4428.0)
+    assert m["step_time_s"] == pytest.approx(0.2)
+    assert st.count(ReportRow) == 5 and st.latest_reports()["7"].step == 45
+
+
 def test_crash_before_commit_keeps_nothing_then_ingests_once(db, tmp_path):
     """A daemon killed inside the ingest transaction leaves no row, offset or profile change;
     the next run ingests every line exactly once."""
