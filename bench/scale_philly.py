@@ -1,32 +1,41 @@
-"""Scale benchmark: ``gimbalctl simulate`` on the full Philly trace (82k jobs).
+"""Scale benchmark: the simulator on the Philly trace (82,247 jobs) for every policy.
 
-    python bench/scale_philly.py [--cluster 300x8] [--policies fifo srtf] [--limit N]
+    python bench/scale_philly.py [--clusters 300x8 64x8] [--policies NAME ...]
+                                 [--sizes 5000 20000 0] [--timeout 120] [--min-run 0]
 
-Reports wall time per policy (target: < 60 s each on one core) and, as a
-same-run baseline, the ratio to a bare event loop over the same jobs (heap of
-arrivals and completions with fixed run times, no policy, no model): how much
-the simulator's scheduling work costs on top of merely walking the events.
+For each cluster and trace size (``0`` = the whole trace) every policy runs in its
+own process (its peak RSS is its own; the trace is loaded there too, with the
+cluster's node shape) under a wall-clock ``--timeout``.  Reported per run: wall
+and CPU seconds of the simulation alone (trace loading excluded), peak RSS of the
+process, policy calls, average JCT, first-start queueing and total waiting,
+pre-emptions, and the cost per job (CPU ms / job) so its growth with trace size
+shows.  A same-run baseline is the bare event loop over the same jobs (heap of
+arrivals and completions with fixed run times, no policy, no model): "x bare" is
+the simulator's cost relative to merely walking the events.
+
+Target (issue #13): < 60 s per policy on the whole trace at 300x8 and 64x8.
 """
 from __future__ import annotations
 
 import argparse
 import heapq
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from gimbalctl.cluster import parse_cluster  # noqa: E402
-from gimbalctl.profiles import default_models  # noqa: E402
-from gimbalctl.sim import SimConfig, simulate  # noqa: E402
-from gimbalctl.traces import load_trace  # noqa: E402
-from policies import get_policy  # noqa: E402
+# the shared traces folder sits beside the checkout (or beside its worktrees folder)
+TRACE = next((p / "shared/traces/philly/philly.csv" for p in (ROOT.parent, ROOT.parent.parent)
+              if (p / "shared/traces/philly/philly.csv").exists()),
+             ROOT.parent / "shared/traces/philly/philly.csv")
 
 
 def bare_event_loop(jobs, models) -> float:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     ev = [(j.submit_time, 0, j.id, j) for j in jobs]
     heapq.heapify(ev)
     done = 0
@@ -39,37 +48,84 @@ def bare_event_loop(jobs, models) -> float:
         else:
             done += 1
     assert done == len(jobs)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
+
+
+def one(a) -> dict:
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from gimbalctl.sim import SimConfig, simulate
+    from gimbalctl.traces import load_trace
+    from policies import get_policy
+
+    models = default_models()
+    nodes = parse_cluster(a.cluster)
+    jobs = load_trace(a.trace, models=models, limit=a.limit or None, nodes=nodes)
+    pol = get_policy(a.one)
+    if a.min_run and getattr(pol, "accepts_min_run", False):
+        pol = get_policy(a.one, min_run_s=a.min_run)
+    bare = bare_event_loop(jobs, models)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(jobs, nodes, pol, models, SimConfig())
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    s = res.summary
+    return {"jobs": len(jobs), "wall_s": wall, "cpu_s": cpu, "bare_s": bare,
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "calls": s["policy_calls"], "avg_jct_h": s["avg_jct"] / 3600,
+            "avg_queue_h": s["avg_queueing"] / 3600, "avg_wait_h": s["avg_wait_total"] / 3600,
+            "preemptions": s["preemptions"]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", type=Path, default=ROOT.parent / "shared/traces/philly/philly.csv")
-    ap.add_argument("--cluster", default="300x8")
-    ap.add_argument("--policies", nargs="+", default=["fifo", "srtf"])
-    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--clusters", nargs="+", default=["300x8", "64x8"])
+    ap.add_argument("--policies", nargs="*", default=None, help="default: every registered one")
+    ap.add_argument("--sizes", nargs="+", type=int, default=[0],
+                    help="first N jobs of the trace (0 = all), e.g. 5000 20000 0")
+    ap.add_argument("--timeout", type=float, default=120.0, help="wall seconds per run")
+    ap.add_argument("--min-run", type=float, default=0.0,
+                    help="min_run_s for the pre-emptive policies that take it")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--cluster", help=argparse.SUPPRESS)
+    ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if not a.trace.exists():
         print(f"error: {a.trace} not found (needs the shared traces folder; --trace FILE)",
               file=sys.stderr)
         return 2
-    models = default_models()
-    t0 = time.perf_counter()
-    jobs = load_trace(a.trace, models=models, limit=a.limit)
-    load_s = time.perf_counter() - t0
-    base = bare_event_loop(jobs, models)
-    print(f"{len(jobs)} jobs, cluster {a.cluster}; trace load {load_s:.1f} s; "
-          f"bare event loop {base:.2f} s")
-    print("| policy | wall (s) | × bare loop | policy calls | avg JCT (h) | avg queue (h) | target < 60 s |")
-    print("|---|---|---|---|---|---|---|")
-    for name in a.policies:
-        t0 = time.perf_counter()
-        res = simulate(jobs, parse_cluster(a.cluster), get_policy(name), models, SimConfig())
-        wall = time.perf_counter() - t0
-        s = res.summary
-        print(f"| {name} | {wall:.1f} | {wall / base:.0f} | {s['policy_calls']} | "
-              f"{s['avg_jct'] / 3600:.2f} | {s['avg_queueing'] / 3600:.2f} | "
-              f"{'yes' if wall < 60 else 'NO'} |", flush=True)
+    if a.one:
+        print(json.dumps(one(a)))
+        return 0
+    from policies.registry import names
+
+    pols = a.policies or names()
+    print(f"trace {a.trace.name}; each run in its own process, timeout {a.timeout:.0f} s; "
+          f"min_run_s {a.min_run:.0f}")
+    print("| cluster | jobs | policy | wall (s) | CPU (s) | x bare | CPU ms/job | peak RSS (MB) "
+          "| calls | avg JCT (h) | avg queue (h) | avg wait (h) | pre-emptions | < 60 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for cluster in a.clusters:
+        for size in a.sizes:
+            for name in pols:
+                cmd = [sys.executable, __file__, "--one", name, "--cluster", cluster,
+                       "--limit", str(size), "--trace", str(a.trace), "--min-run", str(a.min_run)]
+                label = f"| {cluster} | {size or 'all'} | {name} |"
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                except subprocess.TimeoutExpired:
+                    print(f"{label} > {a.timeout:.0f} (killed) | | | | | | | | | | NO |", flush=True)
+                    continue
+                if out.returncode:
+                    err = (out.stderr.strip().splitlines() or ["?"])[-1][:80]
+                    print(f"{label} failed: {err} | | | | | | | | | | NO |", flush=True)
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"| {cluster} | {r['jobs']} | {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                      f"{r['cpu_s'] / max(r['bare_s'], 1e-9):.0f} | "
+                      f"{1000 * r['cpu_s'] / r['jobs']:.2f} | {r['rss_mb']:.0f} | {r['calls']} | "
+                      f"{r['avg_jct_h']:.2f} | {r['avg_queue_h']:.2f} | {r['avg_wait_h']:.2f} | "
+                      f"{r['preemptions']} | {'yes' if r['wall_s'] < 60 else 'NO'} |", flush=True)
     return 0
 
 

@@ -145,6 +145,8 @@ def run_gimbal(args, rank, world, x, y):
         writer = ReportWriter(cfg.report_path, cfg.job_id or "standalone") if cfg.report_path else None
         monitor = ThroughputMonitor(writer, nvml=open_nvml(), devices=visible_device_indices() or None,
                                     every_steps=10, extra={"restart": cfg.restart_count,
+                                                          "global_batch": global_batch,
+                                                          "mps_thread_pct": cfg.mps_thread_pct,
                                                            **cfg.report_fields(world, global_batch)})
     times = []
     while step < args.steps:

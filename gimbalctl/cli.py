@@ -14,8 +14,7 @@ from policies.registry import UnknownPolicyError
 
 from .cli_predictor import register as register_predictor
 from .cluster import ClusterSpecError, parse_cluster
-from .profiles import default_models
-from .traces import REQUIRED, TraceError, load_trace
+from .trace_kinds import REQUIRED, TraceError
 
 DEMO_POLICIES = ("fifo", "sjf", "tiresias", "sjf-ffs", "sjf-bsbf")
 
@@ -47,13 +46,16 @@ def list_policies(as_json: bool) -> None:
     Console().print(table)
 
 
-def _parse_policies(names: tuple[str, ...]) -> list:
+def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
     valid = policies.names()
     chosen = list(names) if names else [p for p in DEMO_POLICIES if p in valid]
     out = []
     for n in chosen:
         try:
-            out.append(policies.get_policy(n))
+            pol = policies.get_policy(n)
+            if min_run_s and getattr(pol, "accepts_min_run", False):
+                pol = policies.get_policy(n, min_run_s=min_run_s)
+            out.append(pol)
         except UnknownPolicyError as e:
             raise click.BadParameter(str(e), param_hint="--policy") from None
     return out
@@ -83,6 +85,10 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="override every co-location interference ratio ξ")
 @click.option("--preempt-cost", default=30.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds to checkpoint/restore on each pre-emption")
+@click.option("--min-run", "min_run_s", default=0.0, show_default=True,
+              type=click.FloatRange(min=0),
+              help="seconds a (re)started job runs before a pre-emptive policy "
+                   "(tiresias, srtf, srsf) may pre-empt it again; 0 = as published")
 @click.option("--unknown-lengths", is_flag=True, help="hide job lengths from policies")
 @click.option("--predictor", type=click.Choice(["rf", "mean", "median", "perfect"]), default=None,
               help="fit this job-length predictor on the jobs finished so far and give it to "
@@ -94,12 +100,14 @@ def _parse_policies(names: tuple[str, ...]) -> list:
               help="write per-job CSV, timeline, summary.json and plots here")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
-             interval, xi, preempt_cost, unknown_lengths, predictor, refit, limit, out,
+             interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
              as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
+    from .profiles import default_models
     from .sim import SimConfig, simulate as run_sim
+    from .traces import load_trace
 
-    pols = _parse_policies(policy_names)
+    pols = _parse_policies(policy_names, min_run_s)
     models = default_models()
     if gpu_types_file is not None:
         from .config import ConfigError, load as load_config
@@ -120,7 +128,8 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
             raise click.BadParameter(f"{item!r} is not COLUMN=FIELD", param_hint="--map")
         columns[src.strip()] = dst.strip()
     try:
-        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns)
+        jobs = load_trace(trace, kind=kind, seed=seed, models=models, limit=limit, columns=columns,
+                          nodes=nodes)
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
@@ -171,12 +180,13 @@ def _print_table(results, trace, cluster, njobs) -> None:
 
     t = Table(title=f"{njobs} jobs from {Path(trace).name} on {cluster}")
     for col in ("policy", "avg JCT (h)", "p50 JCT (h)", "p99 JCT (h)", "avg queue (h)",
-                "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
+                "avg wait (h)", "makespan (h)", "GPU util", "CE", "shared", "preempt", "wall (s)"):
         t.add_column(col, justify="right" if col != "policy" else "left")
     for r in results:
         s = r.summary
         t.add_row(r.policy, f"{s['avg_jct'] / 3600:.2f}", f"{s['median_jct'] / 3600:.2f}",
                   f"{s['p99_jct'] / 3600:.2f}", f"{s['avg_queueing'] / 3600:.2f}",
+                  f"{s['avg_wait_total'] / 3600:.2f}",
                   f"{s['makespan'] / 3600:.1f}", f"{s['gpu_utilization']:.0%}",
                   f"{s['avg_ce']:.2f}", str(s["shared_jobs"]), str(s["preemptions"]),
                   f"{s['wall_s']:.1f}")

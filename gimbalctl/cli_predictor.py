@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .traces import TraceError
+from .trace_kinds import TraceError
 
 
 def _history(sacct: Path):

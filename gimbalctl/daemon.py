@@ -168,6 +168,11 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     if not wants_share:
         return f"gpu:{count}"
     frac = action.mps_pct / 100.0 if action.mps_pct is not None else cfg.share_fraction
+    if action.share_with:
+        # Slurm's gres/mps lets the MPS units of one GPU add up to 100 %: a job started beside
+        # another asks at most ``share_fraction`` (a tighter limit, e.g. a GIMBAL squeeze, is
+        # the launcher's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from the decision)
+        frac = min(frac, cfg.share_fraction)
     node = nodes.get(next(iter(per_node), ""))
     shares = node.shares_per_gpu if node else {}
     if "mps" in shares:
@@ -181,10 +186,15 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
 
 def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                  nodes: dict[str, SlurmNode], warnings: list[str],
-                 now: Optional[float] = None) -> list[Target]:
+                 now: Optional[float] = None,
+                 held_gpus: Optional[dict] = None) -> list[Target]:
     """Targets of gate mode: GRES, nodes, start delay (requeued jobs), decision file and
-    release for a start; USR2 + requeue-hold for a pre-emption / resize."""
+    release for a start; USR2 + requeue-hold for a pre-emption / resize onto other GPUs.  A
+    resize that keeps a running job on the GPUs it holds (``held_gpus``: job id -> GPUs) is a
+    GIMBAL squeeze/swell (seed 004): only the job's launcher decision changes (new MPS share,
+    sample stealing), gimbal-run applies it without a requeue."""
     now = time.time() if now is None else now
+    held_gpus = held_gpus or {}
     out: list[Target] = []
     for a in plan.actions:
         sj = sjobs.get(a.job_id)
@@ -202,6 +212,14 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                 out.append(Target(sj.job_id, "begin_time", "now", "plan: start (requeued)"))
             out.append(Target(sj.job_id, "decision", a, "plan: start"))
             out.append(Target(sj.job_id, "release", True, "plan: start"))
+        elif isinstance(a, ResizeJob) and sj.running and a.workers and \
+                tuple(a.gpus) == tuple(held_gpus.get(sj.job_id, ())):
+            nums = plan.reasons[a.job_id].numbers if a.job_id in plan.reasons else {}
+            why = "plan: squeeze/swell on the same GPUs"
+            if "objective_before" in nums and "objective_after" in nums:
+                why += (f" (local objective {nums['objective_before']:.6g} -> "
+                        f"{nums['objective_after']:.6g})")
+            out.append(Target(sj.job_id, "decision", a, why))
         elif isinstance(a, (PreemptJob, ResizeJob)) and sj.running:
             out.append(Target(sj.job_id, "signal", "USR2", f"plan: {type(a).__name__}"))
             out.append(Target(sj.job_id, "requeue_hold", "PENDING", f"plan: {type(a).__name__}"))
@@ -220,7 +238,10 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
             warnings.append(f"ordering mode: {len(ignored)} pre-empt/resize action(s) not applied "
                             f"(use --mode gate with gsbatch --gate jobs)")
         return order, ordering_targets(cfg, order, sjobs, warnings)
-    gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now)
+    held = {j.id: j.allocation.gpus for j in snap.snapshot.jobs.values()
+            if j.running and j.allocation is not None}
+    gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now,
+                         held_gpus=held)
     rest = [j for j in order if not sjobs[j].gated]
     return order, gated + ordering_targets(cfg, rest, sjobs, warnings)
 
@@ -273,13 +294,21 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
     return counts
 
 
-def _decision_for(a: StartJob, sj: SlurmJob, snap: SnapshotResult, policy: str):
+def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     """The launcher decision of a start: job-level fields plus the per-worker record
     (the plan's ``workers``, else the even split of the batch in force), which gimbal-run
-    applies and echoes back in its reports (docs/architecture.md)."""
+    applies and echoes back in its reports (docs/architecture.md).  For a same-GPU resize
+    (GIMBAL squeeze/swell, seed 004) it is the decision in force with the new MPS share and
+    per-worker record, and sample stealing on when the shares are uneven (LISS); batch,
+    micro-batch and accumulation stay."""
     from launcher.decision import LauncherDecision
     from .records import workers_to_wire
     job = snap.snapshot.jobs.get(sj.job_id)
+    if isinstance(a, ResizeJob) and old is not None:
+        uneven = len({w.share for w in a.workers}) > 1
+        return dataclasses.replace(old, policy=policy, mps_thread_pct=a.mps_pct,
+                                   stealing=True if uneven else old.stealing, written_at=None,
+                                   workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
     sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
     accum = max(1, a.accum_steps)
@@ -291,10 +320,11 @@ def _decision_for(a: StartJob, sj: SlurmJob, snap: SnapshotResult, policy: str):
             mps = pcts.pop()
     else:
         workers = uniform_workers(tuple(a.gpus), sub, accum, mps, gb) if gb and a.gpus else ()
+    share_with = getattr(a, "share_with", ())
     return LauncherDecision(job_id=sj.job_id, policy=policy, sub_batch=sub,
                             accum_steps=accum, global_batch=gb,
-                            mps_thread_pct=mps, share_with=",".join(a.share_with) or None,
-                            stealing=bool(a.share_with) or None,
+                            mps_thread_pct=mps, share_with=",".join(share_with) or None,
+                            stealing=bool(share_with) or None,
                             workers=tuple(workers_to_wire(workers)) or None)
 
 
@@ -338,19 +368,21 @@ def apply_targets(cfg: Config, backend: Backend, store, cycle_id: Optional[int],
         if t.field == "decision":
             path = decision_path(t.job_id, root=cfg.state_dir)
             try:
-                dec = _decision_for(t.value, sj, snap, policy)
+                old_dec = read_decision(path)
+                old = old_dec.to_dict()
+                old.pop("written_at", None)
+            except (FileNotFoundError, ValueError):
+                old_dec = old = None
+            try:
+                dec = _decision_for(t.value, sj, snap, policy, old_dec)
             except ValueError as e:  # a plan whose record the launcher cannot take: this job only
                 log.warning("job %s: not writing its launcher decision: %s", t.job_id, e)
                 changes.append(Change(t.job_id, "decision", None, None, ("write", path),
                                       error=f"{path}: {e}"))
                 failed_jobs.add(t.job_id)
                 continue
-            try:
-                old = read_decision(path).to_dict()
-                old.pop("written_at", None)
-            except (FileNotFoundError, ValueError):
-                old = None
             new = dec.to_dict()
+            new.pop("written_at", None)
             if old == new:
                 continue
             ch = Change(t.job_id, "decision", old, new, ("write", path))

@@ -29,7 +29,7 @@ import ast
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -60,6 +60,9 @@ class Models:
     iters_table: Mapping[str, tuple[tuple[int, int], ...]]  # app -> ((batch, iters), ...)
     # relative speed per (app, GPU type) and per type (gimbalctl/gpu_types.py)
     gpu_types: GpuTypeTable = GpuTypeTable()
+    # fixed predictors a snapshot carries by name (seed 002's reference database:
+    # "similarity" -> policies.similarity.SimilarityDB); see gimbalctl/similarity_db.py
+    predictors: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     def iterations_for(self, app: str, global_batch: int) -> float:
         """Iterations to reach the app's target at ``global_batch`` (log-log interpolation)."""
@@ -204,13 +207,17 @@ _CACHE: Models | None = None
 
 def default_models() -> Models:
     """The bundled fitted models (``gimbalctl/data/models.json``) with the bundled GPU-type
-    speeds (``gimbalctl/data/gpu_types.json``, see :mod:`gimbalctl.gpu_types`)."""
+    speeds (``gimbalctl/data/gpu_types.json``, see :mod:`gimbalctl.gpu_types`) and the
+    model-similarity reference database (:mod:`gimbalctl.similarity_db`)."""
     global _CACHE
     if _CACHE is None:
         from .gpu_types import default_table
+        from .similarity_db import build_db
 
         text = resources.files("gimbalctl").joinpath("data/models.json").read_text()
-        _CACHE = models_from_dict(json.loads(text)).with_gpu_types(default_table())
+        m = models_from_dict(json.loads(text)).with_gpu_types(default_table())
+        _CACHE = dataclasses.replace(m, predictors=MappingProxyType(
+            {"similarity": build_db(m.profiles)}))
     return _CACHE
 
 

@@ -171,7 +171,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             completed_iters=min(completed, total_iters) if total_iters else completed,
             attained_service=executed * (len(alloc.gpus) if alloc is not None and alloc.gpus else n),
             executed_time=executed, iter_rate=rate,
-            preemptions=max(preempts, sj.restarts))
+            preemptions=max(preempts, sj.restarts),
+            run_start=sj.start_time if sj.running else None)
         by_id[sj.job_id] = sj
         inputs[sj.job_id] = {
             "state": state.value, "num_gpus": n, "app": app, "batch": batch,
@@ -188,7 +189,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         now=now, nodes=node_objs, jobs=MappingProxyType(out_jobs),
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
-        interference=models.interference, seed=seed, gpu_types=gpu_types)
+        interference=models.interference, seed=seed, gpu_types=gpu_types,
+        predictors=MappingProxyType(dict(getattr(models, "predictors", {}) or {})))
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),

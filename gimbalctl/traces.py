@@ -25,7 +25,9 @@ trace with Pollux's six applications), one is drawn uniformly with
 match an application are mapped instead, ``MODEL_TO_APP``).  The global batch
 is the app's base batch (smallest batch Pollux profiled) × GPUs, capped at the
 largest profiled batch, and the iteration count is chosen so the job's
-exclusive run time on its requested GPUs equals the trace's duration.
+exclusive run time on its requested GPUs equals the trace's duration on the
+cluster it is simulated on (``nodes``: consolidated placement, the memory
+limit's accumulation steps), so a job alone runs exactly as long as it did.
 Submit times are shifted so the first job arrives at 0.
 
 Recurrence key (``Job.group_id``, seed 003's ``group id``): a trace's own ``group`` column
@@ -47,15 +49,17 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from policies.model import Job
+from policies.base import exclusive_steps
+from policies.model import Job, Node
 
 from .predictor import group_key
 from .profiles import APPS, Models, default_models
+from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
 
 BASE_BATCH = {"bert": 12, "cifar10": 128, "deepspeech2": 20, "imagenet": 200, "ncf": 256,
               "yolov3": 8}
@@ -64,23 +68,7 @@ MODEL_TO_APP = [(re.compile(p, re.I), app) for p, app in (
     (r"deepspeech|lstm|rnn|speech", "deepspeech2"), (r"imagenet|resnet|vgg|inception|alexnet",
                                                     "imagenet"),
     (r"ncf|recommend", "ncf"), (r"yolo", "yolov3"))]
-REQUIRED = {
-    "pollux": ["name", "time", "application", "num_replicas", "batch_size"],
-    "philly": ["timestamp", "duration", "num_gpus"],
-    "tiresias": ["job_id", "num_gpu", "submit_time", "duration"],
-    "muri": ["job_id", "num_gpu", "submit_time", "duration"],
-    "generic": ["id", "submit_time", "num_gpus"],
-    "sacct": ["JobID", "Submit", "Start", "End"],
-}
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
-
-
-class TraceError(ValueError):
-    def __init__(self, path, line: Optional[int], column: Optional[str], problem: str):
-        self.path, self.line, self.column, self.problem = path, line, column, problem
-        where = str(path) + (f":{line}" if line is not None else "")
-        where += f": column {column!r}" if column else ""
-        super().__init__(f"{where}: {problem}")
 
 
 def detect_kind(columns) -> str:
@@ -111,7 +99,11 @@ def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) ->
 
 
 def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional[Models] = None,
-               columns: Optional[Mapping[str, str]] = None, limit: Optional[int] = None) -> list[Job]:
+               columns: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
+               nodes: Optional[Sequence[Node]] = None) -> list[Job]:
+    """Load a trace.  ``nodes``: the cluster it will be simulated on; a trace duration
+    becomes the iterations the job runs in that time alone there (see
+    :func:`_iters_for_duration`).  Without ``nodes``: 4-GPU nodes, no memory limit."""
     path = Path(path)
     models = models or default_models()
     try:
@@ -151,7 +143,8 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
         df = df.iloc[:limit]
     try:
         _check_ids(df, path, kind)
-        jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models)
+        jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models,
+                              _shape(nodes))
     except TraceError as e:
         raise _at_line(e) from None
     jobs.sort(key=lambda j: (j.submit_time, j.id))
@@ -207,15 +200,28 @@ def _batch_for(app: str, gpus: int, models: Models) -> int:
     return int(min(BASE_BATCH[app] * gpus, table[-1][0]))
 
 
+def _shape(nodes: Optional[Sequence[Node]]) -> tuple[int, Optional[float]]:
+    """(GPUs of the largest node, smallest GPU memory) of the simulated cluster."""
+    if not nodes:
+        return 4, None
+    return max(n.num_gpus for n in nodes), min(n.gpu_mem_mb for n in nodes)
+
+
 def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
-                        gpus_per_node: int = 4) -> float:
+                        shape: tuple[int, Optional[float]] = (4, None)) -> float:
+    """Iterations that take ``duration`` seconds for the job alone on the cluster of
+    ``shape`` (:func:`_shape`): consolidated on ⌈gpus / GPUs per node⌉ nodes (what
+    :func:`policies.base.pick_consolidated` gives on an idle cluster) with the
+    exclusive micro-batch and accumulation steps a policy starts it with
+    (:func:`policies.base.exclusive_steps`), at the simulator's eq. 7 rate."""
+    gpus_per_node, mem_limit = shape
     prof = models.profiles[app]
-    s = prof.min_accum_steps(batch / gpus)
+    _, s = exclusive_steps(-(-batch // gpus), prof, models.memory.get(app), mem_limit)
     t = prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
     return max(duration / t, 1.0)
 
 
-def _from_durations(ids, submits, gpus, durations, model_names, rng, models, users=None,
+def _from_durations(ids, submits, gpus, durations, model_names, rng, models, shape, users=None,
                     apps=None, batches=None, extra=None, groups=None) -> list[Job]:
     jobs = []
     t0 = float(np.min(submits))
@@ -224,7 +230,7 @@ def _from_durations(ids, submits, gpus, durations, model_names, rng, models, use
         app = apps[k] if apps is not None and apps[k] else _assign_app(
             model_names[k] if model_names is not None else "", rng)
         batch = int(batches[k]) if batches is not None and batches[k] else _batch_for(app, g, models)
-        iters = _iters_for_duration(app, g, batch, float(durations[k]), models)
+        iters = _iters_for_duration(app, g, batch, float(durations[k]), models, shape)
         kw = dict(extra[k]) if extra else {}
         if groups is not None and not kw.get("group_id"):
             kw["group_id"] = groups[k]
@@ -234,7 +240,7 @@ def _from_durations(ids, submits, gpus, durations, model_names, rng, models, use
     return jobs
 
 
-def _pollux(df, path, rng, models) -> list[Job]:
+def _pollux(df, path, rng, models, shape) -> list[Job]:
     t = _numeric(df, path, "time")
     g = _numeric(df, path, "num_replicas", positive=True, integer=True)
     b = _numeric(df, path, "batch_size", positive=True, integer=True)
@@ -250,7 +256,7 @@ def _pollux(df, path, rng, models) -> list[Job]:
     return jobs
 
 
-def _philly(df, path, rng, models) -> list[Job]:
+def _philly(df, path, rng, models, shape) -> list[Job]:
     ts = pd.to_datetime(df.timestamp, errors="coerce", format="%Y-%m-%d %H:%M:%S")
     if ts.isna().any():
         i = int(np.flatnonzero(ts.isna().to_numpy())[0])
@@ -264,14 +270,14 @@ def _philly(df, path, rng, models) -> list[Job]:
     vcs = df.cluster.to_numpy() if "cluster" in df else np.full(len(df), "")
     groups = [group_key(vcs[i], "", int(g.iloc[i]), None) for i in order]
     jobs = _from_durations([ids[i] for i in order], submits[order], g.to_numpy()[order],
-                           dur.to_numpy()[order], None, rng, models,
+                           dur.to_numpy()[order], None, rng, models, shape,
                            users=df.cluster.to_numpy()[order] if "cluster" in df else None,
                            groups=groups)
     return jobs
 
 
 def _tiresias_like(scale: float):
-    def load(df, path, rng, models) -> list[Job]:
+    def load(df, path, rng, models, shape) -> list[Job]:
         sub = _numeric(df, path, "submit_time") / scale
         dur = _numeric(df, path, "duration", positive=True) / scale
         g = _numeric(df, path, "num_gpu", positive=True, integer=True)
@@ -279,11 +285,11 @@ def _tiresias_like(scale: float):
         groups = [group_key("", names[i] if names is not None else "", int(g.iloc[i]), None)
                   for i in range(len(df))]
         return _from_durations(df.job_id.to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(),
-                               names, rng, models, groups=groups)
+                               names, rng, models, shape, groups=groups)
     return load
 
 
-def _generic(df, path, rng, models) -> list[Job]:
+def _generic(df, path, rng, models, shape) -> list[Job]:
     sub = _numeric(df, path, "submit_time")
     g = _numeric(df, path, "num_gpus", positive=True, integer=True)
     apps = df.app.to_numpy() if "app" in df else None
@@ -332,10 +338,10 @@ def _generic(df, path, rng, models) -> list[Job]:
         raise TraceError(path, 1, "duration", "a generic trace needs 'duration' or 'iterations'")
     dur = _numeric(df, path, "duration", positive=True)
     return _from_durations(df["id"].to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(), None,
-                           rng, models, users=users, apps=apps, batches=batches, extra=extra)
+                           rng, models, shape, users=users, apps=apps, batches=batches, extra=extra)
 
 
-def _sacct(df, path, rng, models) -> list[Job]:
+def _sacct(df, path, rng, models, shape) -> list[Job]:
     from .slurm.meta import parse_meta
 
     times = {}
@@ -369,8 +375,8 @@ def _sacct(df, path, rng, models) -> list[Job]:
     if not rows:
         raise TraceError(path, None, None, "no finished GPU jobs in the sacct output")
     ids, sub, g, dur, users, apps, batches, groups = map(list, zip(*rows))
-    return _from_durations(ids, np.array(sub), g, dur, None, rng, models, users=users, apps=apps,
-                           batches=batches, groups=groups)
+    return _from_durations(ids, np.array(sub), g, dur, None, rng, models, shape, users=users,
+                           apps=apps, batches=batches, groups=groups)
 
 
 _LOADERS = {"pollux": _pollux, "philly": _philly, "tiresias": _tiresias_like(1.0),

@@ -10,6 +10,7 @@ the two generic disciplines most baselines are made of.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Callable, Iterable, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job
@@ -32,6 +33,10 @@ class Policy:
     # seconds between calls the policy asks for even when nothing waits (round-based
     # policies: seed 002 Alg. 2, seed 004's 30 s monitoring); None = event-driven only
     round_length: "float | None" = None
+    # True: the policy decides only at round boundaries (seed 002's rounds, Gavel's
+    # mechanism): the simulator calls it only at multiples of ``round_length`` (not at
+    # arrivals or completions); the daemon calls it once per cycle, one cycle = one round
+    rounds_only = False
     # True: the policy sets each job's GPU count itself (seed 001 elastic shares): it may
     # start a job on any number of GPUs >= 1 and resize it later; the simulator calls it
     # at every arrival and completion, even when nothing waits
@@ -81,20 +86,27 @@ def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
     return tuple(chosen)
 
 
-def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None,
-                     num_gpus: Optional[int] = None) -> tuple[int, int]:
-    """(sub_batch, accum_steps) for ``job`` alone on ``num_gpus`` GPUs (default: the
-    count it asked for).
+_MIN_MEM: dict[int, tuple] = {}
 
-    The per-GPU share ``B = ceil(global/num_gpus)``; accumulation steps double
-    (powers of two, as seed 000 Alg. 2 searches) until the micro-batch fits the
-    profiled maximum and the memory model (if known).
-    """
-    local = -(-job.global_batch // max(num_gpus or job.num_gpus, 1))
-    prof = snap.profiles.get(job.app)
-    mem = snap.memory.get(job.app)
-    if mem_limit_mb is None and snap.nodes:
-        mem_limit_mb = min(n.gpu_mem_mb for n in snap.nodes)
+
+def min_gpu_mem(nodes) -> Optional[float]:
+    """Smallest ``gpu_mem_mb`` of a node tuple (``None`` without nodes), memoised by
+    identity: the simulator and the daemon pass the same tuple to every call."""
+    hit = _MIN_MEM.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1]
+    v = min((n.gpu_mem_mb for n in nodes), default=None)
+    if len(_MIN_MEM) > 32:
+        _MIN_MEM.clear()
+    _MIN_MEM[id(nodes)] = (nodes, v)  # keeps ``nodes`` alive, so the id stays unique
+    return v
+
+
+def exclusive_steps(local: int, prof, mem, mem_limit_mb: Optional[float]) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) for a per-GPU share of ``local`` samples:
+    accumulation steps double (powers of two, as seed 000 Alg. 2 searches) until the
+    micro-batch fits the profiled maximum (``prof``: ThroughputProfile or None) and
+    the memory model (``mem``: MemoryProfile or None) within ``mem_limit_mb``."""
     s = 1
     while True:
         b = -(-local // s)
@@ -103,6 +115,90 @@ def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[flo
         if (fits_prof and fits_mem) or b <= 1:
             return b, s
         s *= 2
+
+
+def exclusive_config(snap: ClusterSnapshot, job: Job, mem_limit_mb: Optional[float] = None,
+                     num_gpus: Optional[int] = None) -> tuple[int, int]:
+    """(sub_batch, accum_steps) for ``job`` alone on ``num_gpus`` GPUs (default: the
+    count it asked for).
+
+    The per-GPU share ``B = ceil(global/num_gpus)``; see :func:`exclusive_steps`
+    (memory limit: the smallest GPU memory of the cluster unless given).
+    """
+    local = -(-job.global_batch // max(num_gpus or job.num_gpus, 1))
+    if mem_limit_mb is None and snap.nodes:
+        mem_limit_mb = min_gpu_mem(snap.nodes)
+    return exclusive_steps(local, snap.profiles.get(job.app), snap.memory.get(job.app),
+                           mem_limit_mb)
+
+
+class FreeGpus:
+    """Free GPUs by node, kept in buckets by free count so that :meth:`pick` answers
+    what :func:`pick_consolidated` answers without scanning every node (a daemon pass
+    on 1,000 nodes starts thousands of jobs).  ``by_node`` (node -> free GPUs, as
+    ``snapshot.free_by_node()``) is taken over and kept current by :meth:`take` and
+    :meth:`give`."""
+
+    def __init__(self, by_node: dict, node_order: Mapping[str, int]):
+        self.by_node = by_node
+        self.rank = node_order
+        self.big = len(node_order)
+        self.total = 0
+        self.buckets: dict[int, list] = {}
+        for x, gs in by_node.items():
+            self.total += len(gs)
+            if gs:
+                insort(self.buckets.setdefault(len(gs), []), self._key(x))
+
+    def _key(self, x: str) -> tuple:
+        return (self.rank.get(x, self.big), x)
+
+    def _move(self, x: str, old: int, new: int) -> None:
+        k = self._key(x)
+        if old:
+            b = self.buckets[old]
+            del b[bisect_left(b, k)]
+        if new:
+            insort(self.buckets.setdefault(new, []), k)
+
+    def pick(self, n: int) -> Optional[tuple[Gpu, ...]]:
+        """:func:`pick_consolidated` over the current free GPUs (same result)."""
+        if n > self.total:
+            return None
+        by_node, buckets = self.by_node, self.buckets
+        for c in sorted(c for c, b in buckets.items() if b and c >= n):
+            return tuple(sorted(by_node[buckets[c][0][1]])[:n])  # best fit on one node
+        chosen: list[Gpu] = []
+        for c in sorted((c for c, b in buckets.items() if b), reverse=True):
+            for _, x in buckets[c]:
+                take = min(n - len(chosen), c)
+                chosen.extend(sorted(by_node[x])[:take])
+                if len(chosen) == n:
+                    return tuple(chosen)
+        return None  # not reached: total >= n
+
+    def take(self, gpus: Iterable[Gpu]) -> None:
+        """Remove ``gpus`` (free ones) from the index, as :func:`take_gpus`."""
+        per: dict[str, set] = {}
+        for g in gpus:
+            per.setdefault(g.node, set()).add(g)
+        for x, gs in per.items():
+            old = self.by_node[x]
+            rest = tuple(g for g in old if g not in gs)
+            self._move(x, len(old), len(rest))
+            self.total -= len(old) - len(rest)
+            if rest:
+                self.by_node[x] = rest
+            else:
+                del self.by_node[x]
+
+    def give(self, gpus: Iterable[Gpu]) -> None:
+        """``gpus`` become free (appended to their node's tuple)."""
+        for g in gpus:
+            old = self.by_node.get(g.node, ())
+            self.by_node[g.node] = old + (g,)
+            self._move(g.node, len(old), len(old) + 1)
+            self.total += 1
 
 
 def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
@@ -119,10 +215,20 @@ _KEEP = reason(ReasonCode.KEEP_RUNNING, "running; the plan leaves it as it is")
 
 
 def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
-    """Give every running job the plan does not mention the shared KEEP_RUNNING reason
-    (set arithmetic, so it costs little even with thousands of running jobs)."""
-    waiting = snap.waiting_ids if snap.waiting_ids is not None else [
-        j.id for j in snap.jobs.values() if j.waiting]
+    """Give every running job the plan does not mention the shared KEEP_RUNNING reason.
+
+    With the simulator's ``waiting_ids`` the running jobs are those on ``gpu_jobs``
+    (checked: together with the waiting ones they are all jobs), so the cost grows
+    with the GPUs in use, not with the queue; otherwise set arithmetic over all jobs."""
+    waiting = snap.waiting_ids
+    if waiting is not None:
+        running = {j for ids in snap.gpu_jobs.values() for j in ids}
+        if (len(running) + len(waiting) == len(snap.jobs) and running <= snap.jobs.keys()
+                and running.isdisjoint(waiting)):
+            reasons.update(dict.fromkeys(running - reasons.keys(), _KEEP))
+            return
+    else:
+        waiting = [j.id for j in snap.jobs.values() if j.waiting]
     running = snap.jobs.keys() - set(waiting) - reasons.keys()
     reasons.update(dict.fromkeys(running, _KEEP))
 
@@ -140,9 +246,8 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     Without ``backfill`` the first job that does not fit blocks all behind it
     (strict order); with it, later jobs that fit may start.
     """
-    by_node = snap.free_by_node()
-    nfree = sum(len(v) for v in by_node.values())
-    order_nodes = node_order(snap)
+    free = FreeGpus(snap.free_by_node(), node_order(snap))
+    nfree = free.total
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
     blocked = False
@@ -167,8 +272,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                      f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
             continue
-        gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node) \
-            if job.num_gpus <= nfree else None
+        gpus = free.pick(job.num_gpus) if job.num_gpus <= nfree else None
         if gpus is None:
             blocked = True
             out_order.append(job.id)
@@ -176,7 +280,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
                                      f"needs {job.num_gpus} GPUs, {nfree} free",
                                      free_gpus=nfree, **nums)
             continue
-        take_gpus(by_node, gpus)
+        free.take(gpus)
         nfree -= len(gpus)
         b, s = exclusive_config(snap, job)
         actions.append(StartJob(job.id, gpus, b, s))
@@ -185,8 +289,19 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     return make_plan(policy, actions, out_order, reasons, infeasible)
 
 
+def leased(snap: ClusterSnapshot, min_run_s: float) -> list[Job]:
+    """Running jobs still inside their minimum run time (``min_run_s`` seconds since
+    their current run began, ``Job.run_start``): they may not be pre-empted yet."""
+    if min_run_s <= 0:
+        return []
+    now = snap.now
+    return [j for j in snap.jobs.values()
+            if j.running and j.run_start is not None and now - j.run_start < min_run_s]
+
+
 def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],
-                        numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
+                        numbers: Callable[[Job], dict] = lambda j: {},
+                        min_run_s: float = 0.0) -> Plan:
     """Run the jobs that fit greedily in priority order (smallest ``priority(job)``
     first, over all active jobs); pre-empt running jobs outside that set.
 
@@ -195,6 +310,10 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
     after the pre-emptions.  When every waiting job fits in the free GPUs the
     greedy pass admits everything, so running jobs are not ranked at all (same
     result, less work).
+
+    ``min_run_s`` bounds pre-emption churn: a running job that started (or resumed)
+    less than that many seconds ago keeps its GPUs whatever its priority — it is
+    admitted before the priority order (0: no minimum, every call may pre-empt).
     """
     waiting = snap.pending()
     total = snap.total_gpus
@@ -207,33 +326,40 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
         order = sorted(snap.jobs.values(), key=priority)
         capacity = total
     reasons, infeasible = {}, []
+    for job in () if all_fit else leased(snap, min_run_s):
+        admitted.add(job.id)
+        capacity -= job.num_gpus
+        reasons[job.id] = reason(
+            ReasonCode.KEEP_RUNNING,
+            f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
+            ran_s=snap.now - job.run_start, **numbers(job))
     for job in order:
         if job.num_gpus > total:
             infeasible.append(job.id)
             reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                      f"asks {job.num_gpus} GPUs, cluster has {total}", **numbers(job))
             continue
+        if job.id in admitted:
+            continue
         if job.num_gpus <= capacity:
             admitted.add(job.id)
             capacity -= job.num_gpus
     actions: list = []
-    by_node = snap.free_by_node()
-    order_nodes = node_order(snap)
+    free = FreeGpus(snap.free_by_node(), node_order(snap))
     for job in () if all_fit else snap.running():
         if job.id not in admitted:
             actions.append(PreemptJob(job.id))
             reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
                                      **numbers(job))
-            for g in job.allocation.gpus:
-                by_node[g.node] = by_node.get(g.node, ()) + (g,)
+            free.give(job.allocation.gpus)
     out_order = []
     for job in order:
         if job.running or job.id in infeasible:
             continue
         if job.id in admitted:
-            gpus = pick_consolidated((), job.num_gpus, order_nodes, by_node)
+            gpus = free.pick(job.num_gpus)
             assert gpus is not None, "admission guarantees enough GPUs"
-            take_gpus(by_node, gpus)
+            free.take(gpus)
             b, s = exclusive_config(snap, job)
             actions.append(StartJob(job.id, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED

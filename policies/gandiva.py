@@ -16,6 +16,8 @@ with and without GIMBAL.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .model import ClusterSnapshot, Job
 from .packing_host import PackingHost
 from .base import keep_running_reasons
@@ -23,10 +25,11 @@ from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 from .registry import register
 
 
-def measured_progress(snap: ClusterSnapshot, job: Job) -> float:
-    """Runtime profile: current speed relative to the job alone (1.0 = unslowed)."""
-    if not job.running or job.iter_rate <= 0:
-        return 0.0
+def measured_progress(snap: ClusterSnapshot, job: Job) -> Optional[float]:
+    """Runtime profile: current speed relative to the job alone (1.0 = unslowed); ``None``
+    while no speed has been measured (on the cluster: before the job's first report)."""
+    if not job.running or job.iter_rate <= 0 or job.app not in snap.profiles:
+        return None
     return job.iter_rate * snap.exclusive_iter_time(job)
 
 
@@ -46,7 +49,8 @@ class Gandiva(PackingHost):
 
     def score(self, snap, job, host):
         # greedy on under-used GPUs: lower measured progress of the host first (tie: pair score)
-        return super().score(snap, job, host) - 1e-3 * measured_progress(snap, host)
+        m = measured_progress(snap, host)
+        return super().score(snap, job, host) - 1e-3 * (1.0 if m is None else m)
 
     def pair_ok(self, snap, job, host):
         if job.preemptions:
@@ -61,8 +65,10 @@ class Gandiva(PackingHost):
             if len(ids) != 2:
                 continue
             a, b = (snap.jobs[i] for i in ids)
-            if a.running and b.running and a.restore_left <= 0 and b.restore_left <= 0 and \
-                    measured_progress(snap, a) + measured_progress(snap, b) < thr - 1e-9:
+            if not (a.running and b.running) or a.restore_left > 0 or b.restore_left > 0:
+                continue
+            ma, mb = measured_progress(snap, a), measured_progress(snap, b)
+            if ma is not None and mb is not None and ma + mb < thr - 1e-9:
                 unpack.add(max((a, b), key=lambda j: (j.start_time or 0.0, j.id)).id)
         if not unpack:
             return super().schedule(snap)

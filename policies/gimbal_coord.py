@@ -109,9 +109,12 @@ def _components(gpu_jobs: Mapping[Gpu, tuple[str, ...]]) -> list[set[str]]:
     return list(comps.values())
 
 
-def _jmax(ids: Iterable[str], world: Mapping[str, int]) -> str:
-    """Largest world size; ties (balanced co-location) by id."""
-    return min(ids, key=lambda j: (-world[j], j))
+def _jmax(ids: Iterable[str], world: Mapping[str, int],
+          since: Optional[Mapping[str, float]] = None) -> str:
+    """Largest world size; ties (balanced co-location, the paper is silent) go to the job
+    that started first (``since``: job id -> start time), then by id."""
+    since = since or {}
+    return min(ids, key=lambda j: (-world[j], since.get(j, 0.0), j))
 
 
 def packing_violations(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
@@ -168,7 +171,8 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
         sub_gj = {g: ids for g, ids in gj.items() if set(ids) & comp}
         if packing_violations(sub_gj, {j: jg[j] for j in comp}):
             continue
-        jm = _jmax(comp, world)
+        since = {j: snap.jobs[j].start_time or 0.0 for j in comp}
+        jm = _jmax(comp, world, since)
         out.append(PackingSet(jm, (jm,) + tuple(sorted(comp - {jm}))))
     return tuple(sorted(out, key=lambda s: s.jmax))
 
@@ -375,7 +379,8 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     world = {j: len(start[j]) for j in infos}
-    jm = _jmax(infos, world)  # line 1
+    since = {j: infos[j].job.start_time or 0.0 for j in infos}
+    jm = _jmax(infos, world, since)  # line 1
     s = _Search(objective, infos, model, jm, straggler_tol, lgrr, liss)
     st = step_times(model, infos, start)
     subset1, subset2 = [jm], sorted(j for j in infos if j != jm)  # line 2

@@ -186,6 +186,9 @@ class Job:
     # job holds its GPUs but makes no progress until they are over
     restore_left: float = 0.0
     preemptions: int = 0
+    # when the current run began (a running job; a resumed one counts from its resume):
+    # the minimum run time before a job may be pre-empted again counts from here
+    run_start: Optional[float] = None
 
     @property
     def running(self) -> bool:

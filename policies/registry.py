@@ -16,6 +16,7 @@ _MODULES = (
     "policies.afs_l", "policies.afs_p", "policies.max_min", "policies.themis",
     "policies.optimus",
     "policies.lucid", "policies.gandiva", "policies.gavel_pack",
+    "policies.similarity", "policies.gavel_mtd", "policies.isolation",
 )
 
 

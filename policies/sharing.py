@@ -104,16 +104,21 @@ def theorem1(t_a: float, i_a: float, t_b: float, i_b: float, xi_a: float, xi_b: 
     """
     if min(t_a, t_b, xi_a, xi_b) <= 0 or i_a < 0 or i_b < 0:
         raise ValueError("times and ratios must be positive, iterations non-negative")
+    t_share, t_seq, case = _theorem1_numbers(t_a, i_a, t_b, i_b, xi_a, xi_b,
+                                             t_b if t_b_seq is None else t_b_seq)
+    return PairDecision(t_share < t_seq, t_share, t_seq, case)
+
+
+def _theorem1_numbers(t_a: float, i_a: float, t_b: float, i_b: float, xi_a: float,
+                      xi_b: float, tb_seq: float) -> tuple[float, float, int]:
+    """(t_share, t_seq, case) of :func:`theorem1` (inputs already checked)."""
     ha, hb = xi_a * t_a, xi_b * t_b
     if ha * i_a >= hb * i_b:  # Case 1
-        case = 1
-        t_share = hb * i_b + t_a * i_a / 2.0 - hb * i_b / (2.0 * xi_a)
-    else:  # Case 2
-        case = 2
-        t_share = (1.0 - 1.0 / (2.0 * xi_b)) * ha * i_a + t_b * i_b / 2.0
-    tb_seq = t_b if t_b_seq is None else t_b_seq
-    t_seq = t_a * i_a + tb_seq * i_b / 2.0
-    return PairDecision(t_share < t_seq, t_share, t_seq, case)
+        return hb * i_b + t_a * i_a / 2.0 - hb * i_b / (2.0 * xi_a), \
+            t_a * i_a + tb_seq * i_b / 2.0, 1
+    # Case 2
+    return (1.0 - 1.0 / (2.0 * xi_b)) * ha * i_a + t_b * i_b / 2.0, \
+        t_a * i_a + tb_seq * i_b / 2.0, 2
 
 
 def sub_batch_candidates(local_batch: int) -> list[tuple[int, int]]:
@@ -175,20 +180,25 @@ def algorithm2(candidates: Iterable[tuple[int, int]], iter_time: Callable[[int, 
     t of a configuration is min(t_share, t_seq) — "the JCT of the best sharing
     configuration" (input description of Alg. 2).
     """
-    best: Optional[ShareChoice] = None
+    best = None  # (t, b, s, t_share, t_seq, case)
     first_b = None
+    checked = min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0
     for b, s in candidates:
         if first_b is None:
             first_b = (b, s)
         if not fits(b):
             continue
         t_b = iter_time(b, s)
-        dec = theorem1(t_run, i_run, t_b, i_new, xi_run, xi_new, t_new_seq)
-        if best is None or dec.t < best.t:
-            best = ShareChoice(dec.share, b, s, dec.t, dec.t_share, dec.t_seq, dec.case,
-                               xi_run, xi_new, True)
+        if not checked or t_b <= 0:
+            theorem1(t_run, i_run, t_b, i_new, xi_run, xi_new, t_new_seq)  # raises
+        t_share, t_seq, case = _theorem1_numbers(t_run, i_run, t_b, i_new, xi_run, xi_new,
+                                                 t_b if t_new_seq is None else t_new_seq)
+        t = min(t_share, t_seq)
+        if best is None or t < best[0]:
+            best = (t, b, s, t_share, t_seq, case)
     if best is not None:
-        return best
+        t, b, s, t_share, t_seq, case = best
+        return ShareChoice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
     b0, s0 = first_b if first_b is not None else (1, 1)
     t_seq = t_run * i_run + (t_new_seq if t_new_seq is not None else iter_time(b0, s0)) * i_new / 2.0
     return ShareChoice(False, b0, s0, t_seq, float("inf"), t_seq, 0, xi_run, xi_new, False)

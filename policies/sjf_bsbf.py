@@ -56,86 +56,16 @@ Choices where the paper is silent (ours):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
 from typing import Optional
 
-from .base import Policy, exclusive_config, node_order, pick_consolidated
-from .model import ClusterSnapshot, Gpu, Job
+from .base import Policy, node_order
+from .model import ClusterSnapshot
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .sharing import ShareChoice, algorithm2, sub_batch_candidates, theorem1
+from .share_index import REL, Candidate, Lin, Round, evaluate, rejected, runs
 
-
-@dataclass
-class _Occupant:
-    """A job holding GPUs this round (running, or started earlier in the round)."""
-
-    job: Job
-    gpus: tuple[Gpu, ...]
-    sub_batch: int
-    t_iter: float  # s/iteration alone in its configuration (eq. 7)
-    rem_iters: Optional[float]  # None: unknown
-
-
-@dataclass
-class _Group:
-    """Candidate for sharing: one occupant and its GPUs that hold only it."""
-
-    occ: _Occupant
-    gpus: list[Gpu]
-    choice: Optional[ShareChoice] = None
-
-
-class _Candidate:
-    """Per-round precomputation for one pending job B (Algorithm 2 inputs)."""
-
-    def __init__(self, snap: ClusterSnapshot, job: Job):
-        self.job = job
-        self.prof = snap.profiles.get(job.app)
-        self.mem = snap.memory.get(job.app)
-        per_node = max((n.num_gpus for n in snap.nodes), default=job.num_gpus)
-        self.nodes = -(-job.num_gpus // max(per_node, 1))
-        self.local = -(-job.global_batch // max(job.num_gpus, 1))
-        self.cands = sub_batch_candidates(self.local)
-        self._t: dict[tuple[int, int], float] = {}
-        self.excl = exclusive_config(snap, job)
-        self.t_excl = self.iter_time(*self.excl) if self.prof is not None else None
-        self.iters = job.total_iters
-
-    def iter_time(self, b: int, s: int) -> float:
-        """Eq. 7 with s accumulation steps of the per-GPU share B = global/G_k
-        (micro-batch ⌈B/s⌉ = b; the simulator's rate uses the same form)."""
-        key = (b, s)
-        t = self._t.get(key)
-        if t is None:
-            k = self.job.num_gpus
-            t = self.prof.iter_time(self.job.global_batch / k, k, self.nodes, s)
-            self._t[key] = t
-        return t
-
-    def mem_mb(self, b: int) -> float:
-        return 0.0 if self.mem is None else self.mem.mem_mb(b)
-
-    def fits_beside(self, b: int, other_mb: float, gpu_mem_mb: float) -> bool:
-        if self.prof is not None and b > self.prof.max_local_batch:
-            return False
-        return self.mem_mb(b) + other_mb <= gpu_mem_mb
-
-
-def _occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[_Occupant]:
-    alloc = job.allocation
-    if alloc is None or not alloc.gpus:
-        return None
-    prof = snap.profiles.get(job.app)
-    k = len(alloc.gpus)
-    t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
-         if prof is not None else None)
-    rem = snap.remaining_iters(job)
-    if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
-        rt = snap.remaining_time(job)
-        if rt is not None:
-            rem = rt / snap.exclusive_iter_time(job)
-    return _Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+_INF = float("inf")
 
 
 @register("sjf-bsbf")
@@ -144,24 +74,18 @@ class SjfBsbf(Policy):
 
     needs_lengths = True
     preemptive = False
+    per_gpu_groups = False  # SJF-FFS: one candidate per GPU
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
         order_key = {}
-        for j in snap.pending():
+        pend = snap.pending()
+        for j in pend:
             length = snap.job_length(j)
-            order_key[j.id] = (float("inf") if length is None else length, j.submit_time, j.id)
-        pending = sorted(snap.pending(), key=lambda j: order_key[j.id])  # Alg. 1 line 1
+            order_key[j.id] = (_INF if length is None else length, j.submit_time, j.id)
+        pending = sorted(pend, key=lambda j: order_key[j.id])  # Alg. 1 line 1
 
-        all_gpus = [g for n in snap.nodes for g in n.gpus()]
-        gpu_pos = {g: i for i, g in enumerate(all_gpus)}
-        mem_of = {n.name: n.gpu_mem_mb for n in snap.nodes}
-        occ: dict[Gpu, list[str]] = {g: list(snap.gpu_jobs.get(g, ())) for g in all_gpus}
-        occupants: dict[str, _Occupant] = {}
-        for j in snap.running():
-            o = _occupant_from_job(snap, j)
-            if o is not None:
-                occupants[j.id] = o
+        rnd = Round(snap)
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
@@ -169,103 +93,235 @@ class SjfBsbf(Policy):
         actions, reasons, waiting, infeasible = [], {}, [], []
         for job in pending:  # Alg. 1 line 2 (no break: later jobs may pass)
             length_s = order_key[job.id][0]
-            nums = {"length_s": length_s if length_s != float("inf") else -1.0}
+            nums = {"length_s": length_s if length_s != _INF else -1.0}
             if job.num_gpus > total:
                 infeasible.append(job.id)
                 reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                          f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
                 continue
-            free = [g for g in all_gpus if not occ[g]]  # line 4
-            one = [g for g in all_gpus if len(occ[g]) == 1]  # line 5
             need = job.num_gpus
-            if len(free) >= need:  # lines 6-7
-                gpus = pick_consolidated(free, need, norder)
-                b, s = exclusive_config(snap, job)
+            nfree = rnd.n_free  # line 4: |G_free|
+            if nfree >= need:  # lines 6-7
+                gpus = rnd.free.pick(need)
+                b, s = rnd.exclusive(job)
                 actions.append(StartJob(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{need} GPUs free, exclusive",
-                                         sub_batch=b, accum_steps=s, free_gpus=len(free), **nums)
-                self._occupy(snap, occ, occupants, job, gpus, b, s)
+                                         sub_batch=b, accum_steps=s, free_gpus=nfree, **nums)
+                self._take_free(rnd, gpus)
+                rnd.occupy(job, gpus, b, s, list(gpus))
                 continue
-            if not can_share or len(free) + len(one) < need:  # line 9 fails
+            if not rnd.shared_ready:
+                rnd.build_shared(self.per_gpu_groups)
+            n_one = rnd.n_one  # line 5: |G_OJ|
+            if not can_share or nfree + n_one < need:  # line 9 fails
                 waiting.append(job.id)
                 reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                         f"needs {need} GPUs, {len(free)} free and "
-                                         f"{len(one) if can_share else 0} shareable",
-                                         free_gpus=len(free), shareable_gpus=len(one), **nums)
+                                         f"needs {need} GPUs, {nfree} free and "
+                                         f"{n_one if can_share else 0} shareable",
+                                         free_gpus=nfree, shareable_gpus=n_one, **nums)
                 continue
-            groups = self._groups(one, occ, occupants, gpu_pos)
-            cand = _Candidate(snap, job)
-            started = self._try_share(snap, job, cand, groups, free, mem_of, norder, nums,
-                                      actions, reasons)
+            cand = Candidate(rnd, job)
+            started = self._share(rnd, job, cand, nfree, norder, nums, actions, reasons)
             if started is None:
                 waiting.append(job.id)
                 continue
-            gpus, b, s = started
-            self._occupy(snap, occ, occupants, job, gpus, b, s)
+            gpus, b, s, extra = started
+            rnd.occupy(job, gpus, b, s, extra)
 
-        for j in snap.running():
-            reasons.setdefault(j.id, reason(ReasonCode.KEEP_RUNNING))
+        keep = reason(ReasonCode.KEEP_RUNNING)
+        for jid in snap.jobs.keys() - order_key.keys() - reasons.keys():
+            reasons[jid] = keep
         return make_plan(self.name, actions, waiting, reasons, infeasible)
 
     # --------------------------------------------------------------- helpers
     @staticmethod
-    def _occupy(snap, occ, occupants, job, gpus, b, s) -> None:
-        for g in gpus:
-            occ[g].append(job.id)
-        prof = snap.profiles.get(job.app)
-        nodes = len({g.node for g in gpus})
-        k = len(gpus)
-        t = prof.iter_time(job.global_batch / k, k, nodes, s) if prof is not None else float("nan")
-        rem = job.total_iters - job.completed_iters if job.total_iters is not None else None
-        occupants[job.id] = _Occupant(job, tuple(gpus), b, t, rem)
+    def _take_free(rnd: Round, gpus) -> None:
+        rnd.free.take(gpus)
+        rnd.n_free -= len(gpus)
 
     @staticmethod
-    def _groups(one, occ, occupants, gpu_pos) -> list[_Group]:
-        """Line 10: GPUs of G_OJ grouped by the job on them, in node/GPU order."""
-        groups: dict[str, _Group] = {}
-        for g in one:
-            jid = occ[g][0]
-            o = occupants.get(jid)
-            if o is None:  # a job the snapshot places but we cannot model
-                continue
-            groups.setdefault(jid, _Group(o, [])).gpus.append(g)
-        return sorted(groups.values(), key=lambda gr: gpu_pos[gr.gpus[0]])
+    def _fit(rnd: Round, cand: Candidate, cls) -> tuple:
+        """What Algorithm 2 needs of B beside a class, memoised per (app, batch, GPUs):
+        the fitting (b, s) in search order, t_B of the first and of the fastest
+        (smallest t_B) of them, the class's ξ pair, and the per-iteration constants
+        of the closed-form bounds (:class:`policies.share_index.Lin`, divided by i_B)."""
+        job = cand.job
+        sig = (job.app, job.global_batch, job.num_gpus)
+        v = cls.memo.get(sig)
+        if v is None:
+            fit = [(b, s) for b, s in cand.cands if cand.fits_beside(b, cls.a_mb, cls.cap)]
+            xi_a, xi_b = rnd.xi_pair(cls.app, job.app)
+            consts = None
+            if fit and cand.prof is not None:
+                ts = [cand.iter_time(b, s) for b, s in fit]
+                t0, tmin = ts[0], min(ts)
+                if xi_a > 0.5 and xi_b > 0.5:
+                    half = cand.t_excl / 2.0  # S / i_B
+                    consts = (xi_b * tmin / xi_a,  # c / i_B
+                              xi_b * tmin * (1.0 - 1.0 / (2.0 * xi_a)) - half,  # (k1 − S) / i_B
+                              tmin / 2.0 - half,  # (k2 − S) / i_B
+                              (1.0 - 1.0 / (2.0 * xi_b)) * xi_a - 1.0,  # slope below c
+                              REL * (1.0 + xi_a),  # margin per unit of X
+                              REL * ((1.0 + xi_b) * max(t0, tmin) + half))  # ... per i_B
+                v = (fit, t0, tmin, xi_a, xi_b, consts)
+            else:
+                v = (fit, None, None, xi_a, xi_b, None)
+            cls.memo[sig] = v
+        return v
 
-    def _evaluate(self, snap, cand: _Candidate, gr: _Group, mem_of) -> ShareChoice:
-        """Line 11: Algorithm 2 for candidate B beside the group's job A."""
-        a = gr.occ
-        xi_run = snap.xi(a.job.app, cand.job.app)
-        xi_new = snap.xi(cand.job.app, a.job.app)
-        a_mem = snap.memory.get(a.job.app)
-        a_mb = 0.0 if a_mem is None else a_mem.mem_mb(a.sub_batch)
-        cap = min(mem_of[g.node] for g in gr.gpus)
-        fits = lambda b: cand.fits_beside(b, a_mb, cap)  # noqa: E731
-        usable = (cand.prof is not None and cand.iters is not None and a.rem_iters is not None
-                  and a.t_iter == a.t_iter and a.t_iter > 0)
-        if not usable:  # cannot evaluate Theorem 1: never share (SF false)
-            b0, s0 = cand.cands[0]
-            ok = any(fits(b) for b, _ in cand.cands)
-            return ShareChoice(False, b0, s0, float("inf"), float("inf"), float("inf"), 0,
-                               xi_run, xi_new, ok)
-        return algorithm2(cand.cands, cand.iter_time, fits, a.t_iter, a.rem_iters,
-                          cand.iters, xi_run, xi_new, cand.t_excl)
-
-    def _select(self, snap, cand: _Candidate, groups: list[_Group], mem_of):
-        """Lines 10–14: evaluate every group, keep SF true, sort by t.
-
-        Returns (selected groups in order, the rest with their choices)."""
-        chosen, rest = [], []
-        for gr in groups:
-            gr.choice = self._evaluate(snap, cand, gr, mem_of)
-            (chosen if gr.choice.share else rest).append(gr)
-        chosen.sort(key=lambda gr: gr.choice.t)  # stable: ties keep node order
-        return chosen, rest
-
-    def _try_share(self, snap, job, cand, groups, free, mem_of, norder, nums, actions, reasons):
+    def _share(self, rnd: Round, job, cand: Candidate, nfree, norder, nums, actions, reasons):
+        """Lines 9–17 for one job: label every group by Theorem 1 (bounds, exact near
+        a sign change), then take the best-t shared GPUs or explain the wait."""
         need = job.num_gpus
-        chosen, rest = self._select(snap, cand, groups, mem_of)
-        taken: list[Gpu] = []
-        partners: list[_Group] = []
+        t_runs, f_runs, u_true, u_false = [], [], [], []
+        shareable = nobenefit = blocked = 0
+        margin_max = 0.0
+        usable = cand.usable
+        ib = cand.iters
+        sig = (job.app, job.global_batch, job.num_gpus)
+        for cls in rnd.classes.values():
+            if not cls.total:
+                continue
+            v = cls.memo.get(sig) or self._fit(rnd, cand, cls)
+            fit = v[0]
+            if not fit:
+                blocked += cls.total
+                continue
+            if not (usable and cls.usable):
+                nobenefit += cls.total
+                continue
+            consts = v[5]
+            if consts is None:  # bounds assume ξ > 1/2: evaluate every group
+                for gr in cls.groups:
+                    gr.choice = evaluate(rnd, cand, gr)
+                    if gr.choice.share:
+                        u_true.append(gr)
+                        shareable += len(gr.gpus)
+                    else:
+                        u_false.append(gr)
+                        nobenefit += len(gr.gpus)
+                continue
+            keys = cls.keys
+            xa, xb = keys[0][0], keys[-1][0]
+            cc, p1, p2, q, w1, w2 = consts
+            c, p1, p2 = cc * ib, p1 * ib, p2 * ib
+            margin = w1 * xb + w2 * ib + REL
+            if margin > margin_max:
+                margin_max = margin
+            # D(X) = t_share − t_seq of the fastest fitting b: p1 − X/2 (X ≥ c), p2 + qX below
+            da = p1 - xa / 2.0 if xa >= c else p2 + q * xa
+            db = p1 - xb / 2.0 if xb >= c else p2 + q * xb
+            lo_d, hi_d = (da, db) if da < db else (db, da)
+            if xa < c < xb:
+                dc = p1 - c / 2.0
+                lo_d, hi_d = min(lo_d, dc), max(hi_d, dc)
+            if hi_d < -margin:
+                t_runs.append((cls, 0, len(keys), v))
+                shareable += cls.total
+                continue
+            if lo_d > margin:
+                f_runs.append((cls, 0, len(keys), v))
+                nobenefit += cls.total
+                continue
+            s_half = cand.t_excl * ib / 2.0
+            for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
+                if label == "T":
+                    t_runs.append((cls, lo, hi, v))
+                    shareable += cls.gpus_in(lo, hi)
+                elif label == "F":
+                    f_runs.append((cls, lo, hi, v))
+                    nobenefit += cls.gpus_in(lo, hi)
+                else:
+                    for gr in cls.groups[lo:hi]:
+                        gr.choice = evaluate(rnd, cand, gr)
+                        if gr.choice.share:
+                            u_true.append(gr)
+                            shareable += len(gr.gpus)
+                        else:
+                            u_false.append(gr)
+                            nobenefit += len(gr.gpus)
+        if shareable >= 1 and shareable + nfree >= need:
+            chosen = self._best_t(rnd, cand, need, t_runs, u_true, 2.0 * margin_max)
+            return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
+        best = None
+        if nfree + shareable + nobenefit >= need:
+            best = self._best_rest(rnd, cand, f_runs, u_false, 2.0 * margin_max)
+        self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, reasons)
+        return None
+
+    @staticmethod
+    def _best_t(rnd, cand, need, t_runs, u_true, slack) -> list:
+        """Line 14: the shared groups in ascending pair JCT t (ties: GPU order), as many
+        as the request needs.  Within a run t grows with X, so runs are merged lazily."""
+        s_half = cand.t_excl * cand.iters / 2.0 if cand.usable else 0.0
+        t_runs = [(cls, lo, hi, Lin(v[2], cand.iters, v[3], v[4], s_half))
+                  for cls, lo, hi, v in t_runs]
+        heap = []
+        for n, (cls, lo, hi, lin) in enumerate(t_runs):
+            heap.append((lin.t(cls.keys[lo][0]), cls.groups[lo].first, n, lo))
+        for gr in u_true:
+            heap.append((gr.choice.t, gr.first, -1, gr))
+        heapq.heapify(heap)
+        picked, got, limit = [], 0, None
+        while heap:
+            key, first, n, at = heapq.heappop(heap)
+            if limit is not None and key > limit:
+                break
+            if n < 0:
+                gr = at
+            else:
+                cls, lo, hi, lin = t_runs[n]
+                gr = cls.groups[at]
+                gr.choice = evaluate(rnd, cand, gr)
+                if at + 1 < hi:
+                    heapq.heappush(heap, (lin.t(cls.keys[at + 1][0]), cls.groups[at + 1].first,
+                                          n, at + 1))
+            assert gr.choice.share, "bounds said Theorem 1 shares"
+            picked.append(gr)
+            if limit is None:
+                got += len(gr.gpus)
+                if got >= need:
+                    limit = key + slack
+        picked.sort(key=lambda gr: (gr.choice.t, gr.first))
+        return picked
+
+    @staticmethod
+    def _best_rest(rnd, cand, f_runs, u_false, slack):
+        """The rejected pair closest to sharing (min t_share − t_seq, ties: GPU order).
+        Over a run the difference is concave or decreasing in X: its smallest values
+        lie at the run's two ends."""
+        ends = [gr.choice.t_share - gr.choice.t_seq for gr in u_false]
+        if not f_runs and not ends:
+            return None
+        s_half = cand.t_excl * cand.iters / 2.0
+        f_runs = [(cls, lo, hi, Lin(v[1], cand.iters, v[3], v[4], s_half), (v[1], v[0][0]))
+                  for cls, lo, hi, v in f_runs]
+        for cls, lo, hi, lin, _ in f_runs:
+            ends.append(lin.d(cls.keys[lo][0]))
+            ends.append(lin.d(cls.keys[hi - 1][0]))
+        if not ends:
+            return None
+        theta = min(ends) + slack
+        cands = [gr for gr in u_false if gr.choice.t_share - gr.choice.t_seq <= theta]
+        for cls, lo, hi, lin, first in f_runs:
+            i = lo
+            while i < hi and lin.d(cls.keys[i][0]) <= theta:
+                cands.append(cls.groups[i])
+                rejected(rnd, cand, cls.groups[i], *first)
+                i += 1
+            j = hi - 1
+            while j >= i and lin.d(cls.keys[j][0]) <= theta:
+                cands.append(cls.groups[j])
+                rejected(rnd, cand, cls.groups[j], *first)
+                j -= 1
+        for gr in cands:
+            assert not gr.choice.share, "bounds said Theorem 1 runs after"
+        return min(cands, key=lambda gr: (gr.choice.t_share - gr.choice.t_seq, gr.first))
+
+    def _start(self, rnd, job, chosen, nfree, norder, nums, actions, reasons):
+        need = job.num_gpus
+        taken: list = []
+        partners: list = []
         for gr in chosen:  # lines 15-17
             if len(taken) >= need:
                 break
@@ -273,38 +329,11 @@ class SjfBsbf(Policy):
             taken.extend(gr.gpus[:k])
             partners.append(gr)
         n_shared = len(taken)
-        if n_shared < need and len(free) >= need - n_shared and partners:
-            extra = pick_consolidated(free, need - n_shared, norder)
+        extra: list = []
+        if n_shared < need:
+            extra = list(rnd.free.pick(need - n_shared))
+            self._take_free(rnd, extra)
             taken.extend(extra)
-        if len(taken) < need or not partners:
-            nobenefit = sum(len(gr.gpus) for gr in rest if gr.choice.fits)
-            shareable_ok = sum(len(gr.gpus) for gr in chosen)
-            evaluable = [gr for gr in rest if gr.choice.fits and gr.choice.t_seq < float("inf")]
-            best_rest = min(evaluable, key=lambda gr: gr.choice.t_share - gr.choice.t_seq,
-                            default=None)
-            if len(free) + shareable_ok + nobenefit >= need and best_rest is None:
-                reasons[job.id] = reason(
-                    ReasonCode.WAIT_NO_SHARE_BENEFIT,
-                    "Theorem 1 cannot be evaluated (job length unknown): no sharing",
-                    free_gpus=len(free), beneficial_gpus=shareable_ok, **nums)
-            elif len(free) + shareable_ok + nobenefit >= need:
-                c = best_rest.choice
-                reasons[job.id] = reason(
-                    ReasonCode.WAIT_NO_SHARE_BENEFIT,
-                    f"Theorem 1: sharing with {best_rest.occ.job.id} gives avg JCT "
-                    f"{c.t_share:.0f}s vs {c.t_seq:.0f}s if run after it",
-                    t_share=c.t_share, t_seq=c.t_seq, xi_run=c.xi_run, xi_new=c.xi_new,
-                    case=c.case, sub_batch=c.sub_batch, accum_steps=c.accum_steps,
-                    free_gpus=len(free), beneficial_gpus=shareable_ok, **nums)
-            else:
-                reasons[job.id] = reason(
-                    ReasonCode.WAIT_MEMORY,
-                    f"needs {need} GPUs: {len(free)} free, {shareable_ok} shareable with "
-                    f"benefit; no sub-batch fits beside the others",
-                    free_gpus=len(free), beneficial_gpus=shareable_ok,
-                    memory_blocked_gpus=sum(len(gr.gpus) for gr in rest if not gr.choice.fits),
-                    **nums)
-            return None
         # B fits beside every partner with the smallest chosen sub-batch.
         b, s = min(((gr.choice.sub_batch, gr.choice.accum_steps) for gr in partners),
                    key=lambda x: x[0])
@@ -319,4 +348,29 @@ class SjfBsbf(Policy):
             sub_batch=b, accum_steps=s, t_share=first.t_share, t_seq=first.t_seq,
             xi_run=first.xi_run, xi_new=first.xi_new, case=first.case,
             shared_gpus=n_shared, free_gpus_used=need - n_shared, partners=len(partners), **nums)
-        return tuple(taken), b, s
+        return tuple(taken), b, s, extra
+
+    @staticmethod
+    def _wait_reason(job, nfree, shareable_ok, nobenefit, blocked, best_rest, nums, reasons):
+        need = job.num_gpus
+        if nfree + shareable_ok + nobenefit >= need and best_rest is None:
+            reasons[job.id] = reason(
+                ReasonCode.WAIT_NO_SHARE_BENEFIT,
+                "Theorem 1 cannot be evaluated (job length unknown): no sharing",
+                free_gpus=nfree, beneficial_gpus=shareable_ok, **nums)
+        elif nfree + shareable_ok + nobenefit >= need:
+            c = best_rest.choice
+            reasons[job.id] = reason(
+                ReasonCode.WAIT_NO_SHARE_BENEFIT,
+                f"Theorem 1: sharing with {best_rest.occ.job.id} gives avg JCT "
+                f"{c.t_share:.0f}s vs {c.t_seq:.0f}s if run after it",
+                t_share=c.t_share, t_seq=c.t_seq, xi_run=c.xi_run, xi_new=c.xi_new,
+                case=c.case, sub_batch=c.sub_batch, accum_steps=c.accum_steps,
+                free_gpus=nfree, beneficial_gpus=shareable_ok, **nums)
+        else:
+            reasons[job.id] = reason(
+                ReasonCode.WAIT_MEMORY,
+                f"needs {need} GPUs: {nfree} free, {shareable_ok} shareable with "
+                f"benefit; no sub-batch fits beside the others",
+                free_gpus=nfree, beneficial_gpus=shareable_ok,
+                memory_blocked_gpus=blocked, **nums)

@@ -15,49 +15,64 @@ never decide anything.
 """
 from __future__ import annotations
 
+import heapq
+
 from .registry import register
+from .share_index import Candidate, Round
 from .sharing import ShareChoice, theorem1
-from .sjf_bsbf import SjfBsbf, _Group
+from .sjf_bsbf import SjfBsbf
 
 
 @register("sjf-ffs")
 class SjfFfs(SjfBsbf):
     """SJF-FFS: SJF order; share GPUs holding one job first-fit, no benefit test."""
 
-    @staticmethod
-    def _groups(one, occ, occupants, gpu_pos):
-        """First fit works GPU by GPU: one group per GPU of G_OJ, in order."""
-        out = []
-        for g in sorted(one, key=gpu_pos.__getitem__):
-            o = occupants.get(occ[g][0])
-            if o is not None:
-                out.append(_Group(o, [g]))
-        return out
+    per_gpu_groups = True  # first fit works GPU by GPU: one candidate per GPU of G_OJ
 
-    def _first_fit_choice(self, snap, cand, gr, mem_of) -> ShareChoice:
+    @staticmethod
+    def _first_fit_choice(rnd: Round, cand: Candidate, gr, fit) -> ShareChoice:
+        """The largest sub-batch that fits beside the GPU's job; Theorem 1's numbers
+        are reported, never used."""
         a = gr.occ
+        snap = rnd.snap
         xi_run = snap.xi(a.job.app, cand.job.app)
         xi_new = snap.xi(cand.job.app, a.job.app)
-        a_mem = snap.memory.get(a.job.app)
-        a_mb = 0.0 if a_mem is None else a_mem.mem_mb(a.sub_batch)
-        cap = mem_of[gr.gpus[0].node]
-        for b, s in cand.cands:  # largest sub-batch first
-            if cand.fits_beside(b, a_mb, cap):
-                t_share = t_seq = float("nan")
-                case = 0
-                if (cand.prof is not None and cand.iters is not None and a.rem_iters is not None
-                        and a.t_iter == a.t_iter and a.t_iter > 0):
-                    d = theorem1(a.t_iter, a.rem_iters, cand.iter_time(b, s), cand.iters,
-                                 xi_run, xi_new, cand.t_excl)
-                    t_share, t_seq, case = d.t_share, d.t_seq, d.case
-                return ShareChoice(True, b, s, t_share, t_share, t_seq, case, xi_run, xi_new, True)
-        b0, s0 = cand.cands[0]
-        return ShareChoice(False, b0, s0, float("inf"), float("inf"), float("inf"), 0,
-                           xi_run, xi_new, False)
+        b, s = fit[0]  # largest sub-batch first
+        t_share = t_seq = float("nan")
+        case = 0
+        if cand.prof is not None and cand.iters is not None and a.usable:
+            d = theorem1(a.t_iter, a.rem_iters, cand.iter_time(b, s), cand.iters,
+                         xi_run, xi_new, cand.t_excl)
+            t_share, t_seq, case = d.t_share, d.t_seq, d.case
+        return ShareChoice(True, b, s, t_share, t_share, t_seq, case, xi_run, xi_new, True)
 
-    def _select(self, snap, cand, groups, mem_of):
-        chosen, rest = [], []
-        for gr in groups:
-            gr.choice = self._first_fit_choice(snap, cand, gr, mem_of)
-            (chosen if gr.choice.share else rest).append(gr)
-        return chosen, rest  # first-fit: no sorting
+    def _share(self, rnd, job, cand, nfree, norder, nums, actions, reasons):
+        need = job.num_gpus
+        shareable = blocked = 0
+        fitting = []
+        for cls in rnd.classes.values():
+            if not cls.groups:
+                continue
+            fit = self._fit(rnd, cand, cls)[0]
+            if fit:
+                shareable += len(cls.groups)
+                fitting.append((cls, fit))
+            else:
+                blocked += len(cls.groups)
+        if shareable >= 1 and shareable + nfree >= need:
+            chosen = []
+            streams = [_stream(n, cls.groups) for n, (cls, _) in enumerate(fitting)]
+            for _, n, gr in heapq.merge(*streams):  # first fit: GPU order
+                gr.choice = self._first_fit_choice(rnd, cand, gr, fitting[n][1])
+                chosen.append(gr)
+                if len(chosen) >= need:
+                    break
+            return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
+        self._wait_reason(job, nfree, shareable, 0, blocked, None, nums, reasons)
+        return None
+
+
+def _stream(n, groups):
+    """(position, class number, group) of a class's groups, already in GPU order."""
+    for gr in groups:
+        yield gr.first, n, gr

@@ -15,10 +15,19 @@ class Srsf(Policy):
 
     preemptive = True
     needs_lengths = True
+    accepts_min_run = True
+
+    def __init__(self, min_run_s: float = 0.0):
+        """``min_run_s``: minimum run time before a job may be pre-empted again
+        (:func:`policies.base.schedule_preemptive`; 0 = none, the baseline as published)."""
+        if min_run_s < 0:
+            raise ValueError(f"{self.name}: min_run_s must be >= 0, got {min_run_s}")
+        self.min_run_s = float(min_run_s)
 
     def schedule(self, snap):
         def service(j):
             r = snap.remaining_time(j)
             return float("inf") if r is None else r * j.num_gpus
         return schedule_preemptive(snap, self.name, lambda j: (service(j), j.submit_time, j.id),
-                                   lambda j: {"remaining_service_gpus": service(j)})
+                                   lambda j: {"remaining_service_gpus": service(j)},
+                                   self.min_run_s)

@@ -10,6 +10,15 @@ inside a queue jobs run FIFO by submit time.  Starvation guard (Tiresias
 Choices where the paper leaves details open (ours): default K = 2 with one
 threshold of 16 GPU-hours (57,600 GPU-s) — the paper finds two queues capture
 most of the gain; the promote knob is off by default.
+
+Pre-emption churn.  Tiresias's own knobs are the queue thresholds and the
+PromoteKnob; it has no lease: its simulator (SymbioticLab/Tiresias,
+``simulator/run_sim.py``, ``dlas_sim_jobs``) re-ranks the queues at every event and
+pre-empts any running job that no longer fits, however recently it (re)started.
+``min_run_s`` (ours, default 0 = as published) is a minimum run time before a job
+may be pre-empted again (:func:`policies.base.schedule_preemptive`); with a
+restore cost c per pre-emption it caps the time lost to restores at c / min_run_s
+of a job's running time.
 """
 from __future__ import annotations
 
@@ -26,12 +35,17 @@ class Tiresias(Policy):
 
     preemptive = True
 
+    accepts_min_run = True
+
     def __init__(self, thresholds: tuple[float, ...] = (57600.0,),
-                 promote_knob: Optional[float] = None):
+                 promote_knob: Optional[float] = None, min_run_s: float = 0.0):
         if list(thresholds) != sorted(thresholds) or any(t <= 0 for t in thresholds):
             raise ValueError(f"tiresias thresholds must be positive and ascending, got {thresholds}")
         self.thresholds = tuple(float(t) for t in thresholds)
         self.promote_knob = promote_knob
+        if min_run_s < 0:
+            raise ValueError(f"tiresias min_run_s must be >= 0, got {min_run_s}")
+        self.min_run_s = float(min_run_s)
 
     def queue_of(self, snap, job) -> int:
         q = bisect.bisect_right(self.thresholds, snap.attained_service(job))
@@ -45,4 +59,5 @@ class Tiresias(Policy):
     def schedule(self, snap):
         return schedule_preemptive(
             snap, self.name, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
-            lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)})
+            lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)},
+            self.min_run_s)

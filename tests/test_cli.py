@@ -1,5 +1,7 @@
 import json
 
+import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 import policies
@@ -28,9 +30,22 @@ def test_simulate_json_and_outputs(tmp_path):
     for pol in ("fifo", "tiresias"):
         assert d["results"][pol]["avg_jct"] > 0
         assert (out / f"jobs-{pol}.csv").exists()
-    for f in ("summary.json", "jct_cdf.png", "queue_length.png"):
+    for f in ("summary.json", "jct_cdf.png", "waiting_cdf.png", "queue_length.png"):
         assert (out / f).stat().st_size > 0
-    assert json.loads((out / "summary.json").read_text())["fifo"]["jobs"] == 40
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fifo"]["jobs"] == 40
+    for pol in ("fifo", "tiresias"):  # total waiting counts the waits after pre-emptions too
+        s = summary[pol]
+        assert s["avg_wait_total"] >= s["avg_queueing"] - 1e-9 and "preemptions" in s
+        jobs = pd.read_csv(out / f"jobs-{pol}.csv")
+        assert (jobs.wait_total >= jobs.queueing - 1e-6).all()
+        assert jobs.wait_total.to_numpy() == pytest.approx((jobs.jct - jobs.run_time).to_numpy())
+
+
+def test_simulate_table_shows_both_waits():
+    r = run("simulate", "--policy", "tiresias", "--limit", "30")
+    assert r.exit_code == 0, r.output
+    assert "avg queue" in r.output and "avg wait" in r.output and "preempt" in r.output
 
 
 def test_simulate_table_default_policies():
@@ -70,3 +85,16 @@ def test_job_larger_than_cluster_is_a_clear_error():
     r = CliRunner().invoke(main, ["simulate", "--cluster", "4x4", "--policy", "fifo"])
     assert r.exit_code == 1
     assert "asks 32 GPUs" in r.output and "Traceback" not in r.output
+
+
+def test_listing_policies_imports_no_pandas():
+    """Start-up: a command that loads no trace does not pay for pandas/numpy/matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from gimbalctl.cli import main; "
+            "r = CliRunner().invoke(main, ['policies']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'sklearn', 'scipy') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

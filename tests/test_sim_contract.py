@@ -14,7 +14,7 @@ from policies import get_policy
 from policies.base import Policy
 from policies.model import Gpu, Job, WorkerAlloc, uniform_workers
 from policies.plan import PreemptJob, ResizeJob, StartJob, make_plan
-from policies.throughput import GpuTypeTable, InterferenceTable
+from policies.throughput import InterferenceTable
 
 M = default_models()
 PROF = M.profiles["cifar10"]

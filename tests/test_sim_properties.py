@@ -39,6 +39,7 @@ class Checked:
         self.preemptive = getattr(inner, "preemptive", False)
         self.needs_lengths = getattr(inner, "needs_lengths", True)
         self.round_length = getattr(inner, "round_length", None)
+        self.rounds_only = getattr(inner, "rounds_only", False)
         self.elastic = getattr(inner, "elastic", False)
         self.calls = 0
 

@@ -153,3 +153,38 @@ def test_generic_deadline_optional_per_row(tmp_path):
     p = write(tmp_path, "id,submit_time,num_gpus,duration,deadline\na,10,1,100,\nb,10,1,100,500\n")
     jobs = {j.id: j for j in load_trace(p)}
     assert jobs["a"].deadline is None and jobs["b"].deadline == 490.0
+
+
+@pytest.mark.parametrize("cluster", ["16x4", "8x8", "4x8", "2x8:gpu:8000"])
+def test_job_alone_runs_its_trace_duration_on_any_node_shape(tmp_path, cluster):
+    """A trace's duration is converted on the simulated cluster's own node shape and
+    memory: every job, alone on the idle cluster, takes its duration (within 1 %)."""
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import APPS
+    from gimbalctl.sim import SimConfig, simulate
+    from gimbalctl.traces import BASE_BATCH
+    from policies import get_policy
+
+    nodes = parse_cluster(cluster)
+    total = sum(n.num_gpus for n in nodes)
+    rng = np.random.default_rng(7)
+    rows = ["id,submit_time,num_gpus,duration,app,batch_size"]
+    sizes = [g for g in (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32) if g <= total]
+    k = 0
+    for g in sizes:
+        for app in APPS:
+            dur = float(rng.uniform(120, 50000))
+            # every other job asks for a batch that needs accumulation steps
+            top = int(default_models().iters_table[app][-1][0])
+            batch = min(BASE_BATCH[app] * g, top) if k % 2 else top
+            rows.append(f"j{k},{k * 1e6},{g},{dur:.3f},{app},{batch}")
+            k += 1
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(rows) + "\n")
+    jobs = load_trace(path, kind="generic", nodes=nodes)
+    want = {f"j{i}": float(r.split(",")[3]) for i, r in enumerate(rows[1:])}
+    res = simulate(jobs, nodes, get_policy("fifo"), default_models(), SimConfig())
+    df = res.jobs.set_index("id")
+    assert (df.queueing == 0).all(), "each job ran alone"
+    ratio = (df.end - df.start) / df.index.map(want)
+    assert ratio.between(0.99, 1.01).all(), ratio[~ratio.between(0.99, 1.01)].to_dict()

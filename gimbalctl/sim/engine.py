@@ -4,7 +4,9 @@ Events are job arrivals, job completions, scheduling ticks and rounds.  The
 policy is called (with a fresh :class:`~policies.model.ClusterSnapshot`) after
 every arrival or completion, every ``interval`` seconds while jobs wait, and
 every ``Policy.round_length`` seconds while any job is active (round-based
-policies); its Plan is validated and applied.
+policies); its Plan is validated and applied.  A policy with ``rounds_only``
+(seed 002's rounds, Gavel's mechanism) is called only at multiples of its round
+length, never at arrivals or completions.
 
 Rate model (docs/architecture.md, "Allocation record"): each worker of a
 running job (:class:`~policies.model.WorkerAlloc`) takes seed 000 eq. 7 on its
@@ -44,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import sys
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -85,7 +88,8 @@ class _Rec:
 
     __slots__ = ("spec", "state", "alloc", "as_of", "done_iters", "service", "executed",
                  "rate", "overhead", "preemptions", "first_start", "end", "version",
-                 "view", "shared", "partners", "batch", "uniform", "wmap", "held")
+                 "view", "shared", "partners", "batch", "uniform", "wmap", "held",
+                 "run_start")
 
     def __init__(self, spec: Job):
         self.spec = spec
@@ -99,6 +103,7 @@ class _Rec:
         self.overhead = 0.0
         self.preemptions = 0
         self.first_start: Optional[float] = None
+        self.run_start: Optional[float] = None  # start of the current run
         self.end: Optional[float] = None
         self.version = 0
         self.view: Optional[Job] = None
@@ -142,6 +147,10 @@ class Simulator:
         self.reveal = config.reveal_lengths and getattr(policy, "needs_lengths", True)
         self.may_preempt = getattr(policy, "preemptive", True)
         self.round_length = getattr(policy, "round_length", None)
+        # rounds only: called at multiples of round_length, never at arrivals/completions
+        self.rounds_only = bool(getattr(policy, "rounds_only", False))
+        if self.rounds_only and self.round_length is None:
+            raise ValueError("a policy with rounds_only needs a round_length")
         if self.round_length is not None and not self.round_length > 0:
             raise ValueError(f"policy round_length must be > 0 seconds, got {self.round_length!r}")
         self.recs = {j.id: _Rec(j) for j in jobs}
@@ -159,6 +168,10 @@ class Simulator:
         self.active: dict[str, _Rec] = {}
         self.views: dict[str, Job] = {}  # active job -> its current frozen view
         self.dirty_views: set[str] = set()
+        # the last snapshot's job map and the ids changed since: reused in place when
+        # nothing outside the simulator still holds it, so a call costs O(changes)
+        self.snap_jobs: Optional[dict] = None
+        self.changed_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
         self.events: list = []
         self.seq = 0
@@ -177,7 +190,10 @@ class Simulator:
         self.history_view: Optional[tuple] = tuple(self.history)  # rebuilt after a completion
         self.refit, self.refit_every = refit, float(refit_every)
         self.last_fit: Optional[float] = None
-        self.predictors: Mapping[str, Any] = MappingProxyType({})
+        # static predictors the models carry (seed 002's reference database), plus what
+        # ``refit`` returns from the history
+        self.static_predictors = dict(getattr(models, "predictors", {}) or {})
+        self.predictors: Mapping[str, Any] = MappingProxyType(dict(self.static_predictors))
         self.gpn = {n.name: n.num_gpus for n in self.nodes}
         arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         for j in arrivals:
@@ -224,17 +240,27 @@ class Simulator:
                 else:
                     self.round_pending = False
                     round_due = True
-            # elastic policies (seed 001) re-divide the GPUs at every churn event, even
-            # when nothing waits (a completion frees GPUs the running jobs can take)
-            if ((changed or tick) and (self.waiting_ids or (changed and self.elastic and self.active))) \
-                    or (round_due and self.active):
+            if self.rounds_only:  # decides at rounds only (seed 002, Gavel's mechanism)
+                call = round_due and self.active
+            else:
+                # elastic policies (seed 001) re-divide the GPUs at every churn event, even
+                # when nothing waits (a completion frees GPUs the running jobs can take)
+                call = ((changed or tick) and (self.waiting_ids or (changed and self.elastic
+                                                                    and self.active))) \
+                    or (round_due and self.active)
+            if call:
                 self._schedule()
                 self._check_stall()
-            if self.waiting_ids and not self.tick_pending:
+            if self.waiting_ids and not self.tick_pending and not self.rounds_only:
                 self._push(self.now + self.cfg.interval, TICK, "", 0)
                 self.tick_pending = True
             if self.round_length is not None and self.active and not self.round_pending:
-                self._push(self.now + self.round_length, ROUND, "", 0)
+                r = self.round_length
+                if not self.rounds_only or round_due:
+                    nxt = self.now + r
+                else:  # a chain (re)starts on the grid of multiples of the round length
+                    nxt = math.ceil(self.now / r - 1e-9) * r
+                self._push(nxt, ROUND, "", 0)
                 self.round_pending = True
             if self.now >= self.next_sample:
                 self._sample()
@@ -397,6 +423,7 @@ class Simulator:
         del self.active[rec.spec.id]
         self.views.pop(rec.spec.id, None)
         self.dirty_views.discard(rec.spec.id)
+        self.changed_views.add(rec.spec.id)
         self.n_done += 1
         s = rec.spec
         self.history.append(FinishedJob(
@@ -407,10 +434,25 @@ class Simulator:
 
     # ------------------------------------------------------------ scheduling
     def snapshot(self) -> ClusterSnapshot:
-        for jid in self.dirty_views:
+        for jid in sorted(self.dirty_views):  # sorted: new jobs enter in id order
             self.views[jid] = self._view(self.recs[jid])
+        self.changed_views |= self.dirty_views
         self.dirty_views.clear()
-        jobs = dict(self.views)
+        jobs = self.snap_jobs
+        # only this attribute, ``jobs`` and getrefcount's argument hold the last
+        # snapshot's map: no snapshot, proxy or policy kept it, so it may change in place
+        if jobs is not None and sys.getrefcount(jobs) == 3:
+            views = self.views
+            for jid in sorted(self.changed_views):
+                v = views.get(jid)
+                if v is None:
+                    jobs.pop(jid, None)
+                else:
+                    jobs[jid] = v
+        else:
+            jobs = dict(self.views)
+        self.snap_jobs = jobs
+        self.changed_views.clear()
         if self.free_cache is None:
             for name in self.dirty_nodes:
                 self.free_tuples[name] = tuple(
@@ -424,7 +466,8 @@ class Simulator:
             self.history_view = tuple(self.history)
         if self.refit is not None and (self.last_fit is None
                                        or self.now - self.last_fit >= self.refit_every):
-            self.predictors = MappingProxyType(dict(self.refit(self.history_view, self.now)))
+            self.predictors = MappingProxyType({**self.static_predictors,
+                                                **self.refit(self.history_view, self.now)})
             self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
@@ -445,7 +488,8 @@ class Simulator:
                 executed_time=rec.executed,
                 iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
                 restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
-                preemptions=rec.preemptions)
+                preemptions=rec.preemptions,
+                run_start=rec.run_start if rec.state is JobState.RUNNING else None)
         return rec.view
 
     def _schedule(self) -> None:
@@ -649,6 +693,7 @@ class Simulator:
         if rec.partners:
             rec.shared = True
         if not resize:
+            rec.run_start = self.now
             if rec.first_start is None:
                 rec.first_start = self.now
             elif rec.preemptions:

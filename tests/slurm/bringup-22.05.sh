@@ -11,6 +11,10 @@
 #                                                    # each, NO shard) on port 6847, next to it;
 #                                                    # SLURM_CONF=/etc/slurm-gimbal-mps/slurm.conf
 # Neither touches /etc/slurm (a site's or another lab cluster's config stays as it is).
+#   sudo VARIANT=het bash tests/slurm/bringup-22.05.sh
+#                                                    # cluster "gimbalhet": h1 (gpu:k80:2), h2
+#                                                    # (gpu:v100:2) on port 6857: GPU types
+#                                                    # SLURM_CONF=/etc/slurm-gimbal-het/slurm.conf
 #   FRESH=1 ...                                      # forget saved jobs / node state
 #   bash tests/slurm/bringup-22.05.sh stop           # stop (VARIANT=mps: that cluster only)
 #
@@ -22,7 +26,8 @@ VARIANT=${VARIANT:-main}
 case "$VARIANT" in
   main) CONF=$HERE/conf-22.05; INSTANCE=gimbal ;;
   mps)  CONF=$HERE/conf-22.05-mps; INSTANCE=gimbal-mps ;;
-  *) echo "bringup-22.05: unknown VARIANT=$VARIANT (main|mps)" >&2; exit 2 ;;
+  het)  CONF=$HERE/conf-22.05-het; INSTANCE=gimbal-het ;;
+  *) echo "bringup-22.05: unknown VARIANT=$VARIANT (main|mps|het)" >&2; exit 2 ;;
 esac
 export INSTANCE DEBIAN_FRONTEND=noninteractive
 T0=$SECONDS

@@ -41,6 +41,7 @@ fi
 # 3. 22.05 clusters and PostgreSQL meanwhile
 step bringup-22.05 env FRESH=1 bash "$HERE/bringup-22.05.sh"
 step bringup-22.05-mps env FRESH=1 VARIANT=mps bash "$HERE/bringup-22.05.sh"
+step bringup-22.05-het env FRESH=1 VARIANT=het bash "$HERE/bringup-22.05.sh"
 step postgres bash "$REPO/tests/services/postgres.sh"
 [ -f "$LOGS/postgres.log" ] && echo "[ci-setup] postgres URL: $(tail -1 "$LOGS/postgres.log")" >&2
 

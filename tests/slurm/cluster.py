@@ -1,6 +1,6 @@
 """Handles on gimbal's real Slurm test clusters (brought up by the scripts next to this file).
 
-Three clusters, all on one host, loopback only, so they can run at the same time:
+Four clusters, all on one host, loopback only, so they can run at the same time:
 
 ========== ======= ================================ ============ ==========================
 key        release SLURM_CONF                       slurmctld    nodes
@@ -9,6 +9,8 @@ key        release SLURM_CONF                       slurmctld    nodes
                                                                  mps1 (gpu:2, mps:200)
 ``2205mps``22.05   /etc/slurm-gimbal-mps/slurm.conf 6847         m1, m2 (gpu:2, mps:200; no
                                                                  shard, see docs/slurm.md)
+``2205het``22.05   /etc/slurm-gimbal-het/slurm.conf 6857         h1 (gpu:k80:2), h2
+                                                                 (gpu:v100:2): GPU types
 ``2605``   26.05   /etc/slurm-gimbal/slurm.conf     6937         like 2205; in the Debian sid
                    (inside the chroot)                           chroot, commands run through
                                                                  ``in-chroot.sh``
@@ -68,6 +70,9 @@ SPECS: Dict[str, ClusterSpec] = {
     "2205mps": ClusterSpec("2205mps", "22.05", "gimbalmps", "/etc/slurm-gimbal-mps/slurm.conf",
                            ("m1", "m2"), ("tests/slurm/bringup-22.05.sh",),
                            bringup_env=(("VARIANT", "mps"),)),
+    "2205het": ClusterSpec("2205het", "22.05", "gimbalhet", "/etc/slurm-gimbal-het/slurm.conf",
+                           ("h1", "h2"), ("tests/slurm/bringup-22.05.sh",),
+                           bringup_env=(("VARIANT", "het"),)),
     "2605": ClusterSpec("2605", "26.05", "gimbal26", "/etc/slurm-gimbal/slurm.conf",
                         ("gpu1", "gpu2", "gpu3", "mps1"), ("tests/slurm/bringup-26.05.sh",),
                         chroot=True, bringup_timeout=1500),

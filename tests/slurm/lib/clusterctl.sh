@@ -60,7 +60,7 @@ do_install() {
   for n in $(nodes); do
     install -d -m 755 $DSPOOL/$n $FAKE/$n
     # fake GPUs: char devices with NVIDIA's major 195 (slurmd rejects regular files)
-    cnt=$(sed -n "s/^NodeName=$n .*Gres=gpu:\([0-9]*\).*/\1/p" $ETC/slurm.conf)
+    cnt=$(sed -n "s/^NodeName=$n .*Gres=gpu:\([a-z0-9_]*:\)\{0,1\}\([0-9][0-9]*\).*/\2/p" $ETC/slurm.conf)
     for g in $(seq 0 $((${cnt:-0}-1))); do
       [ -c $FAKE/$n/nvidia$g ] || { rm -f $FAKE/$n/nvidia$g; mknod $FAKE/$n/nvidia$g c 195 $g; }
     done

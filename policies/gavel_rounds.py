@@ -1,0 +1,87 @@
+"""Gavel-style round-based execution of a time-share allocation on heterogeneous GPU types
+(the mechanism of Narayanan et al., OSDI'20, which seed 002 compares against in Table 3:
+``min_total_duration`` and ``isolation``).
+
+A policy computes ``X[j][t]``: the fraction of time job ``j`` should run on GPU type ``t``
+(Σ_t X[j][t] ≤ 1, Σ_j n_j X[j][t] ≤ GPUs of type t).  Each round, jobs are served in
+decreasing priority ``Σ_t X[j][t] / received_j`` (Gavel's priority: allocation over the
+share already received; a job that has received nothing comes first), each on its type of
+largest X that still has room for its GPU count.  Gavel tracks the time received per
+(job, type); a policy here sees only the snapshot, so ``received_j`` is the job's run
+time over its time in the system (our simplification, stated).
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from .model import ClusterSnapshot, Job
+from .plan import ReasonCode, make_plan, reason
+from .base import keep_running_reasons
+from .typed_rounds import apply_decisions, type_capacity
+
+
+class _Pick:
+    __slots__ = ("gpu_type", "ngpu", "batch")
+
+    def __init__(self, t, n, b):
+        self.gpu_type, self.ngpu, self.batch = t, n, b
+
+
+def iter_rate(snap: ClusterSnapshot, job: Job, gtype: str, per_node: int) -> float:
+    """Iterations/s of ``job`` as submitted (count, batch) on type ``gtype``."""
+    prof = snap.profiles.get(job.app)
+    if prof is None:
+        return 0.0
+    n = job.num_gpus
+    local = job.global_batch / n
+    s = prof.min_accum_steps(local)
+    nodes = -(-n // max(per_node, 1))
+    return snap.gpu_types.speed(job.app, gtype) / prof.iter_time(local, n, nodes, s)
+
+
+def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
+              alloc: Mapping[str, Mapping[str, float]], label: str):
+    """Serve ``jobs`` by Gavel priority under allocation ``alloc`` (job -> type -> X)."""
+    types = type_capacity(snap)
+    cap = {t: v[0] for t, v in types.items()}
+
+    def prio(j: Job):
+        x = sum(alloc.get(j.id, {}).values())
+        age = snap.now - j.submit_time
+        got = snap.executed_time(j) / age if age > 0 else 0.0
+        p = math.inf if got <= 0 else x / got
+        return (-p if x > 1e-9 else math.inf, j.submit_time, j.id)
+
+    ordered = sorted(jobs, key=prio)
+    decided, pri = {}, {}
+    for j in ordered:
+        xs = alloc.get(j.id, {})
+        for t in sorted(xs, key=lambda t: (-xs[t], t)):
+            if xs[t] > 1e-9 and cap.get(t, 0) >= j.num_gpus:
+                decided[j.id] = _Pick(t, j.num_gpus, j.global_batch)
+                pri[j.id] = prio(j)[0]
+                cap[t] -= j.num_gpus
+                break
+
+    def nums(j, opt):
+        xs = alloc.get(j.id, {})
+        return {f"x_{t}": v for t, v in sorted(xs.items())} | {"gpu_type_x": xs.get(opt.gpu_type, 0.0)}
+
+    def started(j, opt):
+        code = ReasonCode.RESUMED if j.start_time is not None else ReasonCode.STARTED
+        return reason(code, f"{opt.ngpu} x {opt.gpu_type}: highest {label} priority", **nums(j, opt))
+
+    def kept(j, opt):
+        return reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share", **nums(j, opt))
+
+    preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
+    order = []
+    for j in ordered:
+        if j.id not in placed:
+            order.append(j.id)
+            if j.id not in reasons:
+                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                       f"lower {label} priority this round")
+    keep_running_reasons(snap, reasons)
+    return make_plan(name, list(preempted.values()) + starts, order, reasons)

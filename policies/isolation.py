@@ -1,0 +1,38 @@
+"""Isolation: every job an equal share of every GPU type (seed 002 Table 3 baseline
+``isolation``, "Dominant Resource Fairness"; with GPUs as the one resource DRF's
+progressive filling gives each job the same share).  After Gavel's isolated policy:
+``X[j][t] = G_t / Σ_k n_k`` capped so Σ_t X[j][t] ≤ 1, served round by round
+(:mod:`policies.gavel_rounds`)."""
+from __future__ import annotations
+
+from .base import Policy
+from .gavel_rounds import run_round
+from .model import ClusterSnapshot
+from .registry import register
+from .typed_rounds import type_capacity
+
+
+@register("isolation")
+class Isolation(Policy):
+    """Isolation (DRF): equal time shares of every GPU type, in rounds (Gavel mechanism)."""
+
+    preemptive = True
+    rounds_only = True  # Gavel's mechanism decides at round boundaries only
+
+    def __init__(self, round_length: float = 180.0):
+        if not round_length > 0:
+            raise ValueError(f"isolation: round_length must be > 0 seconds, not {round_length!r}")
+        self.round_length = float(round_length)
+
+    def schedule(self, snap: ClusterSnapshot):
+        types = type_capacity(snap)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        demand = sum(j.num_gpus for j in jobs) or 1
+        alloc = {}
+        for j in jobs:
+            xs = {t: v[0] / demand for t, v in types.items() if j.num_gpus <= v[0]}
+            tot = sum(xs.values())
+            if tot > 1.0:
+                xs = {t: x / tot for t, x in xs.items()}
+            alloc[j.id] = xs
+        return run_round(snap, self.name, jobs, alloc, "isolation")

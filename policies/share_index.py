@@ -1,0 +1,443 @@
+"""Round state of SJF-BSBF / SJF-FFS (seed 000 Alg. 1) kept as indexes.
+
+Algorithm 1 recomputes G_free and G_OJ for every pending job and evaluates
+Algorithm 2 against every job on G_OJ.  Done literally that is O(cluster) per
+pending job.  This module keeps the same sets as indexes updated per start
+(O(changes)):
+
+* free GPUs by node (what :func:`policies.base.pick_consolidated` needs) and the
+  counts |G_free|, |G_OJ|;
+* single-occupied GPUs grouped by their job (a *group*: Algorithm 1 line 10's
+  candidate), and groups in *classes* of equal (application, memory use, GPU
+  memory, evaluable).  Within a class Algorithm 2's memory test is the same for
+  every group and Theorem 1 depends on the running job A only through
+  X = t_A · i_A (A's remaining exclusive time, eq. 18–25), so a class is kept
+  sorted by X.
+
+For a candidate B, :func:`runs` labels a class's X-sorted groups by Theorem 1's
+sign with closed-form bounds: the share-now minus run-after difference is
+piecewise linear in X with one break (the proof's two cases), and the share-now
+time is increasing in B's iteration time t_B (so the fastest fitting sub-batch
+decides whether *some* sub-batch shares).  Only groups within a safety margin
+(1e-9 relative) of a sign change, and the few groups an answer depends on
+(best pair JCTs, best rejected pair), are evaluated exactly with
+:func:`policies.sharing.algorithm2` — the same call with the same arguments as
+before, so the Plans are identical (tests/policies/test_sjf_differential.py
+checks this against the literal implementation).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Optional
+
+from .base import FreeGpus, exclusive_config
+from .model import ClusterSnapshot, Gpu, Job
+from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
+
+REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
+
+
+@dataclass
+class Occupant:
+    """A job holding GPUs this round (running, or started earlier in the round)."""
+
+    job: Job
+    gpus: tuple[Gpu, ...]
+    sub_batch: int
+    t_iter: float  # s/iteration alone in its configuration (eq. 7)
+    rem_iters: Optional[float]  # None: unknown
+
+    @property
+    def usable(self) -> bool:
+        t = self.t_iter
+        return self.rem_iters is not None and t == t and t > 0
+
+
+def occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[Occupant]:
+    alloc = job.allocation
+    if alloc is None or not alloc.gpus:
+        return None
+    prof = snap.profiles.get(job.app)
+    k = len(alloc.gpus)
+    t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+         if prof is not None else None)
+    rem = snap.remaining_iters(job)
+    if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
+        rt = snap.remaining_time(job)
+        if rt is not None:
+            rem = rt / snap.exclusive_iter_time(job)
+    return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+
+
+class Candidate:
+    """Per-round precomputation for one pending job B (Algorithm 2 inputs)."""
+
+    def __init__(self, rnd: "Round", job: Job):
+        self.job = job
+        snap = rnd.snap
+        self.prof = snap.profiles.get(job.app)
+        self.mem = snap.memory.get(job.app)
+        per_node = rnd.per_node if rnd.per_node is not None else job.num_gpus
+        self.nodes = -(-job.num_gpus // max(per_node, 1))
+        self.local = -(-job.global_batch // max(job.num_gpus, 1))
+        self.cands = rnd.sub_batches(self.local)
+        self._t = rnd.iter_cache.setdefault((job.app, job.global_batch, job.num_gpus, self.nodes),
+                                            {})
+        self.excl = rnd.exclusive(job)
+        self.t_excl = self.iter_time(*self.excl) if self.prof is not None else None
+        self.iters = job.total_iters
+        self.usable = self.prof is not None and self.iters is not None
+
+    def iter_time(self, b: int, s: int) -> float:
+        """Eq. 7 with s accumulation steps of the per-GPU share B = global/G_k
+        (micro-batch ⌈B/s⌉ = b; the simulator's rate uses the same form)."""
+        key = (b, s)
+        t = self._t.get(key)
+        if t is None:
+            k = self.job.num_gpus
+            t = self.prof.iter_time(self.job.global_batch / k, k, self.nodes, s)
+            self._t[key] = t
+        return t
+
+    def mem_mb(self, b: int) -> float:
+        return 0.0 if self.mem is None else self.mem.mem_mb(b)
+
+    def fits_beside(self, b: int, other_mb: float, gpu_mem_mb: float) -> bool:
+        if self.prof is not None and b > self.prof.max_local_batch:
+            return False
+        return self.mem_mb(b) + other_mb <= gpu_mem_mb
+
+
+class Group:
+    """Candidate for sharing: one occupant and its GPUs that hold only it (GPU order)."""
+
+    __slots__ = ("occ", "gpus", "pos", "x", "cls", "choice")
+
+    def __init__(self, occ: Occupant, gpus: list, pos: list):
+        self.occ, self.gpus, self.pos = occ, gpus, pos
+        self.x = occ.t_iter * occ.rem_iters if occ.usable else 0.0
+        self.cls: Optional[Cls] = None
+        self.choice: Optional[ShareChoice] = None
+
+    @property
+    def first(self) -> int:
+        return self.pos[0]
+
+    @property
+    def key(self) -> tuple:
+        return (self.x, self.pos[0])
+
+
+class Cls:
+    """Groups of one (app, A's memory MiB, GPU memory cap, evaluable), sorted by
+    (X, position); ``cnts`` holds each group's GPU count in the same order."""
+
+    __slots__ = ("app", "a_mb", "cap", "usable", "keys", "groups", "cnts", "_cum", "memo",
+                 "total")
+
+    def __init__(self, app: str, a_mb: float, cap: float, usable: bool):
+        self.app, self.a_mb, self.cap, self.usable = app, a_mb, cap, usable
+        self.keys: list = []
+        self.groups: list[Group] = []
+        self.cnts: list[int] = []
+        self._cum: Optional[list] = None
+        self.memo: dict = {}  # candidate signature -> what Algorithm 2 needs of this class
+        self.total = 0  # GPUs of all groups
+
+    def add(self, gr: Group) -> None:
+        k = gr.key
+        i = bisect_left(self.keys, k)
+        self.keys.insert(i, k)
+        self.groups.insert(i, gr)
+        self.cnts.insert(i, len(gr.gpus))
+        self.total += len(gr.gpus)
+        gr.cls = self
+        self._cum = None
+
+    def remove(self, gr: Group) -> None:
+        i = bisect_left(self.keys, gr.key)
+        while self.groups[i] is not gr:
+            i += 1
+        del self.keys[i]
+        del self.groups[i]
+        self.total -= self.cnts[i]
+        del self.cnts[i]
+        gr.cls = None
+        self._cum = None
+
+    @property
+    def cum(self) -> list:
+        if self._cum is None:
+            self._cum = list(accumulate(self.cnts, initial=0))
+        return self._cum
+
+    def gpus_in(self, lo: int, hi: int) -> int:
+        c = self.cum
+        return c[hi] - c[lo]
+
+
+class Round:
+    """Free and single-occupied GPUs of one scheduling round, updated per start."""
+
+    def __init__(self, snap: ClusterSnapshot):
+        self.snap = snap
+        nodes = snap.nodes
+        self.per_node = snap.max_gpus_per_node if nodes else None
+        self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
+        self.mem_of = {n.name: n.gpu_mem_mb for n in nodes}
+        self.free = FreeGpus(snap.free_by_node(), snap.node_rank)
+        self.n_free = self.free.total
+        self.iter_cache: dict = {}
+        self._excl: dict = {}
+        self._subs: dict = {}
+        self._xi: dict = {}
+        self.fit_memo: dict = {}
+        self.shared_ready = False
+        self.started: list = []  # starts made before the sharing indexes were built
+
+    # ----------------------------------------------------------- memo helpers
+    def exclusive(self, job: Job) -> tuple[int, int]:
+        key = (job.app, job.global_batch, job.num_gpus)
+        v = self._excl.get(key)
+        if v is None:
+            v = self._excl[key] = exclusive_config(self.snap, job, self.min_mem)
+        return v
+
+    def xi_pair(self, run_app: str, new_app: str) -> tuple[float, float]:
+        """(ξ of the running job beside the new one, ξ of the new one beside it)."""
+        key = (run_app, new_app)
+        v = self._xi.get(key)
+        if v is None:
+            v = self._xi[key] = (self.snap.xi(run_app, new_app), self.snap.xi(new_app, run_app))
+        return v
+
+    def sub_batches(self, local: int) -> list:
+        v = self._subs.get(local)
+        if v is None:
+            v = self._subs[local] = sub_batch_candidates(local)
+        return v
+
+    # ----------------------------------------------------- occupancy (lazy)
+    def build_shared(self, per_gpu_groups: bool) -> None:
+        """G_OJ and its groups, built the first time a job needs them this round."""
+        snap = self.snap
+        self.per_gpu_groups = per_gpu_groups
+        offset, size = {}, {}
+        p = 0
+        for n in snap.nodes:
+            offset.setdefault(n.name, p)
+            size.setdefault(n.name, n.num_gpus)
+            p += n.num_gpus
+        self.offset, self.size = offset, size
+        self.occ: dict[Gpu, list[str]] = {}
+        for g, ids in snap.gpu_jobs.items():
+            if ids and g.node in offset and 0 <= g.index < size[g.node]:
+                self.occ[g] = list(ids)
+        self.occupants: dict[str, Occupant] = {}
+        self.groups: dict = {}  # job id (or GPU for per-GPU groups) -> Group
+        self.classes: dict[tuple, Cls] = {}
+        self.n_one = 0
+        singles: dict[str, list] = {}
+        for g, ids in self.occ.items():
+            if len(ids) == 1:
+                self.n_one += 1
+                singles.setdefault(ids[0], []).append(g)
+        for j in snap.running():
+            o = occupant_from_job(snap, j)
+            if o is not None:
+                self.occupants[j.id] = o
+        for jid, gs in singles.items():
+            o = self.occupants.get(jid)
+            if o is None:  # a job the snapshot places but we cannot model
+                continue
+            gs.sort(key=self.pos_of)
+            self._add_groups(o, gs)
+        self.shared_ready = True
+        for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
+            self.occupy(job, gpus, b, s, list(gpus))
+
+    def pos_of(self, g: Gpu) -> int:
+        return self.offset[g.node] + g.index
+
+    def _class_of(self, occ: Occupant, gpus) -> Cls:
+        mem = self.snap.memory.get(occ.job.app)
+        a_mb = 0.0 if mem is None else mem.mem_mb(occ.sub_batch)
+        cap = min(self.mem_of[g.node] for g in gpus)
+        key = (occ.job.app, a_mb, cap, occ.usable)
+        c = self.classes.get(key)
+        if c is None:
+            c = self.classes[key] = Cls(occ.job.app, a_mb, cap, occ.usable)
+        return c
+
+    def _add_groups(self, occ: Occupant, gpus: list) -> None:
+        if self.per_gpu_groups:  # SJF-FFS: first fit, kept in GPU order
+            for g in gpus:
+                gr = Group(occ, [g], [self.pos_of(g)])
+                gr.x = 0.0
+                self.groups[g] = gr
+                self._class_of(occ, [g]).add(gr)
+        else:
+            gr = Group(occ, list(gpus), [self.pos_of(g) for g in gpus])
+            self.groups[occ.job.id] = gr
+            self._class_of(occ, gpus).add(gr)
+
+    def occupy(self, job: Job, gpus: tuple, b: int, s: int, from_free: list) -> None:
+        """``job`` starts on ``gpus`` (those in ``from_free`` were free, the rest
+        held one job): G_free / G_OJ and the groups follow."""
+        if not self.shared_ready:
+            self.started.append((job, gpus, b, s))
+            return
+        snap = self.snap
+        prof = snap.profiles.get(job.app)
+        nodes = len({g.node for g in gpus})
+        k = len(gpus)
+        t = prof.iter_time(job.global_batch / k, k, nodes, s) if prof is not None else float("nan")
+        rem = job.total_iters - job.completed_iters if job.total_iters is not None else None
+        occ = Occupant(job, tuple(gpus), b, t, rem)
+        self.occupants[job.id] = occ
+        freed = set(from_free)
+        for g in gpus:
+            on = self.occ.setdefault(g, [])
+            on.append(job.id)
+            if g in freed:
+                self.n_one += 1
+            elif len(on) == 2:
+                self.n_one -= 1
+                self._leave_single(on[0], g)
+        if from_free:
+            self._add_groups(occ, sorted(from_free, key=self.pos_of))
+
+    def _leave_single(self, jid: str, g: Gpu) -> None:
+        """GPU ``g`` of job ``jid`` now holds two jobs: it leaves jid's group."""
+        if self.per_gpu_groups:
+            gr = self.groups.pop(g, None)
+            if gr is not None:
+                gr.cls.remove(gr)
+            return
+        gr = self.groups.get(jid)
+        if gr is None:
+            return
+        i = gr.gpus.index(g)
+        gr.cls.remove(gr)
+        del gr.gpus[i]
+        del gr.pos[i]
+        if not gr.gpus:
+            del self.groups[jid]
+            return
+        self._class_of(gr.occ, gr.gpus).add(gr)
+
+
+# ---------------------------------------------------------------- bounds
+class Lin:
+    """Closed form of Theorem 1 for one candidate configuration (t_B, i_B) against a class:
+    share-now time T(X), run-after time X + S, difference D(X) = T(X) − X − S.
+
+    Case 1 (ξ_A·X ≥ ξ_B·t_B·i_B, eq. 21): T = ξ_B t_B i_B (1 − 1/(2ξ_A)) + X/2;
+    Case 2 (eq. 25 at κ = 0): T = (1 − 1/(2ξ_B)) ξ_A X + t_B i_B / 2.
+    """
+
+    __slots__ = ("c", "k1", "k2", "m", "s")
+
+    def __init__(self, t_b: float, i_b: float, xi_a: float, xi_b: float, s: float):
+        hbib = xi_b * t_b * i_b
+        self.c = hbib / xi_a
+        self.k1 = hbib * (1.0 - 1.0 / (2.0 * xi_a))
+        self.k2 = t_b * i_b / 2.0
+        self.m = (1.0 - 1.0 / (2.0 * xi_b)) * xi_a
+        self.s = s
+
+    def t(self, x: float) -> float:
+        return self.k1 + x / 2.0 if x >= self.c else self.k2 + self.m * x
+
+    def d(self, x: float) -> float:
+        return self.t(x) - x - self.s
+
+    def breaks(self, margin: float) -> list:
+        """X values where D crosses ±margin, and the case break."""
+        out = [self.c]
+        base1 = self.k1 - self.s  # D = base1 − X/2  (X ≥ c)
+        for v in (margin, -margin):
+            x = 2.0 * (base1 - v)
+            if x >= self.c:
+                out.append(x)
+            q = self.m - 1.0  # D = (k2 − s) + q X  (X < c)
+            if q != 0.0:
+                x = (v - (self.k2 - self.s)) / q
+                if x < self.c:
+                    out.append(x)
+        return out
+
+
+def runs(keys: list, lin: Lin, margin: float) -> list:
+    """Label the X-sorted ``keys`` of a class: [(label, lo, hi)], label 'T' where
+    Theorem 1 surely says share (D < −margin), 'F' where it surely does not
+    (D > margin), 'U' where the sign needs exact evaluation.  Between two
+    consecutive breaks of :meth:`Lin.breaks` the label cannot change."""
+    n = len(keys)
+    xa, xb = keys[0][0], keys[-1][0]
+    # D is piecewise linear with one break at c: its extremes over [xa, xb] are
+    # among xa, xb and c
+    da, db = lin.d(xa), lin.d(xb)
+    lo_d, hi_d = min(da, db), max(da, db)
+    if xa < lin.c < xb:
+        dc = lin.d(lin.c)
+        lo_d, hi_d = min(lo_d, dc), max(hi_d, dc)
+    if hi_d < -margin:
+        return [("T", 0, n)]
+    if lo_d > margin:
+        return [("F", 0, n)]
+    out = []
+    lo = 0
+    for e in [*sorted(set(lin.breaks(margin))), None]:
+        hi = n if e is None else bisect_left(keys, (e,))
+        if hi <= lo:
+            continue
+        da, db = lin.d(keys[lo][0]), lin.d(keys[hi - 1][0])
+        if da < -margin and db < -margin:
+            label = "T"
+        elif da > margin and db > margin:
+            label = "F"
+        else:
+            label = "U"
+        if out and out[-1][0] == label:
+            out[-1] = (label, out[-1][1], hi)
+        else:
+            out.append((label, lo, hi))
+        lo = hi
+    return out
+
+
+def evaluate(rnd: Round, cand: Candidate, gr: Group) -> ShareChoice:
+    """Line 11: Algorithm 2 for candidate B beside the group's job A (exact)."""
+    a = gr.occ
+    snap = rnd.snap
+    xi_run = snap.xi(a.job.app, cand.job.app)
+    xi_new = snap.xi(cand.job.app, a.job.app)
+    cls = gr.cls
+    a_mb, cap = cls.a_mb, cls.cap
+    fits = lambda b: cand.fits_beside(b, a_mb, cap)  # noqa: E731
+    usable = cand.prof is not None and cand.iters is not None and a.usable
+    if not usable:  # cannot evaluate Theorem 1: never share (SF false)
+        b0, s0 = cand.cands[0]
+        ok = any(fits(b) for b, _ in cand.cands)
+        return ShareChoice(False, b0, s0, float("inf"), float("inf"), float("inf"), 0,
+                           xi_run, xi_new, ok)
+    return algorithm2(cand.cands, cand.iter_time, fits, a.t_iter, a.rem_iters,
+                      cand.iters, xi_run, xi_new, cand.t_excl)
+
+
+def rejected(rnd: Round, cand: Candidate, gr: Group, t0: float, b0s0: tuple) -> None:
+    """Algorithm 2's answer for a group whose bounds say Theorem 1 runs B after A for
+    every fitting sub-batch: the first fitting sub-batch stays best (line 7's strict
+    ``<`` never replaces it), so one evaluation at it gives the same ShareChoice."""
+    a = gr.occ
+    xi_run, xi_new = rnd.xi_pair(a.job.app, cand.job.app)
+    if min(a.t_iter, t0, xi_run, xi_new) <= 0 or a.rem_iters < 0 or cand.iters < 0:
+        gr.choice = evaluate(rnd, cand, gr)  # the checks of theorem1 raise there
+        return
+    t_share, t_seq, case = _theorem1_numbers(a.t_iter, a.rem_iters, t0, cand.iters,
+                                             xi_run, xi_new, cand.t_excl)
+    gr.choice = ShareChoice(t_share < t_seq, b0s0[0], b0s0[1], min(t_share, t_seq), t_share,
+                            t_seq, case, xi_run, xi_new, True)

@@ -1,0 +1,229 @@
+"""Seed 002 (model similarity, rounds, packing): Alg. 1 / eq. 3, Alg. 2, Alg. 3."""
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gimbalctl.profiles import default_models
+from gimbalctl.similarity_db import APP_MODEL, build_db, load_features, FeatureTableError
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.plan import PreemptJob, ReasonCode, StartJob
+from policies.similarity import SimilarityDB, Similarity, cosine, scaled
+from policies.typed_rounds import type_capacity
+from policies.throughput import GpuTypeTable
+
+M = default_models()
+APPS = tuple(sorted(M.profiles))
+TYPES = GpuTypeTable(per_app=MappingProxyType({
+    (a, t): s for a in APPS for t, s in (("v100", 1.0), ("p100", 0.7), ("k80", 0.2))}),
+    memory_mb=MappingProxyType({"v100": 16384, "p100": 16384, "k80": 12288}))
+DB = build_db(APPS)
+
+
+def snap(nodes, jobs, now=0.0, db=DB, gpu_types=TYPES):
+    jobs = {j.id: j for j in jobs}
+    gpu_jobs: dict = {}
+    for j in jobs.values():
+        if j.running:
+            for g in j.allocation.gpus:
+                gpu_jobs[g] = gpu_jobs.get(g, ()) + (j.id,)
+    free = tuple(g for n in nodes for g in n.gpus() if g not in gpu_jobs)
+    return ClusterSnapshot(now, tuple(nodes), MappingProxyType(jobs), MappingProxyType(gpu_jobs), free,
+                           M.profiles, M.memory, M.interference, gpu_types=gpu_types,
+                           predictors=MappingProxyType({"similarity": db} if db else {}))
+
+
+def job(i, app="cifar10", n=1, batch=128, t=0.0, **kw):
+    return Job(f"j{i}", t, n, app, batch, total_iters=1000.0, **kw)
+
+
+# ------------------------------------------------------------------ Alg. 1 / eq. 3
+def test_cosine_hand_values():
+    assert cosine((1, 0), (0, 1)) == 0.0
+    assert cosine((1, 2, 3), (2, 4, 6)) == pytest.approx(1.0)
+    assert cosine((1, 2), (2, 1)) == pytest.approx(4 / 5)
+    assert cosine((3, 4), (4, 3)) == pytest.approx(24 / 25)
+    assert cosine((0, 0), (1, 1)) == 0.0
+    assert scaled((0, math.e - 1)) == pytest.approx((0.0, 1.0))
+
+
+def test_closest_is_the_model_itself_when_recorded():
+    for app in APPS:
+        ref, sim = DB.closest(app)
+        assert ref == app and sim == pytest.approx(1.0)
+
+
+def test_closest_by_hand_on_a_tiny_db():
+    db = SimilarityDB({"a": (1.0, 0.0), "b": (0.0, 1.0), "c": (1.0, 1.0), "x": (5.0, 0.2)},
+                      ("a", "b", "c"))
+    # log1p scaling: x -> (1.79, 0.18); a -> (0.69, 0): cos = 0.995; c -> cos 0.77
+    assert db.closest("x")[0] == "a"
+    assert db.closest("unknown") is None
+    assert SimilarityDB(db.features, db.references, exclude_self=True).closest("a")[0] == "c"
+
+
+def test_unrecorded_zoo_models_map_to_plausible_references():
+    assert DB.closest("resnet101")[0] == "cifar10"  # another ResNet on CIFAR-10
+    assert DB.closest("transformer")[0] == "bert"  # another Transformer
+
+
+def test_feature_table_errors_name_the_line():
+    with pytest.raises(FeatureTableError, match="header"):
+        load_features("name,a\nx,1\n")
+    feats = load_features()
+    head = "model,conv,linear,norm,activation,pool,recurrent,attention,embedding,params_m,gflops,act_mb\n"
+    with pytest.raises(FeatureTableError, match=r":3: "):
+        load_features(head + "a,1,1,1,1,1,1,1,1,1,1,1\nb,1,1,x,1,1,1,1,1,1,1,1\n")
+    with pytest.raises(FeatureTableError, match="twice"):
+        load_features(head + "a,1,1,1,1,1,1,1,1,1,1,1\na,1,1,1,1,1,1,1,1,1,1,1\n")
+    assert set(APP_MODEL.values()) <= set(feats)
+
+
+# ------------------------------------------------------------------ Alg. 2
+HET = (Node("v0", 2, "v100"), Node("k0", 4, "k80", 12288))
+
+
+def test_a_job_goes_to_the_type_its_reference_says_is_fastest():
+    plan = Similarity(decide="gpu").schedule(snap(HET, [job(1)]))
+    (st_,) = plan.starts()
+    assert {g.node for g in st_.gpus} == {"v0"}
+    assert plan.reasons["j1"].numbers["similarity"] == pytest.approx(1.0)
+
+
+def test_gpu_variant_keeps_count_and_batch():
+    j = job(1, n=2, batch=256, gpu_range=(1, 4), batch_range=(32, 1024))
+    plan = Similarity(decide="gpu").schedule(snap(HET, [j]))
+    (s,) = plan.starts()
+    assert len(s.gpus) == 2 and s.global_batch is None
+
+
+def test_ngpu_variant_chooses_the_count_within_range_only():
+    fixed = Similarity(decide="gpu_ngpu").schedule(snap(HET, [job(1, n=2)]))
+    assert len(fixed.starts()[0].gpus) == 2  # no gpu_range: the count is the user's
+    free = Similarity(decide="gpu_ngpu").schedule(snap(HET, [job(1, n=2, gpu_range=(1, 4))]))
+    s = free.starts()[0]
+    assert 1 <= len(s.gpus) <= 4
+    # the chosen option is the fastest of the suggestions that fit
+    pol = Similarity(decide="gpu_ngpu")
+    sn = snap(HET, [job(1, n=2, gpu_range=(1, 4))])
+    best = pol.suggestions(sn, sn.jobs["j1"], "cifar10", type_capacity(sn))[0]
+    assert len(s.gpus) == best.ngpu
+
+
+def test_bs_variant_overrides_batch_only_within_range():
+    pol = Similarity(decide="gpu_ngpu_bs")
+    s = pol.schedule(snap(HET, [job(1, batch=128, batch_range=(64, 512))])).starts()[0]
+    assert s.global_batch is None or 64 <= s.global_batch <= 512
+    s2 = pol.schedule(snap(HET, [job(1, batch=128)])).starts()[0]
+    assert s2.global_batch is None
+
+
+def test_a_round_never_oversubscribes_a_type_and_walks_in_arrival_order():
+    jobs = [job(i, n=2, t=float(i)) for i in range(5)]
+    plan = Similarity(decide="gpu", jp=False).schedule(snap(HET, jobs, now=0.0))
+    used: dict = {}
+    for s in plan.starts():
+        for g in s.gpus:
+            used[g] = used.get(g, 0) + 1
+    assert all(v == 1 for v in used.values())
+    assert [s.job_id for s in plan.starts()] == ["j0", "j1", "j2"]  # v100 pair, then 2x k80 pairs
+    assert plan.order == ("j3", "j4")
+
+
+def _running(j, gpus, batch=None, start=0.0):
+    from dataclasses import replace
+    alloc = Allocation(tuple(gpus), j.global_batch // len(gpus), 1, None, global_batch=batch)
+    return replace(j, state=JobState.RUNNING, allocation=alloc, start_time=start)
+
+
+def test_rescheduling_keeps_an_unchanged_job_and_moves_a_better_placed_one():
+    # j0 runs on k80 although v100 is free now: with cd it moves, without it stays
+    j0 = _running(job(0, t=0.0), [Gpu("k0", 0)])
+    cd = Similarity(decide="gpu", jp=False, cd=True).schedule(snap(HET, [j0], now=360.0))
+    assert PreemptJob("j0") in cd.actions
+    assert {g.node for g in cd.starts()[0].gpus} == {"v0"}
+    nocd = Similarity(decide="gpu", jp=False, cd=False).schedule(snap(HET, [j0], now=360.0))
+    assert nocd.actions == ()
+    j1 = _running(job(1, t=0.0), [Gpu("v0", 0)])
+    keep = Similarity(decide="gpu", jp=False, cd=True).schedule(snap(HET, [j1], now=360.0))
+    assert keep.actions == () and keep.reasons["j1"].code is ReasonCode.KEEP_RUNNING
+
+
+# ------------------------------------------------------------------ Alg. 3
+ONE = (Node("v0", 1, "v100"),)
+
+
+def test_packing_takes_a_partner_when_memory_allows():
+    plan = Similarity(decide="gpu", jp=True).schedule(snap(ONE, [job(0, batch=64), job(1, batch=64)]))
+    starts = {s.job_id: s for s in plan.starts()}
+    assert set(starts) == {"j0", "j1"}
+    assert starts["j1"].share_with == ("j0",) and starts["j1"].gpus == starts["j0"].gpus
+    assert plan.reasons["j1"].code is ReasonCode.STARTED_SHARED
+    off = Similarity(decide="gpu", jp=False).schedule(snap(ONE, [job(0, batch=64), job(1, batch=64)]))
+    assert [s.job_id for s in off.starts()] == ["j0"]
+
+
+def test_packing_never_exceeds_memory():
+    small = (Node("v0", 1, "v100", 4000),)  # too small for two imagenet workers
+    plan = Similarity(decide="gpu", jp=True).schedule(
+        snap(small, [job(0, app="imagenet", batch=64), job(1, app="imagenet", batch=64)]))
+    assert [s.job_id for s in plan.starts()] == ["j0"]
+
+
+def test_packing_overrides_batch_to_fit_when_allowed():
+    mem = M.memory["imagenet"]
+    # room for the host at batch 32 plus a partner at batch 32 but not at its own 128
+    cap = int(mem.mem_mb(32) * 2 + 1)
+    node = (Node("v0", 1, "v100", cap),)
+    host = job(0, app="imagenet", batch=32)
+    fixed = job(1, app="imagenet", batch=128)
+    flex = job(1, app="imagenet", batch=128, batch_range=(32, 128))
+    p1 = Similarity(decide="gpu_ngpu_bs").schedule(snap(node, [host, fixed]))
+    assert [s.job_id for s in p1.starts()] == ["j0"]
+    p2 = Similarity(decide="gpu_ngpu_bs").schedule(snap(node, [host, flex]))
+    s = {x.job_id: x for x in p2.starts()}
+    assert s["j1"].global_batch == 32
+
+
+# ------------------------------------------------------------------ properties
+@settings(max_examples=150, deadline=None)
+@given(nv=st.integers(0, 2), nk=st.integers(0, 2), per=st.sampled_from([1, 2, 4]),
+       specs=st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from([1, 2, 4]),
+                                st.sampled_from([32, 64, 128, 256]), st.booleans(), st.booleans()),
+                      min_size=1, max_size=12),
+       decide=st.sampled_from(["gpu", "gpu_ngpu", "gpu_ngpu_bs"]), jp=st.booleans())
+def test_rounds_respect_capacity_memory_and_two_per_gpu(nv, nk, per, specs, decide, jp):
+    nodes = tuple([Node(f"v{i}", per, "v100") for i in range(nv)] +
+                  [Node(f"k{i}", per, "k80", 12288) for i in range(nk)])
+    if not nodes:
+        nodes = (Node("v0", per, "v100"),)
+    total = sum(n.num_gpus for n in nodes)
+    jobs = [job(i, app=a, n=min(n, total), batch=b, t=float(i),
+                gpu_range=(1, 4) if el else None, batch_range=(32, 512) if fb else None)
+            for i, (a, n, b, el, fb) in enumerate(specs)]
+    sn = snap(nodes, jobs)
+    pol = Similarity(decide=decide, jp=jp)
+    plan = pol.schedule(sn)
+    again = Similarity(decide=decide, jp=jp).schedule(sn)
+    assert plan == again  # deterministic
+    on: dict = {}
+    mem_node = {n.name: n.gpu_mem_mb for n in nodes}
+    for s in plan.starts():
+        j = sn.jobs[s.job_id]
+        if j.gpu_range is None or decide == "gpu":
+            assert len(s.gpus) == j.num_gpus
+        b = s.global_batch or j.global_batch
+        if s.global_batch is not None:
+            assert j.batch_range and j.batch_range[0] <= b <= j.batch_range[1]
+        assert s.sub_batch * s.accum_steps * len(s.gpus) >= b
+        for g in s.gpus:
+            on.setdefault(g, []).append((j.app, s.sub_batch))
+    for g, occ in on.items():
+        assert len(occ) <= 2
+        if len(occ) == 2:
+            need = sum(M.memory[a].mem_mb(b) for a, b in occ)
+            assert need <= mem_node[g.node] + 1e-6
+    assert set(plan.reasons) == set(sn.jobs)

@@ -1,0 +1,164 @@
+"""SJF-BSBF / SJF-FFS (index-based, bound-pruned) return exactly the Plans of the literal
+implementation of seed 000 Alg. 1/2 kept in reference_sjf_bsbf.py / reference_sjf_ffs.py:
+same actions, order, infeasible list and every reason's code, text and numbers.
+
+Snapshots: recorded from the simulator at every policy call of several runs (fitted
+interference table, the ``--xi`` overrides incl. ξ = 1.5 where Theorem 1's two sides tie
+in Case 2, unknown lengths), random hand-built ones (hypothesis, ξ down to 0.3 where the
+bounds are not used), and the daemon benchmark's state at a small size."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import policies
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.profiles import APPS, default_models
+from gimbalctl.sim import SimConfig, simulate
+from policies import sjf_bsbf
+from policies.model import Job
+from policies.throughput import InterferenceTable
+from reference_sjf_bsbf import RefSjfBsbf
+from reference_sjf_ffs import RefSjfFfs
+from sjf_share_helpers import make_snap, pending, running
+
+MODELS = default_models()
+REFS = {"sjf-bsbf": RefSjfBsbf, "sjf-ffs": RefSjfFfs}
+
+
+def _same_number(a, b) -> bool:
+    return a == b or (a != a and b != b)  # NaN (Theorem 1 without lengths) equals NaN
+
+
+def assert_same(plan, ref):
+    assert plan.policy == ref.policy
+    assert plan.actions == ref.actions
+    assert plan.order == ref.order
+    assert plan.infeasible == ref.infeasible
+    assert plan.reasons.keys() == ref.reasons.keys()
+    for jid, r in ref.reasons.items():
+        p = plan.reasons[jid]
+        assert (p.code, p.text) == (r.code, r.text), jid
+        assert p.numbers.keys() == r.numbers.keys(), jid
+        assert all(_same_number(p.numbers[k], v) for k, v in r.numbers.items()), (jid, p, r)
+
+
+class Differential:
+    """Runs the package's policy and the reference on every snapshot the simulator makes."""
+
+    def __init__(self, name):
+        self.inner, self.ref = policies.get_policy(name), REFS[name]()
+        self.name, self.preemptive = name, False
+        self.calls = 0
+        self.codes = Counter()
+
+    def schedule(self, snap):
+        plan = self.inner.schedule(snap)
+        assert_same(plan, self.ref.schedule(snap))
+        self.calls += 1
+        self.codes.update(r.code.value for r in plan.reasons.values())
+        return plan
+
+
+def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        app = APPS[int(rng.integers(len(APPS)))]
+        g = int(gpus[int(rng.integers(len(gpus)))])
+        batch = MODELS.iters_table[app][0][0] * g * int(rng.choice([1, 2, 4]))
+        out.append(Job(id=f"j{i}", submit_time=float(rng.uniform(0, 3000)), num_gpus=g,
+                       app=app, global_batch=batch, total_iters=float(rng.uniform(50, 20000))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+@pytest.mark.parametrize("xi,reveal,cluster", [
+    (None, True, "4x4"), (1.5, True, "3x4"), (2.5, True, "2x8"), (1.2, True, "4x2"),
+    (None, False, "3x4")])
+def test_recorded_simulator_snapshots(name, xi, reveal, cluster):
+    pol = Differential(name)
+    simulate(_jobs(50, seed=len(cluster) + int(10 * (xi or 0))), parse_cluster(cluster), pol,
+             MODELS, SimConfig(interval=120.0, xi=xi, reveal_lengths=reveal))
+    assert pol.calls > 20
+    if reveal or name == "sjf-ffs":
+        assert pol.codes["started_shared"] > 0  # the sharing path is exercised
+    else:  # Theorem 1 needs lengths: SJF-BSBF never shares, it says why
+        assert pol.codes["wait_no_share_benefit"] > 0
+
+
+def _random_snapshot(draw):
+    nodes = draw(st.integers(1, 4))
+    per = draw(st.sampled_from([2, 4, 8]))
+    gpus = [(n, i) for n in range(nodes) for i in range(per)]
+    occupancy = Counter()
+    jobs = []
+    for k in range(draw(st.integers(0, 14))):
+        want = draw(st.sampled_from([1, 1, 2, 4]))
+        avail = [g for g in gpus if occupancy[g] < 2]
+        if len(avail) < want:
+            break
+        start = draw(st.integers(0, len(avail) - want))
+        chosen = avail[start:start + want]
+        app = "x" if any(occupancy[g] for g in chosen) else draw(st.sampled_from(["x", "big"]))
+        sb = draw(st.sampled_from([8, 32, 64])) if app == "x" else draw(st.sampled_from([8, 64, 256]))
+        total = draw(st.floats(100, 1e6))
+        for g in chosen:
+            occupancy[g] += 1
+        # equal lengths on purpose now and then: ties between groups
+        done = draw(st.sampled_from([0.0, 0.0, 0.5])) if draw(st.booleans()) \
+            else draw(st.floats(0, 0.99))
+        jobs.append(running(f"R{k}", app, chosen, sub_batch=sb, batch=sb * want, total=total,
+                            done=done * total))
+    for k in range(draw(st.integers(1, 12))):
+        n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+        jobs.append(pending(f"P{k}", draw(st.sampled_from(["x", "big"])), n,
+                            total=draw(st.floats(10, 1e5)),
+                            batch=draw(st.sampled_from([16, 64, 256])) * n,
+                            submit=draw(st.floats(0, 100))))
+    xi = draw(st.sampled_from([0.3, 0.5, 0.8, 1.0, 1.3, 1.5, 1.7, 2.5]))
+    pairs = {}
+    if draw(st.booleans()):
+        pairs = {("x", "big"): draw(st.floats(0.4, 3.0)), ("big", "x"): draw(st.floats(0.4, 3.0))}
+    return make_snap(jobs, nodes=nodes, gpus_per_node=per, xi_default=xi, pairs=pairs,
+                     mem_mb=draw(st.sampled_from([8000, 16384])))
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+@pytest.mark.parametrize("rel", [None, 1e-3, 10.0])
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_snapshots(name, rel, data, monkeypatch):
+    """``rel``: a wider safety margin than the policy's own sends more (with 10, nearly
+    all) groups through the exact path; the Plan must not change."""
+    if rel is not None:
+        monkeypatch.setattr(sjf_bsbf, "REL", rel)
+    snap = _random_snapshot(data.draw)
+    assert_same(policies.get_policy(name).schedule(snap), REFS[name]().schedule(snap))
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_daemon_state(name, seed):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from daemon_pass import build
+    finally:
+        sys.path.pop(0)
+    snap, _ = build(20, 8, 80, 200, seed=seed)
+    plan = policies.get_policy(name).schedule(snap)
+    assert_same(plan, REFS[name]().schedule(snap))
+    assert any(a.share_with for a in plan.starts())
+    # the fitted table but every pair at the default: Theorem 1's flat Case 2
+    flat = InterferenceTable(MappingProxyType({}), 1.5)
+    snap2 = dataclasses.replace(snap, interference=flat)
+    assert_same(policies.get_policy(name).schedule(snap2), REFS[name]().schedule(snap2))

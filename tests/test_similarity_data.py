@@ -1,0 +1,72 @@
+"""Seed 002 data: the shipped model characteristics are what the torch definitions give,
+and the heterogeneous workload generator / loader behave."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.hetero_workload import (COLUMNS, WorkloadError, generate, jobs_from_rows,
+                                       load_csv, write_csv)
+from gimbalctl.similarity_db import load_features
+from policies.similarity import FEATURES
+
+
+@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c"])
+def test_shipped_features_match_the_torch_models(model):
+    torch = pytest.importorskip("torch")
+    from gimbalctl.zoo.features import measure
+
+    got = measure(model)
+    shipped = dict(zip(FEATURES, load_features()[model]))
+    for k in FEATURES:
+        assert got[k] == pytest.approx(shipped[k], rel=1e-4), k
+
+
+def test_published_parameter_counts():
+    f = {m: dict(zip(FEATURES, v)) for m, v in load_features().items()}
+    assert f["resnet50"]["params_m"] == pytest.approx(25.557, rel=1e-3)  # He et al.
+    assert f["bert"]["params_m"] == pytest.approx(110, rel=0.02)  # BERT-base
+    assert f["vgg16"]["params_m"] > 100 and f["mobilenetv2"]["params_m"] < 4
+
+
+NODES = parse_cluster("1x4:v100,1x4:p100,2x4:k80")
+
+
+def test_workload_is_seeded_and_round_trips(tmp_path):
+    a = generate(50, NODES, span_s=420, seed=3)
+    assert a == generate(50, NODES, span_s=420, seed=3)
+    assert a != generate(50, NODES, span_s=420, seed=4)
+    assert a[0][1] == 0 and a[-1][1] == pytest.approx(420)
+    p = tmp_path / "w.csv"
+    write_csv(a, p)
+    jobs = load_csv(p)
+    assert [j.id for j in jobs] == [r[0] for r in a]
+    assert all(j.gpu_range == (1, 4) and j.batch_range == (32, 512) for j in jobs)
+    assert {j.global_batch for j in jobs} <= {32, 64, 128, 256, 512}
+
+
+def test_all_at_once_and_counts_follow_table2():
+    rows = generate(200, NODES, span_s=0, seed=1)
+    assert {r[1] for r in rows} == {0.0}
+    for r in rows:
+        assert 1 <= r[5] <= 4 and r[6] >= 1
+
+
+def test_bad_workload_rows_name_the_line(tmp_path):
+    p = tmp_path / "bad.csv"
+    rows = generate(3, NODES, seed=0)
+    bad = list(rows[1])
+    bad[6] = "many"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows([rows[0], bad, rows[2]])
+    with pytest.raises(WorkloadError, match=r"bad.csv:3"):
+        load_csv(p)
+    with pytest.raises(WorkloadError, match="repeated"):
+        jobs_from_rows([rows[0], rows[0]])
+    (tmp_path / "h.csv").write_text("a,b\n")
+    with pytest.raises(WorkloadError, match="header"):
+        load_csv(tmp_path / "h.csv")
