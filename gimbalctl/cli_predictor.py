@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .trace_kinds import TraceError
+from .trace_kinds import TraceError  # not .traces: the CLI starts without pandas
 
 
 def _history(sacct: Path):

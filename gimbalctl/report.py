@@ -1,5 +1,6 @@
 """Reports of simulation results: per-job CSV, timeline CSV, summary JSON and
-matplotlib plots (JCT CDF, waiting-time CDF, queue length over time).
+matplotlib plots (JCT CDF, waiting-time CDF, queue length over time, and QL / CE / BI
+over time per policy as seed 001's Fig. 2).
 
 Two waiting times are reported everywhere: *queueing* (first start − submit) and
 *total waiting* (JCT − run time: every second a job is not running, including the
@@ -90,4 +91,38 @@ def plot(results: Sequence[SimResult], out: Path) -> list[Path]:
     paths.append(out / "queue_length.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+    paths.append(plot_ql_ce_bi(results, out / "ql_ce_bi.png"))
     return paths
+
+
+def plot_ql_ce_bi(results: Sequence[SimResult], path: Path) -> Path:
+    """Seed 001 Fig. 2: queue length (QL), cluster efficiency (CE) and blocking index
+    (BI, log scale) against time, one line per policy, one panel per metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(7, 7.5), sharex=True)
+    panels = (("queue_length", "QL (waiting jobs)", False), ("ce", "CE", False),
+              ("bi", "BI (log scale)", True))
+    for ax, (col, label, log) in zip(axes, panels):
+        for r in results:
+            tl = r.timeline
+            if not len(tl):
+                continue
+            y = tl[col].to_numpy(float)
+            if log:
+                y = np.where(y > 0, y, np.nan)  # BI is 0 while nothing waits
+            ax.step(tl.t / 3600.0, y, where="post", label=r.policy, lw=1.0)
+        if log and ax.has_data():
+            ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small", ncol=min(len(results), 4))
+    axes[0].set_title("QL, CE and BI over time (seed 001 Fig. 2)")
+    axes[-1].set_xlabel("time (hours)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -21,8 +21,11 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
 * progress: launcher throughput reports (latest step) and the DB's
   pre-emption counts;
 * profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles;
-* measured throughput (``inputs`` only, for ``explain``/``queue``): the DB profile row's
-  ``measured`` entry for the job's app and GPU count, and the job's own newest report.
+* measured throughput (``inputs``, for ``explain``/``queue``): the DB profile row's
+  ``measured`` entry for the job's app and GPU count, and the job's own newest report;
+  for jobs whose app has no fitted profile also in ``predictors`` (``unprofiled`` ids and
+  ``measured_rates``: GPU count -> iterations/s), which the elastic policies use instead of a
+  model (seed 001 §4.5, :mod:`policies.elastic`).
 """
 from __future__ import annotations
 
@@ -32,11 +35,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping, Optional
 
+from policies.elastic import MEASURED_RATES, UNPROFILED
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, uniform_workers
 from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
 from .config import ConfigError
-from .predictor import group_key
 from .records import RecordError, gpu_name, workers_from_wire
 from .slurm.types import SlurmJob, SlurmNode
 
@@ -86,6 +89,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
     ``reports``: job id -> newest ``ReportRow``; ``decisions``: job id ->
     ``launcher.decision.LauncherDecision`` (the files the daemon wrote)."""
+    from .predictor import group_key  # here: predictor needs numpy, the CLI starts without it
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
     if default_app not in profiles:
@@ -104,6 +108,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     history = history or {}
     reports = reports or {}
     decisions = decisions or {}
+    unprofiled: list[str] = []  # seed 001 §4.5: these jobs' rates are measured, not modelled
+    measured_rates: dict[str, Mapping[int, float]] = {}
 
     for sj in sorted(jobs, key=lambda j: (j.submit_time, _idkey(j.job_id))):
         if sj.state not in ("PENDING", "RUNNING", "SUSPENDED"):
@@ -118,6 +124,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             warnings.append(f"job {sj.job_id}: {w}")
         app = meta.app
         if app is None or app not in profiles:
+            if app is not None:  # named an app nothing is fitted for (untagged: site default)
+                unprofiled.append(sj.job_id)
             if app is not None or meta.tagged:
                 why = "no app given" if app is None else f"unknown app {app!r}"
                 warnings.append(f"job {sj.job_id}: {why}; using default app {default_app!r}")
@@ -163,6 +171,12 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         shared_key = f"{n}:shared" if shared else str(n)
         row = (db_profiles or {}).get(app)
         meas = ((getattr(row, "measured", None) or {}).get(shared_key)) if row is not None else None
+        if unprofiled and unprofiled[-1] == sj.job_id:
+            pts = _measured_rates((db_profiles or {}).get(meta.app) if meta.app else None)
+            if sj.running and not shared and rate > 0 and alloc is not None and alloc.gpus:
+                pts[len(alloc.gpus)] = rate  # the job's own newest report
+            if pts:
+                measured_rates[sj.job_id] = MappingProxyType(pts)
         out_jobs[sj.job_id] = Job(
             id=sj.job_id, submit_time=sj.submit_time, num_gpus=n, app=app, global_batch=batch,
             user=sj.user, name=sj.name or "", total_iters=total_iters, duration_estimate=est,
@@ -190,7 +204,9 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         gpu_jobs=MappingProxyType({g: tuple(v) for g, v in sorted(gpu_jobs.items())}),
         free_gpus=free, profiles=MappingProxyType(profiles), memory=MappingProxyType(memory),
         interference=models.interference, seed=seed, gpu_types=gpu_types,
-        predictors=MappingProxyType(dict(getattr(models, "predictors", {}) or {})))
+        predictors=MappingProxyType({**dict(getattr(models, "predictors", {}) or {}),
+                                     MEASURED_RATES: MappingProxyType(measured_rates),
+                                     UNPROFILED: tuple(unprofiled)}))
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),
@@ -251,6 +267,21 @@ def _rep_batch(rep):
 def _node(n: SlurmNode, gpu_types: GpuTypeTable) -> Node:
     gtype = getattr(n, "gpu_type", None) or "gpu"
     return Node(n.name, n.num_gpus, gtype, int(gpu_types.memory_mb.get(gtype, 16384)))
+
+
+def _measured_rates(row) -> dict[int, float]:
+    """GPU count -> iterations/s the launcher measured for an application without a fitted
+    profile (the store's folded reports; shared-GPU entries left out).  Keys and values come
+    from reports, so anything that is not a positive count and time is skipped."""
+    out: dict[int, float] = {}
+    for key, m in ((getattr(row, "measured", None) or {}) if row is not None else {}).items():
+        try:
+            k, t = int(str(key)), float((m or {}).get("step_time_s") or 0)
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if k > 0 and t > 0:
+            out[k] = 1.0 / t
+    return out
 
 
 def _measured_input(app: str, key: str, meas: Optional[Mapping], rep) -> Optional[dict]:

@@ -156,6 +156,64 @@ def _reset(jobs: Sequence[Cand]) -> None:
         c.cnt, c.pick = 0, -1
 
 
+def _state(c: Cand) -> tuple:
+    """What one comparison reads of a job: (count is 0, len(1), len(cnt), its (3) side as
+    the longer job (p'-p)/p', its side as the shorter job (p'-p)/p)."""
+    p, p1 = c.p(c.cnt), c.p(c.cnt + 1)
+    return (c.cnt == 0, c.length(1) if c.cnt == 0 else 0.0, c.length(c.cnt),
+            (p1 - p) / p1 if p1 > 0 else 0.0, (p1 - p) / p if p > 0 else INF)
+
+
+def _walk_l(st: list) -> int:
+    """:func:`top_priority_l` on precomputed states (same decisions, no calls per pair)."""
+    k_star, s = 0, st[0]
+    for k, r in enumerate(st):
+        if s[0] and r[0]:  # lines 5-7
+            if not s[1] < r[1]:
+                k_star, s = k, r
+        elif s[2] >= r[2]:  # line 9: j_a = j, j_b = j*; (3) keeps j*, else j
+            if not s[3] > r[4]:
+                k_star, s = k, r
+        elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
+            k_star, s = k, r
+    return k_star
+
+
+def _walk_p(st: list, ids: list, seed: int) -> int:
+    """:func:`top_priority_p` on precomputed states."""
+    k_star, s = 0, st[0]
+    for k, r in enumerate(st):
+        if k == k_star:
+            continue
+        if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
+            k_star, s = k, r
+        elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
+            continue
+        elif coin(seed, ids[k_star], ids[k]):
+            k_star, s = k, r
+    return k_star
+
+
+def _hand_out(jobs: Sequence[Cand], m: int, step: int, pick) -> None:
+    """Lines 18-21: ``m`` GPUs, one at a time, to the job ``pick(states, ids)`` names among
+    the jobs one more GPU helps."""
+    live = [c for c in jobs if c.can_grow()]
+    st = [_state(c) for c in live]
+    ids = [c.id for c in live]
+    while m > 0 and live:
+        k = pick(st, ids)  # line 19
+        c = live[k]
+        c.cnt += 1  # line 20
+        if c.pick < 0:
+            c.pick = step
+        step += 1
+        m -= 1  # line 21
+        if c.can_grow():
+            st[k] = _state(c)
+        else:
+            del live[k], st[k], ids[k]
+
+
 def afs_l_shares(jobs: list[Cand], total: int) -> None:
     """Algorithm 1, procedure AFS-L (lines 14-23): sets ``cnt`` of every job."""
     _reset(jobs)  # lines 15-16
@@ -165,17 +223,7 @@ def afs_l_shares(jobs: list[Cand], total: int) -> None:
         _reset(jobs)
     else:
         m = left
-    step = total - m
-    while m > 0:  # line 18
-        live = [c for c in jobs if c.can_grow()]
-        if not live:
-            break
-        star = top_priority_l(live)  # line 19
-        star.cnt += 1  # line 20
-        if star.pick < 0:
-            star.pick = step
-        step += 1
-        m -= 1  # line 21
+    _hand_out(jobs, m, total - m, lambda st, ids: _walk_l(st))
 
 
 def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
@@ -191,13 +239,4 @@ def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
             c.cnt, c.pick = 1, step
             step += 1
             m -= 1
-    while m > 0:
-        live = [c for c in jobs if c.can_grow()]
-        if not live:
-            break
-        star = top_priority_p(live, seed)
-        star.cnt += 1
-        if star.pick < 0:
-            star.pick = step
-        step += 1
-        m -= 1
+    _hand_out(jobs, m, step, lambda st, ids: _walk_p(st, ids, seed))

@@ -37,10 +37,13 @@ Choices where the paper is open or inconsistent (ours, documented):
   seed 000 eq. 7 time of its sample share, times ξ = ``interference.ratio(app, other, mps,
   other_mps)`` when another job's worker shares its GPU, else ``interference.mps_alone(app,
   mps)``; a job's step time is its slowest worker's (synchronous data parallelism).
-* **The walk.** An attempt that brings no gain is not undone before the next one (undoing
-  would regenerate the same attempt): the search walks on, keeps the best configuration seen,
-  and stops after three consecutive attempts that do not beat it — the concave-curve argument of
-  §5.2.  So the returned change always has a strictly better local objective than the start.
+* **The walk.** Line 5 (swell the high-priority subset) is applied as written, without a gain
+  test: it is what lets a job squeezed earlier recover once it has become high priority (with
+  the min-max objectives, eq. 3 and 5, a swell of a job that is not the worst one never
+  "improves" the objective and would otherwise never be kept).  Every later attempt is kept
+  only if it beats the best configuration seen; an attempt without gain is not undone before
+  the next (undoing would regenerate the same attempt): the search walks on and stops after
+  three consecutive attempts that do not beat the best — the concave-curve argument of §5.2.
 * **Stragglers.** A worker is slow when its iteration time exceeds the fastest worker's of the
   same job by more than ``straggler_tol`` (5 %).  A LISS step re-splits a job's global batch in
   proportion to its workers' current sample rates (LB-BSP's rule), integer shares by largest
@@ -391,18 +394,14 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
     if prio(subset2) < prio(subset1):  # lines 3-4
         subset1, subset2 = subset2, subset1
     before = s.value(start)
-    best, best_v = dict(start), before
     cur = dict(start)
     attempts: list[Attempt] = []
-    if lgrr:  # line 5: swell(subset2)
+    if lgrr:  # line 5: swell(subset2), applied as the pseudo-code does (no gain test)
         cur = s.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))], lgrr_swell)
-        if cur != best:
-            v = s.value(cur)
-            gain = v < best_v * (1 - 1e-9)
-            attempts.append(Attempt(f"swell({','.join(subset2)}) by LGRR", v, gain))
-            if gain:
-                best, best_v = dict(cur), v
-    fails = 0 if not attempts or attempts[-1].gain else 1
+        if cur != start:
+            attempts.append(Attempt(f"swell({','.join(subset2)}) by LGRR", s.value(cur), True))
+    best, best_v = dict(cur), s.value(cur)
+    fails = 0
     exit_ = "limit"
     while len(attempts) < max_attempts:  # line 6
         new, what = s.generate(cur, subset1)  # line 7
@@ -459,6 +458,13 @@ class Coordination:
     resizes: tuple[ResizeJob, ...]
 
 
+def _restored(ws: tuple[WorkerAlloc, ...], batch: int) -> tuple[WorkerAlloc, ...]:
+    """Workers of a job that shares no GPU any more: MPS back to 100 %, even split."""
+    base, extra = divmod(int(batch), len(ws))
+    return tuple(replace(_with_share(w, base + (1 if i < extra else 0)), mps_pct=100)
+                 for i, w in enumerate(ws))
+
+
 def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
     """A running job's workers as the coordinator starts from (unset MPS share = 100 %).  When
     the record's shares do not add up to the global batch (an allocation built from sub-batch x
@@ -481,18 +487,37 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
     model = RateModel(snap.profiles, snap.interference)
     skip = set(skip)
     out = []
-    for ps in packing_sets(snap):
+    sets = packing_sets(snap)
+    in_sets = {m for ps in sets for m in ps.members}
+    for job in snap.running():
+        # a job whose partners have left keeps no GIMBAL limit: full GPU, even split
+        if job.id in in_sets or job.id in skip or job.allocation is None:
+            continue
+        if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
+            continue
+        ws = job.allocation.workers
+        if any(w.mps_pct is not None and w.mps_pct < 100 for w in ws):
+            new = _restored(ws, job.allocation.global_batch or job.global_batch)
+            none = Attempt("restore: no partner left", 0.0, True)
+            res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
+            out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
+                job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                max(w.accum_steps for w in new), 100, new, job.allocation.global_batch),)))
+    for ps in sets:
         if skip & set(ps.members):
             continue
         jobs = [snap.jobs[j] for j in ps.members]
         if any(j.app not in snap.profiles for j in jobs):
             continue
         infos = {j.id: job_info(snap, j) for j in jobs}
-        start = {j.id: start_config(j) for j in jobs}
+        actual = {j.id: start_config(j) for j in jobs}
+        # a worker whose GPU holds only its own job has no partner to yield to: 100 %
+        start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
+                            else replace(w, mps_pct=100) for w in ws)
+                 for jid, ws in actual.items()}
         res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
         resizes = []
-        changed = res.changed(start) if res.objective_after < res.objective_before else ()
-        for jid in changed:
+        for jid in res.changed(actual):
             ws = tuple(res.config[jid])
             j = snap.jobs[jid]
             mps = min(w.mps_pct for w in ws)

@@ -51,6 +51,8 @@ class PackingHost(Policy):
         self.gimbal = bool(gimbal)
         self.lgrr, self.liss = bool(lgrr), bool(liss)
         self.unequal = self.gimbal if unequal is None else bool(unequal)
+        if self.gimbal:  # eq. 1-6 need RemainingSteps: GIMBAL reads the jobs' lengths
+            self.needs_lengths = True
         if round_length is not None:
             self.round_length = float(round_length)
         elif self.gimbal:

@@ -30,7 +30,7 @@ def test_simulate_json_and_outputs(tmp_path):
     for pol in ("fifo", "tiresias"):
         assert d["results"][pol]["avg_jct"] > 0
         assert (out / f"jobs-{pol}.csv").exists()
-    for f in ("summary.json", "jct_cdf.png", "waiting_cdf.png", "queue_length.png"):
+    for f in ("summary.json", "jct_cdf.png", "waiting_cdf.png", "queue_length.png", "ql_ce_bi.png"):
         assert (out / f).stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fifo"]["jobs"] == 40

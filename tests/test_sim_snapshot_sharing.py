@@ -47,8 +47,8 @@ class Probe:
         return self.inner.schedule(snap)
 
 
-@pytest.mark.parametrize("name", ["fifo", "tiresias", "sjf-bsbf"])
-@pytest.mark.parametrize("keep", [None, "snapshot", "jobs"])
+@pytest.mark.parametrize("name,keep", [("fifo", None), ("tiresias", None), ("sjf-bsbf", None),
+                                       ("tiresias", "snapshot"), ("sjf-bsbf", "jobs")])
 def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
     probe = Probe(name, keep)
     sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS, SimConfig(interval=120.0))

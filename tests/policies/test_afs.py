@@ -313,3 +313,58 @@ def test_gpu_range_bounds_the_share(name):
 
     simulate(jobs, parse_cluster("2x4"), Spy(), MODELS, SimConfig(interval=30.0))
     assert seen and max(seen) <= 2
+
+
+def test_fig2_style_plot_has_one_line_per_policy_in_each_panel(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from gimbalctl.report import plot_ql_ce_bi
+
+    jobs = [Job(f"j{i}", 30.0 * i, 4, "cifar10", 512, total_iters=2000) for i in range(6)]
+    res = [simulate(jobs, parse_cluster("1x4"), policies.get_policy(p), MODELS, SimConfig())
+           for p in ("afs-l", "srtf")]
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    path = plot_ql_ce_bi(res, tmp_path / "f.png")
+    assert path.stat().st_size > 0
+    axes = figs[-1].axes
+    assert [a.get_ylabel() for a in axes] == ["QL (waiting jobs)", "CE", "BI (log scale)"]
+    assert all(len(a.lines) == 2 for a in axes[:2])
+    assert {t.get_text() for t in axes[0].get_legend().get_texts()} == {"afs-l", "srtf"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 7), total=st.integers(1, 20))
+def test_fast_walks_equal_topriority_as_written(data, n, total):
+    """The precomputed walks used by the policies make the decisions of Algorithm 1's
+    TOPPRIORITY (and its length-unaware variant) as written, GPU after GPU."""
+    from policies.afs_core import afs_p_shares, top_priority_p
+
+    def cands():
+        out = []
+        for i in range(n):
+            gains = sorted(data.draw(st.lists(st.floats(0.0, 1.2), min_size=12, max_size=12),
+                                     label=f"g{i}"), reverse=True)
+            out.append(Cand(f"j{i}", data.draw(st.floats(1, 1e4), label=f"w{i}"),
+                            concave_curve(data.draw(st.floats(0.5, 3), label=f"p{i}"), gains),
+                            cap=data.draw(st.integers(1, 12), label=f"c{i}")))
+        return out
+
+    def reference(jobs, pick):
+        for c in jobs:
+            c.cnt = 0
+        for _ in range(total):
+            live = [c for c in jobs if c.can_grow()]
+            if not live:
+                break
+            pick(live).cnt += 1
+        return [c.cnt for c in jobs]
+
+    js = cands()
+    want = reference(js, top_priority_l)
+    afs_l_shares(js, total)
+    assert [c.cnt for c in js] == want
+    want_p = reference(js, lambda live: top_priority_p(live, 5))
+    afs_p_shares(js, total, 5)
+    if n <= total and not any(c.doubles_at_one() for c in js):
+        assert [c.cnt for c in js] == want_p

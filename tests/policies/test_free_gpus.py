@@ -8,7 +8,7 @@ from policies.base import FreeGpus, pick_consolidated, take_gpus
 from policies.model import Gpu
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_pick_take_give_match_pick_consolidated(data):
     nodes = data.draw(st.integers(1, 12))

@@ -159,3 +159,23 @@ def test_packing_constraints_never_violated(name, specs, nodes):
     res = simulate(jobs, parse_cluster(nodes), Checked(policies.get_policy(name)), MODELS,
                    SimConfig(interval=30.0, seed=3))
     assert res.jobs.end.notna().all()
+
+
+def test_a_job_left_alone_gets_its_gpu_back():
+    """A job squeezed while packed keeps no limit once its partner has gone: the coordinator
+    restores MPS 100 % and the even split (otherwise it would crawl at 10 % for good)."""
+    from policies.gimbal_coord import coordinate
+    from policies.model import WorkerAlloc
+    snap = _snap([("a", "cifar10", [0, 1], 1e6)], [], table=SplitTable())
+    a = snap.jobs["a"]
+    g = a.allocation.gpus
+    squeezed = Allocation.from_workers((WorkerAlloc(g[0], 100, 128, 1, 10),
+                                        WorkerAlloc(g[1], 156, 128, 2, 10)))
+    snap = replace(snap, jobs={"a": replace(a, allocation=squeezed)})
+    (c,) = coordinate(snap, "jct")
+    (rz,) = c.resizes
+    assert [w.mps_pct for w in rz.workers] == [100, 100]
+    assert [w.share for w in rz.workers] == [128, 128] and rz.gpus == g
+    plan = policies.get_policy("lucid+gimbal").schedule(snap)
+    assert [r.job_id for r in plan.resizes()] == ["a"]
+    assert policies.get_policy("lucid+gimbal").needs_lengths

@@ -134,7 +134,7 @@ def _random_snapshot(draw):
 
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
 @pytest.mark.parametrize("rel", [None, 1e-3, 10.0])
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_snapshots(name, rel, data, monkeypatch):
