@@ -13,9 +13,6 @@ counts as one remaining iteration.  Solved with scipy's HiGHS.
 """
 from __future__ import annotations
 
-import numpy as np
-from scipy.optimize import linprog
-
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round
 from .model import ClusterSnapshot
@@ -37,6 +34,9 @@ class GavelMinTotalDuration(Policy):
         self.round_length = float(round_length)
 
     def allocation(self, snap: ClusterSnapshot, jobs) -> dict[str, dict[str, float]]:
+        import numpy as np  # here, not at import: listing policies stays light (start-up)
+        from scipy.optimize import linprog
+
         types = type_capacity(snap)
         tnames = sorted(types)
         nj, nt = len(jobs), len(tnames)
