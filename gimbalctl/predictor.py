@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
-import numpy as np
 
 from policies.model import FinishedJob
 
@@ -102,6 +101,8 @@ def _encode(values: Iterable) -> dict:
 def fit_rf(history: Sequence[FinishedJob], seed: int = 0, n_estimators: int = 100,
            unit: Optional[str] = None, n_jobs: int = 1) -> TablePredictor:
     """The paper's random forest (100 trees, MSE splits; features group id and user)."""
+    import numpy as np  # lazily: the snapshot builder imports this module
+
     from sklearn.ensemble import RandomForestRegressor
 
     unit = unit or target_unit(history)
@@ -125,6 +126,8 @@ def fit_rf(history: Sequence[FinishedJob], seed: int = 0, n_estimators: int = 10
 def fit_group_stat(history: Sequence[FinishedJob], stat: str = "mean",
                    unit: Optional[str] = None) -> TablePredictor:
     """Mean- or median-of-group baseline (Fig. 9), 0 for unseen groups."""
+    import numpy as np  # lazily: the snapshot builder imports this module
+
     if stat not in ("mean", "median"):
         raise ValueError(f"stat must be mean or median, not {stat!r}")
     unit = unit or target_unit(history)
@@ -161,6 +164,8 @@ def evaluate(history: Sequence[FinishedJob], train_frac: float = 0.8, seed: int 
              kinds: Sequence[str] = ("rf", "mean", "median")) -> dict:
     """Chronological split (§V-A 1-c: the first 80 % of jobs train, the rest test); per
     model the absolute errors ``|n - ñ|`` (eq. 9) of the test jobs."""
+    import numpy as np  # lazily: the snapshot builder imports this module
+
     hist = sorted(history, key=lambda f: (f.submit_time, f.id))
     if len(hist) < 2:
         raise ValueError("need at least two finished jobs to evaluate a predictor")
@@ -185,6 +190,8 @@ def evaluate(history: Sequence[FinishedJob], train_frac: float = 0.8, seed: int 
 
 def plot_error_cdf(result: dict, path) -> None:
     """Fig. 4 analogue: CDF of the absolute prediction error per model."""
+    import numpy as np  # lazily: the snapshot builder imports this module
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
