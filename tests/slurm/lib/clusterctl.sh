@@ -67,6 +67,17 @@ do_install() {
   done
 }
 
+# The daemons outlive this script: start them without its descriptors beyond 0-2.  Started
+# under `flock LOCKFILE ...`, munged would otherwise inherit the lock and hold the machine-wide
+# test lock (/tmp/gimbal-slurm-tests.lock) for as long as it runs.
+nofds() (
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-"; fi
+  done
+  exec "$@"
+)
+
 do_start() {
   [ -f "$SLURM_CONF" ] || die "$SLURM_CONF missing: run install first"
   install -d -o munge -g munge -m 755 /run/munge
@@ -74,14 +85,14 @@ do_start() {
   if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     [ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing"
     rm -f /run/munge/munged.pid
-    runuser -u munge -- /usr/sbin/munged || die "munged failed to start"   # refuses to run as root
+    nofds runuser -u munge -- /usr/sbin/munged || die "munged failed to start"   # refuses to run as root
     for i in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
     munge -n </dev/null | unmunge >/dev/null 2>&1 || die "munge does not work"
   fi
   if ! alive $RUN/slurmctld.pid; then
     if [ "${FRESH:-0}" = 1 ]; then find $SPOOL -mindepth 1 ! -name '*.key' -delete; fi
     rm -f $RUN/slurmctld.pid   # a stale file would look like an instant crash below
-    /usr/sbin/slurmctld -f $SLURM_CONF || { dump_logs; die "slurmctld failed to start"; }
+    nofds /usr/sbin/slurmctld -f $SLURM_CONF || { dump_logs; die "slurmctld failed to start"; }
   fi
   local deadline=$((SECONDS+30))
   until scontrol ping 2>/dev/null | grep -q 'is UP'; do
@@ -92,7 +103,7 @@ do_start() {
   done
   local n
   for n in $(nodes); do
-    alive $RUN/slurmd-$n.pid || /usr/sbin/slurmd -f $SLURM_CONF -N "$n" || { dump_logs; die "slurmd $n failed"; }
+    alive $RUN/slurmd-$n.pid || nofds /usr/sbin/slurmd -f $SLURM_CONF -N "$n" || { dump_logs; die "slurmd $n failed"; }
   done
   local want resumed=0 part
   want=$(nodes | wc -l)
