@@ -315,6 +315,18 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
     return counts
 
 
+def _mps_ceiling(workers, job_pct):
+    """The job-level MPS thread share of a decision with a per-worker record: the largest
+    worker share (gimbal-run puts it in the job's environment; each rank then lowers its own
+    to its record's value, ``launcher.mps.rank_mps_env``, never raising it).  A worker without
+    a limit beside one with a limit means no job-level limit.  Without a record, or a record
+    that names no share: the action's own share."""
+    pcts = [w.mps_pct for w in workers or ()]
+    if all(p is None for p in pcts):
+        return job_pct
+    return None if any(p is None for p in pcts) else max(pcts)
+
+
 def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     """The launcher decision of a start: job-level fields plus the per-worker record
     (the plan's ``workers``, else the even split of the batch in force), which gimbal-run
@@ -327,7 +339,8 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     job = snap.snapshot.jobs.get(sj.job_id)
     if isinstance(a, ResizeJob) and old is not None:
         uneven = len({w.share for w in a.workers}) > 1
-        return dataclasses.replace(old, policy=policy, mps_thread_pct=a.mps_pct,
+        return dataclasses.replace(old, policy=policy,
+                                   mps_thread_pct=_mps_ceiling(a.workers, a.mps_pct),
                                    stealing=True if uneven else old.stealing, written_at=None,
                                    workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
@@ -336,9 +349,7 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     mps = a.mps_pct
     if a.workers:
         workers = a.workers
-        pcts = {w.mps_pct for w in workers}
-        if mps is None and len(pcts) == 1:  # one MPS share for every rank (gimbal-run sets one)
-            mps = pcts.pop()
+        mps = _mps_ceiling(workers, mps)
     else:
         workers = uniform_workers(tuple(a.gpus), sub, accum, mps, gb) if gb and a.gpus else ()
     share_with = getattr(a, "share_with", ())

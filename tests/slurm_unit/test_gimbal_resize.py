@@ -69,3 +69,15 @@ def test_same_gpu_resize_rewrites_the_decision(release, tmp_path):
     ts = gate_targets(Config(mode="gate"), make_plan("stub", [ResizeJob(r1, other, 32)], [], {}),
                       sj, {}, [], now=NOW, held_gpus={r1: seen["gpus"]})
     assert [t.field for t in ts] == ["signal", "requeue_hold"]
+
+
+def test_decision_mps_is_the_largest_worker_share():
+    """Unequal per-worker MPS shares: the decision's job-level share is their ceiling (the
+    launcher lowers each rank to its own record value), not the smallest for every rank."""
+    from gimbalctl.daemon import _mps_ceiling
+    g = (Gpu("n", 0), Gpu("n", 1))
+    ws = (WorkerAlloc(g[0], 32, 32, 1, 70), WorkerAlloc(g[1], 32, 32, 1, 30))
+    assert _mps_ceiling(ws, 30) == 70
+    assert _mps_ceiling((WorkerAlloc(g[0], 32, 32, 1, None), ws[1]), 30) is None
+    assert _mps_ceiling((WorkerAlloc(g[0], 64, 64, 1, None),), 50) == 50
+    assert _mps_ceiling((), 40) == 40
