@@ -185,6 +185,27 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     return f"gpu:{count}"
 
 
+def _whole_gpu_partners(action: StartJob, sjobs: dict[str, SlurmJob]) -> list[str]:
+    """Partners of a packed start that hold one of its GPUs through whole-GPU ``gres/gpu``
+    (``"<job> (<node>:<index>)"``).  Slurm gives a GPU either whole or in shard/mps units, never
+    both, so such a packing cannot be applied; the simulator has no such limit (every job it
+    starts can be packed), so this is where the cluster and the model differ."""
+    mine = {(g.node, g.index) for g in action.gpus}
+    out = []
+    for jid in getattr(action, "share_with", ()) or ():
+        sj = sjobs.get(jid)
+        if sj is None:
+            continue
+        for u in sj.gres_alloc:
+            if u.name != "gpu":
+                continue
+            hit = sorted(i for i in u.per_gpu if (u.node, i) in mine)
+            if hit:
+                out.append(f"{jid} ({u.node}:{hit[0]})")
+                break
+    return out
+
+
 def own_hold(sj: SlurmJob, last_action: Optional[str]) -> bool:
     """Whether the hold on a gated job is one gimbal may release: the submission hold of
     ``gsbatch --gate`` (never released by gimbal yet) or gimbal's own requeue-hold / hold
@@ -222,6 +243,12 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                 who = "an admin" if sj.reason == "JobHeldAdmin" else "its user or an admin"
                 warnings.append(f"job {sj.job_id}: held by {who} ({sj.reason}), not by gimbal; "
                                 f"left held (gimbal releases only its own holds)")
+                continue
+            whole = _whole_gpu_partners(a, sjobs)
+            if whole:
+                warnings.append(f"job {sj.job_id}: not started: the plan packs it beside "
+                                f"{', '.join(whole)}, which hold(s) the GPU(s) as whole gres/gpu; "
+                                f"Slurm cannot place a gres/mps or gres/shard job there")
                 continue
             gres = gate_gres(a, sj, nodes, cfg, warnings)
             hosts = sorted({g.node for g in a.gpus})
