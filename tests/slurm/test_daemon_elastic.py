@@ -14,7 +14,8 @@ same way.
 22.05 (host): the long job is a real training (gimbal-run + torchrun, CPU/gloo ranks, one per
 allocated GPU, ``examples/train_mnistlike.py``); its reports show each launch resuming at the
 step of the previous launch's checkpoint with global batch 64 on 2, 1 and 2 ranks.
-26.05 (chroot, no torch there): the same daemon flow with a batch script that traps USR2 and
+26.05 (chroot, no torch there): the same flow through ``gimbalctl daemon --once`` (CLI and
+pyslurm backends, settings from a config file) with a batch script that traps USR2 and
 records ``SLURM_GPUS_ON_NODE`` at each start.
 """
 from __future__ import annotations
@@ -97,8 +98,8 @@ def alloc_gpus(c, job) -> int:
     return 0
 
 
-def _elastic(c, real_training: bool):
-    g = Gimbal(c)
+def _elastic(c, real_training: bool, backend: str = "inproc"):
+    g = Gimbal(c, backend if backend != "inproc" else "cli")
     script = (TRAIN if real_training else STANDIN).format(inner=g.inner, repo=REPO,
                                                          py=sys.executable)
     (g.host_dir / "job.sh").write_text(script)
@@ -106,36 +107,57 @@ def _elastic(c, real_training: bool):
     c.run(["scontrol", "create", f"PartitionName={PART}", "Nodes=mps1", "MaxTime=INFINITE",
            "State=UP"], check=True)
     try:
-        _flow(c, g)
+        _flow(c, g, real_training, backend)
     finally:
         c.cancel_all()
         c.run(["scontrol", "delete", f"PartitionName={PART}"])
 
 
-def _flow(c, g):
-    real = not c.in_chroot
-    if c.in_chroot:
-        be = CliBackend(prefix=c.prefix, timeout=60, partition=PART)
-    else:
-        os.environ["SLURM_CONF"] = c.env["SLURM_CONF"]
-        be = CliBackend(timeout=60, partition=PART)
+def _flow(c, g, real, backend):
+    """``backend`` ``inproc``: ``run_cycle`` in this process (CLI backend); ``cli`` /
+    ``pyslurm``: ``gimbalctl daemon --once`` as a process with that backend and the settings
+    in a config file.  Either way each cycle is read as the daemon's JSON result."""
     st = Store(str(g.host_db))
     st.upgrade()
-    cfg = Config(mode="gate", state_dir=str(g.host_dir / "state"), preempt_grace=3,
-                 min_resize_interval=INTERVAL, partition=PART)
-    pol = get_policy("afs-l")
+    (g.host_dir / "gimbal.toml").write_text(
+        f"[gate]\npreempt_grace = 3\nmin_resize_interval = {INTERVAL}\n"
+        f"[slurm]\npartition = \"{PART}\"\n")
+    if backend == "inproc":
+        if c.in_chroot:
+            be = CliBackend(prefix=c.prefix, timeout=60, partition=PART)
+        else:
+            os.environ["SLURM_CONF"] = c.env["SLURM_CONF"]
+            be = CliBackend(timeout=60, partition=PART)
+        cfg = Config(mode="gate", state_dir=str(g.host_dir / "state"), preempt_grace=3,
+                     min_resize_interval=INTERVAL, partition=PART)
+        pol = get_policy("afs-l")
     marker = g.host_dir
 
-    def cycle():
-        res = run_cycle(cfg, be, st, pol)
-        assert res.status == "done", ([(ch.job_id, ch.field, ch.error) for ch in res.changes], res.warnings)
+    def cycle() -> dict:
+        if backend == "inproc":
+            res = run_cycle(cfg, be, st, pol)
+            assert res.status == "done", (
+                [(ch.job_id, ch.field, ch.error) for ch in res.changes], res.warnings)
+            return res.as_dict()
+        r = g("daemon", "--once", "--mode", "gate", "--policy", "afs-l",
+              "--config", f"{g.inner}/gimbal.toml", "--json")
+        assert r.returncode == 0, (r.returncode, r.stderr)
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        assert res["status"] == "done", res
         return res
 
+    class Act:
+        def __init__(self, d):
+            self.kind, self.gpus = d["action"], d.get("gpus", [])
+
     def acts(res):
-        return {a.job_id: a for a in res.plan.actions}
+        return {a["job_id"]: Act(a) for a in res["plan"]["actions"]}
 
     def fields(res, job):
-        return [t.field for t in res.targets if t.job_id == job]
+        return [ch["field"] for ch in res["changes"] if ch["job_id"] == job]
+
+    def why(res, job):
+        return res["plan"]["reasons"][job]
 
     def starts(job):
         p = marker / f"marker-{job}"
@@ -148,7 +170,7 @@ def _flow(c, g):
     # 1: alone, the long job gets both GPUs (stage two: a second GPU raises its throughput)
     r1 = cycle()
     a = acts(r1)[long_]
-    assert type(a).__name__ == "StartJob" and len(a.gpus) == 2, r1.plan.as_dict()
+    assert a.kind == "StartJob" and len(a.gpus) == 2, r1["plan"]
     c.wait_state(long_, "RUNNING", timeout=30)
     assert alloc_gpus(c, long_) == 2
     if real:
@@ -161,15 +183,14 @@ def _flow(c, g):
                     "--chdir=/tmp", "--wrap", "sleep 12")
     r2 = cycle()
     a = acts(r2)
-    assert type(a[long_]).__name__ == "ResizeJob" and len(a[long_].gpus) == 1, r2.plan.as_dict()
-    assert type(a[short]).__name__ == "StartJob" and len(a[short].gpus) == 1
+    assert a[long_].kind == "ResizeJob" and len(a[long_].gpus) == 1, r2["plan"]
+    assert a[short].kind == "StartJob" and len(a[short].gpus) == 1
     assert fields(r2, long_) == ["signal", "requeue_hold"]
-    why = r2.plan.reasons[long_]
-    assert why.numbers["share"] == 1.0 and "ineq3_left" in why.numbers
+    assert why(r2, long_)["numbers"]["share"] == 1.0 and "ineq3_left" in why(r2, long_)["numbers"]
     wait_for(lambda: c.job_state(long_) == "PENDING", 60, "shrunk job requeued")
     # 3: the long job restarts on one GPU (new GRES and decision)
     r3 = cycle()
-    assert type(acts(r3)[long_]).__name__ == "StartJob" and len(acts(r3)[long_].gpus) == 1
+    assert acts(r3)[long_].kind == "StartJob" and len(acts(r3)[long_].gpus) == 1
     assert {"gres", "decision", "release"} <= set(fields(r3, long_))
     c.wait_state(long_, "RUNNING", timeout=60)
     assert alloc_gpus(c, long_) == 1
@@ -183,8 +204,8 @@ def _flow(c, g):
     assert time.time() - last < INTERVAL, "the test took too long to see the deferral"
     r4 = cycle()
     assert long_ not in acts(r4) and not fields(r4, long_)
-    assert "deferred" in r4.plan.reasons[long_].text
-    assert "gate.min_resize_interval" in r4.plan.reasons[long_].text
+    assert "deferred" in why(r4, long_)["text"], why(r4, long_)
+    assert "gate.min_resize_interval" in why(r4, long_)["text"]
     if real:
         wait_for(lambda: len(launches(g, long_)) == 2 and len(launches(g, long_)[1]) >= 2, 180,
                  "reports of the launch on one GPU")
@@ -194,11 +215,11 @@ def _flow(c, g):
     time.sleep(max(0.0, last + INTERVAL - time.time()) + 1)
     r5 = cycle()
     a = acts(r5)[long_]
-    assert type(a).__name__ == "ResizeJob" and len(a.gpus) == 2, r5.plan.as_dict()
+    assert a.kind == "ResizeJob" and len(a.gpus) == 2, r5["plan"]
     assert fields(r5, long_) == ["signal", "requeue_hold"]
     wait_for(lambda: c.job_state(long_) == "PENDING", 60, "grown job requeued")
     r6 = cycle()
-    assert type(acts(r6)[long_]).__name__ == "StartJob" and len(acts(r6)[long_].gpus) == 2
+    assert acts(r6)[long_].kind == "StartJob" and len(acts(r6)[long_].gpus) == 2
     c.wait_state(long_, "RUNNING", timeout=60)
     assert alloc_gpus(c, long_) == 2
     if real:
@@ -242,5 +263,6 @@ def test_afs_l_shrinks_and_grows_a_training_job_2205(slurm_2205, clean_slurm):
     _elastic(slurm_2205, real_training=True)
 
 
-def test_afs_l_shrinks_and_grows_a_job_2605(slurm_2605, clean_slurm):
-    _elastic(slurm_2605, real_training=False)
+@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
+def test_afs_l_shrinks_and_grows_a_job_2605(slurm_2605, clean_slurm, backend):
+    _elastic(slurm_2605, real_training=False, backend=backend)
