@@ -362,8 +362,15 @@ def test_usr2_in_a_slurm_job_waits_for_the_requeue_instead_of_relaunching(tmp_pa
     p.send_signal(signal.SIGUSR2)
     ckpt = os.path.join(sd, "checkpoints", "4243", "checkpoint.pt")
     _wait_for(ckpt, p)
-    time.sleep(2.0)  # well past the checkpoint exit: no relaunch while it waits
-    assert p.poll() is None
+    # torchrun has exited once gimbal-run removed the launch's run dir: it is waiting now
+    import tempfile
+    run_dir = os.path.join(tempfile.gettempdir(), f"gimbal-run.4243.0.{p.pid}.0")
+    t0 = time.time()
+    while os.path.exists(run_dir):
+        assert p.poll() is None and time.time() - t0 < 120
+        time.sleep(0.1)
+    time.sleep(1.0)  # no relaunch while it waits
+    assert p.poll() is None and not os.path.exists(run_dir[:-1] + "1")  # no launch 1
     p.send_signal(signal.SIGTERM)  # the requeue
     out = p.communicate(timeout=60)[0]
     assert p.returncode == 75, out
