@@ -168,10 +168,16 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
     gj = {g: tuple(i for i in ids if i in jg) for g, ids in snap.gpu_jobs.items()}
     world = {j: len(g) for j, g in jg.items()}
     out = []
-    for comp in _components(gj):
+    comps = _components(gj)
+    where = {j: k for k, comp in enumerate(comps) for j in comp}
+    per_comp: dict[int, dict] = {}  # the GPUs of each component, one pass over the cluster
+    for g, ids in gj.items():
+        if ids:
+            per_comp.setdefault(where[ids[0]], {})[g] = ids
+    for k, comp in enumerate(comps):
         if len(comp) < 2:
             continue
-        sub_gj = {g: ids for g, ids in gj.items() if set(ids) & comp}
+        sub_gj = per_comp.get(k, {})
         if packing_violations(sub_gj, {j: jg[j] for j in comp}):
             continue
         since = {j: snap.jobs[j].start_time or 0.0 for j in comp}
@@ -196,21 +202,33 @@ Config = Mapping[str, tuple[WorkerAlloc, ...]]
 
 
 class RateModel:
-    """Per-worker iteration times from the snapshot's fitted models (see module doc)."""
+    """Per-worker iteration times from the snapshot's fitted models (see module doc).  The
+    model's answers are pure functions of their arguments and are memoised per instance
+    (one :func:`coordinate` call)."""
 
     def __init__(self, profiles, interference):
         self.profiles = profiles
         self.interference = interference
+        self._t: dict = {}
+        self._xi: dict = {}
 
     def worker_time(self, info: JobInfo, w: WorkerAlloc,
                     partner: Optional[tuple[str, Optional[int]]]) -> float:
-        prof = self.profiles[info.job.app]
+        app = info.job.app
         k = info.job.num_gpus
         accum = max(w.accum_steps, -(-w.share // max(w.micro_batch, 1)))
-        t = prof.iter_time(max(w.share, 0), k, info.num_nodes, accum)
-        if partner is None:
-            return t * self.interference.mps_alone(info.job.app, w.mps_pct)
-        return t * self.interference.ratio(info.job.app, partner[0], w.mps_pct, partner[1])
+        tk = (app, max(w.share, 0), k, info.num_nodes, accum)
+        t = self._t.get(tk)
+        if t is None:
+            t = self._t[tk] = self.profiles[app].iter_time(max(w.share, 0), k, info.num_nodes,
+                                                            accum)
+        xk = (app, w.mps_pct) if partner is None else (app, w.mps_pct, partner[0], partner[1])
+        xi = self._xi.get(xk)
+        if xi is None:
+            xi = self._xi[xk] = (self.interference.mps_alone(app, w.mps_pct) if partner is None
+                                 else self.interference.ratio(app, partner[0], w.mps_pct,
+                                                              partner[1]))
+        return t * xi
 
     def times(self, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, tuple[float, ...]]:
         on_gpu: dict[Gpu, list[tuple[str, Optional[int]]]] = {}
