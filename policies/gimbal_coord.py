@@ -245,6 +245,21 @@ class RateModel:
         return out
 
 
+    def job_times(self, infos: Mapping[str, JobInfo], cfg: Config, jid: str) -> tuple[float, ...]:
+        """``times(infos, cfg)[jid]`` without the other jobs' times."""
+        ws = cfg[jid]
+        mine = {w.gpu for w in ws}
+        first: dict[Gpu, tuple[str, Optional[int]]] = {}  # first other job on each GPU
+        for o, ows in cfg.items():
+            if o == jid:
+                continue
+            for w in ows:
+                if w.gpu in mine and w.gpu not in first:
+                    first[w.gpu] = (infos[o].job.app, w.mps_pct)
+        info = infos[jid]
+        return tuple(self.worker_time(info, w, first.get(w.gpu)) for w in ws)
+
+
 def step_times(model: RateModel, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, float]:
     """Seconds per optimizer step of each job: its slowest worker's time."""
     return {j: max(ts) for j, ts in model.times(infos, cfg).items()}
@@ -336,8 +351,8 @@ class _Search:
     def value(self, cfg) -> float:
         return local_objective(self.obj, self.infos, step_times(self.model, self.infos, cfg))
 
-    def stragglers(self, cfg, jid) -> tuple[list[int], list[int]]:
-        ts = self.model.times(self.infos, cfg)[jid]
+    def stragglers(self, cfg, jid, ts=None) -> tuple[list[int], list[int]]:
+        ts = self.model.job_times(self.infos, cfg, jid) if ts is None else ts
         fastest = min(ts)
         slow = [i for i, t in enumerate(ts) if t > fastest * (1 + self.tol)]
         return slow, [i for i in range(len(ts)) if i not in slow]
@@ -346,11 +361,12 @@ class _Search:
         """One LISS step on each job of ``jids`` with stragglers (global batch exact)."""
         cfg = dict(cfg)
         for jid in jids:
-            slow, _ = self.stragglers(cfg, jid)
+            ts = self.model.job_times(self.infos, cfg, jid)
+            slow, _ = self.stragglers(cfg, jid, ts)
             if not slow:
                 continue
             ws = cfg[jid]
-            shares = _shares_by_rate(ws, self.model.times(self.infos, cfg)[jid])
+            shares = _shares_by_rate(ws, ts)
             cfg[jid] = tuple(_with_share(w, s) for w, s in zip(ws, shares))
         return cfg
 

@@ -9,7 +9,7 @@ from typing import Iterable, Optional
 
 from policies.base import (Policy, exclusive_config, keep_running_reasons, node_order,
                            pick_consolidated, take_gpus)
-from policies.gimbal_coord import (Attempt, Coordination, PackingSet, RateModel, SearchResult,
+from reference_gimbal_coord import (Attempt, Coordination, PackingSet, RateModel, SearchResult,
                                    _components, _jmax, _restored, coordination_search, job_info,
                                    packing_violations, placement_ok, start_config)
 from policies.model import ClusterSnapshot, Gpu, Job

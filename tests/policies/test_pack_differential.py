@@ -178,13 +178,19 @@ def test_random_snapshots(name, data):
 def test_daemon_state(name):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     try:
-        from daemon_pass import build
+        from daemon_pass import apply_plan, build
     finally:
         sys.path.pop(0)
     snap, _ = build(12, 8, 60, 150, seed=1)
     plan = policies.get_policy(name).schedule(snap)
     assert_same(plan, REFS[name]().schedule(snap))
     assert any(a.share_with for a in plan.starts())
+    # one cycle later, the plan applied: packed sets to coordinate (+gimbal: resizes)
+    after = apply_plan(snap, plan)
+    plan2 = policies.get_policy(name).schedule(after)
+    assert_same(plan2, REFS[name]().schedule(after))
+    # (the bench jobs have no deadlines: Gandiva's deadline objective has nothing to gain)
+    assert bool(plan2.resizes()) == (name in ("lucid+gimbal", "gavel+gimbal"))
     # the same state under the Gavel table (pairs below the thresholds exist)
     snap2 = dataclasses.replace(snap, interference=GAVEL_ONLY)
     assert_same(policies.get_policy(name).schedule(snap2), REFS[name]().schedule(snap2))
