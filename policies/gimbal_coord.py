@@ -236,11 +236,17 @@ class RateModel:
             for w in ws:
                 on_gpu.setdefault(w.gpu, []).append((jid, w.mps_pct))
         out = {}
+        wt = self.worker_time
         for jid, ws in cfg.items():
+            info = infos[jid]
             ts = []
             for w in ws:
-                other = [(infos[o].job.app, p) for o, p in on_gpu[w.gpu] if o != jid]
-                ts.append(self.worker_time(infos[jid], w, other[0] if other else None))
+                partner = None
+                for o, p in on_gpu[w.gpu]:  # the first other job's worker on this GPU
+                    if o != jid:
+                        partner = (infos[o].job.app, p)
+                        break
+                ts.append(wt(info, w, partner))
             out[jid] = tuple(ts)
         return out
 
@@ -340,7 +346,9 @@ def _shares_by_rate(ws: tuple[WorkerAlloc, ...], times: tuple[float, ...]) -> tu
 
 
 def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
-    return replace(w, share=share, accum_steps=max(1, -(-share // max(w.micro_batch, 1))))
+    # the constructor, not dataclasses.replace (same record, a fraction of the cost)
+    return WorkerAlloc(w.gpu, share, w.micro_batch, max(1, -(-share // max(w.micro_batch, 1))),
+                       w.mps_pct, w.mem_limit_mb, w.stage)
 
 
 class _Search:
@@ -374,7 +382,9 @@ class _Search:
         cfg = dict(cfg)
         for jid, i in picks:
             ws = list(cfg[jid])
-            ws[i] = replace(ws[i], mps_pct=fn(ws[i].mps_pct))
+            w = ws[i]
+            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps, fn(w.mps_pct),
+                                w.mem_limit_mb, w.stage)
             cfg[jid] = tuple(ws)
         return cfg
 
