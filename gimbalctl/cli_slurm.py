@@ -374,6 +374,12 @@ def _live(cfg):
                               default_batch=cfg.default_batch, estimates=cfg.estimates)
     except ConfigError as e:
         _fail(str(e), Exit.USAGE)
+    from .daemon import site_history, with_history
+    warns: list[str] = []
+    history, pred = site_history(cfg, be, snap.snapshot.now, warns, background=False)
+    for w in warns:
+        click.echo(f"warning: {w}", err=True)
+    snap = with_history(snap, history, pred)
     plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)
     order, _ = compute_targets(cfg, plan, snap, nodes, [])
     return snap, plan, order

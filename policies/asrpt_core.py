@@ -84,22 +84,27 @@ def alpha_bounds(snap: ClusterSnapshot, job, net: Network) -> tuple[float, float
 # ------------------------------------------------------------------ prediction
 def prediction(snap: ClusterSnapshot, job, perfect: bool) -> tuple[float, str, str]:
     """(value, unit, source) of ``job``'s predicted length; unit ``iterations`` or
-    ``seconds``.  ``perfect``: the true length (A-SRPT-Perfect)."""
+    ``seconds``.  ``perfect``: the true length (A-SRPT-Perfect).  A predictor that returns
+    ``None`` (an unseen group with the site's fallback rule) hands over to the exact length,
+    else the time limit; the source then names both (``unseen-group, time-limit``)."""
+    why = ""
     if not perfect:
         pred = snap.predictors.get("iterations")
         if pred is not None:
-            v = float(pred.predict(job))
+            v = pred.predict(job)
             src = pred.source(job) if hasattr(pred, "source") else getattr(pred, "kind", "model")
-            return max(v, 0.0), getattr(pred, "unit", "iterations"), src
+            if v is not None:
+                return max(float(v), 0.0), getattr(pred, "unit", "iterations"), src
+            why = f"{src}, "  # the predictor declines (an unseen group on a site): fall back
     total = getattr(job, "total_iters", None)
     if total is None:
         total = getattr(job, "iterations", None)
     if total is not None:
-        return float(total), "iterations", "exact"
+        return float(total), "iterations", why + "exact"
     est = getattr(job, "duration_estimate", None)
     if est is not None:
-        return float(est), "seconds", "time-limit"
-    return 0.0, "seconds", "none"
+        return float(est), "seconds", why + "time-limit"
+    return 0.0, "seconds", why + "none"
 
 
 def predicted_seconds(value: float, unit: str, amin: float) -> float:

@@ -44,7 +44,7 @@ def cycle(tmp_path, be, cfg):
 def order_of(res, release):
     ids = jobs_of(release)
     name = {ids["p"][0]: "p40", ids["p"][1]: "p10", ids["p"][2]: "p30", ids["p"][3]: "p20"}
-    return [name[j] for j in res.plan.order if j in name]
+    return [name[j] for j in res.queue if j in name]  # started now first, then plan.order
 
 
 def test_daemon_orders_by_predicted_length_from_sacct(release, replay, tmp_path):
