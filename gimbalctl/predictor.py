@@ -257,7 +257,7 @@ def history_from_sacct(path) -> list[FinishedJob]:
         # AdminComment first; a finished job's user Comment only as a grouping hint for the
         # history (lengths come from Start/End, which Slurm recorded)
         meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "")
-        if not meta.tagged and "Comment" in df:
+        if not meta.tagged and "Comment" in df and str(df.Comment.iloc[i]).startswith("gimbal:"):
             meta = parse_meta(str(df.Comment.iloc[i]))
         user = str(df.User.iloc[i]) if "User" in df else ""
         name = str(df.JobName.iloc[i]) if "JobName" in df else ""

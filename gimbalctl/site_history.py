@@ -52,7 +52,7 @@ def history_from_slurm(records: Sequence, job_rows: Optional[Mapping] = None,
         row = job_rows.get(r.job_id)
         if not meta.tagged and row is not None and getattr(row, "meta", None):
             meta = GimbalMeta.from_state(row.meta)  # kept from the AdminComment earlier
-        if not meta.tagged and r.comment:
+        if not meta.tagged and r.comment.startswith("gimbal:"):
             meta = parse_meta(r.comment)  # the user's Comment: a grouping hint, nothing more
         rep = reports.get(r.job_id)
         iters = _pos(getattr(rep, "step", None))
