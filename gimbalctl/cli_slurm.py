@@ -483,7 +483,18 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
             click.echo(f"    {k} = {v}")
     if out.get("action"):
         click.echo(f"  action: {json.dumps(out['action'])}")
-    m = (out.get("inputs") or {}).get("measured")
+    inp = out.get("inputs") or {}
+    if inp.get("predicted") is not None:  # seed 003: the predicted length and where it came from
+        nums = (out.get("reason") or {}).get("numbers") or {}
+        line = (f"  predicted length: {inp['predicted']:.0f} {inp.get('predicted_unit', '')} "
+                f"({inp.get('prediction_source')}; history of {inp.get('history_jobs', 0)} "
+                f"finished job(s))")
+        if nums.get("virtual_pos") is not None:
+            line += f"; virtual-SRPT position {int(nums['virtual_pos']) + 1}"
+            if nums.get("virtual_done") is not None:
+                line += f", completes in it at {nums['virtual_done']:.0f}"
+        click.echo(line)
+    m = inp.get("measured")
     if m:
         parts = []
         if m.get("samples_per_s") is not None:

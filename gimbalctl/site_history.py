@@ -45,21 +45,28 @@ def history_from_slurm(records: Sequence, job_rows: Optional[Mapping] = None,
     from .predictor import group_key
     job_rows, reports = job_rows or {}, reports or {}
     out = []
+    seen: set = set()
     for r in records:
         if r.state != "COMPLETED" or r.num_gpus <= 0 or r.end_time < r.start_time:
             continue
+        # job ids restart after a controller's state is reset, while the database keeps the
+        # old jobs: a repeated id is a different job (its own submit time), not a duplicate
+        jid = r.job_id if r.job_id not in seen else f"{r.job_id}@{int(r.submit_time)}"
+        if jid in seen:
+            continue
+        seen.add(jid)
+        row = job_rows.get(r.job_id) if jid == r.job_id else None
+        rep = reports.get(r.job_id) if jid == r.job_id else None
         meta = r.meta
-        row = job_rows.get(r.job_id)
         if not meta.tagged and row is not None and getattr(row, "meta", None):
             meta = GimbalMeta.from_state(row.meta)  # kept from the AdminComment earlier
         if not meta.tagged and r.comment.startswith("gimbal:"):
             meta = parse_meta(r.comment)  # the user's Comment: a grouping hint, nothing more
-        rep = reports.get(r.job_id)
         iters = _pos(getattr(rep, "step", None))
         extra = getattr(rep, "extra", None)
         gb = _pos(extra.get("global_batch")) if isinstance(extra, dict) else None
         out.append(FinishedJob(
-            r.job_id, r.user, r.submit_time, r.start_time, r.end_time, r.num_gpus,
+            jid, r.user, r.submit_time, r.start_time, r.end_time, r.num_gpus,
             meta.app or "", r.name, group_key(r.user, r.name or meta.app or "", r.num_gpus,
                                               meta.batch),
             iters, int(gb) if gb else meta.batch))
