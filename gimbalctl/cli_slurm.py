@@ -369,9 +369,11 @@ def _live(cfg):
         jobs, nodes = be.jobs(), be.nodes()
     except SlurmError as e:
         _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
+    pol = _policy(cfg.policy, cfg.policy_options)
     try:
         snap = build_snapshot(jobs, nodes, cfg.models(), default_app=cfg.default_app,
-                              default_batch=cfg.default_batch, estimates=cfg.estimates)
+                              default_batch=cfg.default_batch, estimates=cfg.estimates,
+                              pipeline_apps=getattr(pol, "pipeline_models", False))
     except ConfigError as e:
         _fail(str(e), Exit.USAGE)
     from .daemon import site_history, with_history
@@ -380,7 +382,7 @@ def _live(cfg):
     for w in warns:
         click.echo(f"warning: {w}", err=True)
     snap = with_history(snap, history, pred)
-    plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)
+    plan = pol.schedule(snap.snapshot)
     order, _ = compute_targets(cfg, plan, snap, nodes, [])
     return snap, plan, order
 

@@ -615,7 +615,8 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
                           history=job_rows, reports=reports,
                           default_app=cfg.default_app, default_batch=cfg.default_batch,
                           decisions=read_decisions(cfg.state_dir, jobs),
-                          estimates=cfg.estimates, penalised_users=penalised)
+                          estimates=cfg.estimates, penalised_users=penalised,
+                          pipeline_apps=getattr(policy, "pipeline_models", False))
     warnings = problems + list(snap.warnings)
     history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports)
     snap = with_history(snap, history, pred)

@@ -161,9 +161,23 @@ def place(snap: ClusterSnapshot, job: Job, servers: Sequence[tuple[str, int]],
     workers = []
     for v in sorted(where):
         workers.append(WorkerAlloc(next(free_iter[where[v]]), 0, b, s, stage=v[0]))
-    base, extra = divmod(job.global_batch, len(workers))
-    workers = [WorkerAlloc(w.gpu, base + (1 if i < extra else 0), w.micro_batch, w.accum_steps,
-                           stage=w.stage) for i, w in enumerate(workers)]
+    # each stage's replicas share the global batch (the allocation record's contract,
+    # docs/architecture.md: per stage, the shares sum to the global batch)
+    per_stage: dict[int, int] = {}
+    for w in workers:
+        per_stage[w.stage] = per_stage.get(w.stage, 0) + 1
+    seen: dict[int, int] = {}
+    out = []
+    for w in workers:
+        i = seen.get(w.stage, 0)
+        seen[w.stage] = i + 1
+        base, extra = divmod(job.global_batch, per_stage[w.stage])
+        share = base + (1 if i < extra else 0)
+        # micro-batch x accumulation covers the share (the record's contract); a stage holds
+        # 1/S of the model, so the data-parallel sub-batch is not its memory bound
+        out.append(WorkerAlloc(w.gpu, share, max(1, -(-share // w.accum_steps)),
+                               w.accum_steps, stage=w.stage))
+    workers = out
     if gpn is None:
         gpn = {n.name: n.num_gpus for n in snap.nodes}
     alpha = iter_time(spec, _stage_counts(spec, where), gpn, net)

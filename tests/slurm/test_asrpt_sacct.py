@@ -106,3 +106,37 @@ def nums_of(g, job):
     r = g("explain", job, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["reason"]["numbers"]
+
+
+def test_asrpt_gate_writes_the_stage_map_of_a_pipeline_job(slurm_2205_dbd, clean_slurm, tmp_path):
+    """Gate mode, seed 003 issue item 6: a held VGG19 job with 2 pipeline stages on 4 GPUs is
+    started where Heavy-Edge put it, and the launcher decision maps every GPU to its stage
+    (what gimbal-run exports as GIMBAL_WORKERS for the training script's pipeline groups)."""
+    from launcher.decision import decision_path, read_decision
+    c = slurm_2205_dbd
+    c.wait_state(c.submit(["--gres=gpu:4", "-w", "d2", "-t", "60"]), "RUNNING", timeout=30)
+    j = str(c.submit(["-t", "10", "-J", f"pipe{uuid.uuid4().hex[:6]}", "--comment",
+                      "gimbal:app=vgg19,batch=32,gate=1,gpus=4,stages=2"], user="alice",
+                     hold=True))
+    assert c.show_job(j)["AdminComment"] == "gimbal:v1;app=vgg19;batch=32;gate=1;gpus=4;stages=2"
+    g = Gimbal(c)
+    cfg = tmp_path / "gimbal.toml"  # the paper's rule for a name never seen: start it now
+    cfg.write_text('[predictor]\nhistory = "slurm"\nhistory_days = 1\nunseen = "zero"\n')
+    r = g("daemon", "--once", "--mode", "gate", "--config", str(cfg), "--policy", "a-srpt",
+          "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    start = [a for a in res["plan"]["actions"] if a["job_id"] == j]
+    assert start and sorted(start[0]["gpus"]) == ["d1:0", "d1:1", "d1:2", "d1:3"], res["plan"]
+    c.wait_state(j, "RUNNING", timeout=30)
+    assert c.show_job(j)["NodeList"] == "d1"
+    d = read_decision(decision_path(j, root=str(g.host_dir / "state")))
+    stage_of = {w["gpu"]: w["stage"] for w in d.workers}
+    assert sorted(stage_of) == ["d1:0", "d1:1", "d1:2", "d1:3"]
+    assert sorted(stage_of.values()) == [0, 0, 1, 1]  # 2 stages x 2 replicas
+    for s in (0, 1):  # each stage's replicas carry the whole global batch between them
+        assert sum(w["share"] for w in d.workers if w["stage"] == s) == d.global_batch == 32
+    ex = json.loads(g("explain", j, "--json").stdout)
+    assert ex["inputs"]["app"] == "vgg19" and ex["inputs"]["stages"] == 2
+    assert g.rows(f"select field from audit where job_id='{j}' order by id") == \
+        [("gres",), ("req_nodes",), ("decision",), ("release",)]
