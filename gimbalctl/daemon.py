@@ -563,12 +563,6 @@ def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: 
     return hist, _unseen_rule(cfg, pred)
 
 
-def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
-    """The ``[predictor] sacct`` file's predictor as ``{"iterations": ...}`` (``{}``: none)."""
-    _, pred = site_history(cfg, None, now, warnings)
-    return {"iterations": pred} if pred is not None else {}
-
-
 def with_history(snap: SnapshotResult, history: tuple, pred) -> SnapshotResult:
     """The snapshot with the finished-job history and the fitted predictor (the measured
     rates and other predictors the builder put there stay), and each job's predicted length

@@ -11,7 +11,6 @@ predicted length, its source and the virtual-SRPT position.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gimbalctl.config import Config, ConfigError, load
+from gimbalctl.config import ConfigError, load
 from gimbalctl.predictor import group_key
 from gimbalctl.site_history import SiteHistory, history_from_slurm
 from gimbalctl.slurm.cli import CliBackend
