@@ -295,7 +295,8 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool, keep: Optional[dict] = No
         try:
             if not dry_run:
                 st.wait_write_lock()
-            res = run_cycle(cfg, be, st, pol, dry_run=dry_run)
+            # the loop daemon never waits for the sacct history (A-SRPT); --once does
+            res = run_cycle(cfg, be, st, pol, dry_run=dry_run, wait_history=keep is None)
         except SlurmUnavailable as e:
             click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
             return Exit.SLURM_UNAVAILABLE

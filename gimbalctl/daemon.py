@@ -517,11 +517,12 @@ def _unseen_rule(cfg: Config, pred):
 
 def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: list,
                  job_rows: Optional[dict] = None, reports: Optional[dict] = None,
-                 background: bool = True) -> tuple[tuple, Optional[Any]]:
+                 background: bool = True, first_wait: bool = True) -> tuple[tuple, Optional[Any]]:
     """Seed 003: (history, predictor) from the site's finished jobs, ``((), None)`` when not
     configured.  ``[predictor] history = "slurm"``: sacct through ``backend``
     (:class:`gimbalctl.site_history.SiteHistory`; refreshed in the background every
-    ``refit`` s, so a cycle never waits for it after the first), plus the store's job rows and
+    ``refit`` s, so a cycle never waits for it after the first; with ``first_wait=False``
+    not even the first), plus the store's job rows and
     launcher reports; ``[predictor] sacct = FILE``: that file (refitted every ``refit`` s or
     when it changes).  A history that cannot be read is a warning, never a failed cycle (the
     policy then falls back to time limits)."""
@@ -541,7 +542,8 @@ def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: 
             sh = _SITE[key] = SiteHistory(cfg.predictor_kind, cfg.predictor_refit,
                                           cfg.predictor_days, cfg.predictor_max_rows,
                                           cfg.predictor_timeout, cfg.predictor_unseen)
-        fitted = sh.get(backend, job_rows or {}, reports or {}, now, warnings, background)
+        fitted = sh.get(backend, job_rows or {}, reports or {}, now, warnings, background,
+                        first_wait)
         return (fitted.history, fitted.predictor) if fitted is not None else ((), None)
     path = cfg.predictor_sacct
     if not path:
@@ -583,11 +585,14 @@ def with_history(snap: SnapshotResult, history: tuple, pred) -> SnapshotResult:
 
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
-              dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
+              dry_run: bool = False, now: Optional[float] = None,
+              wait_history: bool = True) -> CycleResult:
     """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
     recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
-    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
-    state: dict = {}
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle.
+    ``wait_history=False`` (the loop daemon): even the first read of the sacct history runs
+    in the background (:func:`site_history`); ``daemon --once`` waits for it."""
+    state: dict = {"wait_history": wait_history}
     try:
         return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
     except Exception as e:
@@ -650,7 +655,8 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
                           estimates=cfg.estimates, penalised_users=penalised,
                           pipeline_apps=getattr(policy, "pipeline_models", False))
     warnings = problems + list(snap.warnings)
-    history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports)
+    history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports,
+                                 first_wait=state.get("wait_history", True))
     snap = with_history(snap, history, pred)
     plan = policy.schedule(snap.snapshot)
     hold_actions = store.last_hold_actions(

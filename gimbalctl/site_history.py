@@ -17,10 +17,11 @@ A-SRPT predicts a job's length from the jobs of its recurrence group that finish
 Group key (:func:`gimbalctl.predictor.group_key`): user + job name (else gimbal ``app``) +
 GPUs + gimbal ``batch`` — the key the snapshot builder gives a pending Slurm job.
 
-:class:`SiteHistory` keeps the history and the fitted predictor between daemon cycles.  The
-first call reads and fits at once (a ``daemon --once`` has nothing to reuse); later calls older
-than ``predictor.refit`` seconds start a background refresh and use the previous history and
-fit until it is done, so a cycle never waits on sacct or the random forest.  A failed read is
+:class:`SiteHistory` keeps the history and the fitted predictor between daemon cycles.  A
+``daemon --once`` reads and fits at once (it has nothing to reuse); the loop daemon starts even
+its first read in the background (its first cycles rank by time limits), and a read older than
+``predictor.refit`` seconds is refreshed in the background while cycles use the previous
+history and fit, so a loop cycle never waits on sacct or the random forest.  A failed read is
 a warning, never a failed cycle; the policy then predicts from time limits.
 """
 from __future__ import annotations
@@ -142,17 +143,23 @@ class SiteHistory:
             self._notes.extend(f"predictor: {w}" for w in f.warnings)
 
     def get(self, backend, job_rows: Mapping, reports: Mapping, now: float,
-            warnings: list[str], background: bool = True) -> Optional[Fitted]:
+            warnings: list[str], background: bool = True,
+            first_wait: bool = True) -> Optional[Fitted]:
         """The current history and fit (``None`` until one read succeeded); see the module
-        docstring for when it reads.  A failed read is tried again after
+        docstring for when it reads.  ``first_wait=False``: the first read runs in the
+        background too (a loop daemon; its first cycles rank by time limits).
+        ``background=False``: every due read runs now.  A failed read is tried again after
         ``min(refit, 300)`` s.  ``warnings`` gets each read's problems once."""
         with self._lock:
             running = self._thread is not None and self._thread.is_alive()
             have = self.fitted is not None
         wait = self.refit if self._ok else min(self.refit, 300.0)
+        if running and not have:
+            warnings.append("predictor: the sacct history is being read in the background; "
+                            "predicting from time limits this cycle")
         if not running and (self._tried_at is None or now - self._tried_at >= wait):
             self._tried_at = now
-            if not have or not background:
+            if not background or (not have and first_wait):
                 self._refresh(backend, dict(job_rows), dict(reports), now)
             else:
                 t = threading.Thread(target=self._refresh, name="gimbal-sacct-history",
@@ -160,6 +167,9 @@ class SiteHistory:
                                      daemon=True)
                 self._thread = t
                 t.start()
+                if not have:
+                    warnings.append("predictor: reading the sacct history in the background; "
+                                    "predicting from time limits this cycle")
         with self._lock:
             fitted, notes, self._notes = self.fitted, self._notes, []
         warnings.extend(notes)

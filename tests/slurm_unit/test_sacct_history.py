@@ -348,3 +348,17 @@ def test_fuzz_sacct_parsable():
         for j in out:
             assert j.end_time >= j.start_time and _clean(j.name) and _clean(j.user)
     run()
+
+
+def test_loop_daemon_does_not_wait_even_for_the_first_read():
+    be = SlowBackend()
+    be.calls = 1  # every read waits for the gate
+    sh = SiteHistory("mean", refit=100.0)
+    w: list[str] = []
+    t0 = time.monotonic()
+    assert sh.get(be, {}, {}, 0.0, w, first_wait=False) is None
+    assert time.monotonic() - t0 < 1.0 and any("in the background" in x for x in w)
+    assert sh.get(be, {}, {}, 1.0, w, first_wait=False) is None and be.calls == 2
+    be.gate.set()
+    sh.wait(10)
+    assert len(sh.get(be, {}, {}, 2.0, w, first_wait=False).history) == 6
