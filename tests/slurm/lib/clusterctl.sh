@@ -31,6 +31,10 @@ export SLURM_CONF=$ETC/slurm.conf
 die() { echo "clusterctl[$INSTANCE]: ERROR: $*" >&2; exit 1; }
 log() { echo "clusterctl[$INSTANCE]: $*" >&2; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
+# nofds CMD...: exec CMD with no file descriptor above 2. A daemon started under
+# `flock /tmp/gimbal-slurm-tests.lock ...` otherwise inherits the lock's descriptor and holds
+# the machine-wide test lock for its whole life (seen with munged: every Slurm test waited)
+nofds() { local fd; for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec "$@"; }
 nodes() { sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$SLURM_CONF"; }
 dump_logs() {
   echo "----- last lines of $LOGD/slurmctld.log -----" >&2; tail -n 25 $LOGD/slurmctld.log >&2 2>/dev/null
@@ -90,8 +94,8 @@ start_dbd() {
     [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
       >$LOGD/mariadb-install.log 2>&1 || die "mariadb-install-db failed (see $LOGD/mariadb-install.log)"
     rm -f /run/mysqld/mysqld.pid
-    runuser -u mysql -- /usr/sbin/mariadbd --skip-networking --socket=/run/mysqld/mysqld.sock \
-      --pid-file=/run/mysqld/mysqld.pid --datadir=/var/lib/mysql >>$LOGD/mariadb.log 2>&1 &
+    ( nofds runuser -u mysql -- /usr/sbin/mariadbd --skip-networking --socket=/run/mysqld/mysqld.sock \
+      --pid-file=/run/mysqld/mysqld.pid --datadir=/var/lib/mysql ) </dev/null >>$LOGD/mariadb.log 2>&1 &
     for i in $(seq 150); do mariadb -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
     mariadb -e 'select 1' >/dev/null 2>&1 || { tail -n 20 $LOGD/mariadb.log >&2; die "MariaDB does not answer"; }
   fi
@@ -100,7 +104,7 @@ start_dbd() {
     || die "cannot create the slurmdbd database user"
   if ! alive $RUN/slurmdbd.pid; then
     rm -f $RUN/slurmdbd.pid
-    /usr/sbin/slurmdbd || { tail -n 20 $LOGD/slurmdbd.log >&2; die "slurmdbd failed to start"; }
+    ( nofds /usr/sbin/slurmdbd ) || { tail -n 20 $LOGD/slurmdbd.log >&2; die "slurmdbd failed to start"; }
   fi
   local deadline=$((SECONDS+60))
   until sacctmgr -n show cluster >/dev/null 2>&1; do
@@ -128,7 +132,7 @@ do_start() {
   if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     [ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing"
     rm -f /run/munge/munged.pid
-    runuser -u munge -- /usr/sbin/munged || die "munged failed to start"   # refuses to run as root
+    ( nofds runuser -u munge -- /usr/sbin/munged ) || die "munged failed to start"   # refuses to run as root
     for i in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
     munge -n </dev/null | unmunge >/dev/null 2>&1 || die "munge does not work"
   fi
@@ -136,7 +140,7 @@ do_start() {
   if ! alive $RUN/slurmctld.pid; then
     if [ "${FRESH:-0}" = 1 ]; then find $SPOOL -mindepth 1 ! -name '*.key' -delete; fi
     rm -f $RUN/slurmctld.pid   # a stale file would look like an instant crash below
-    /usr/sbin/slurmctld -f $SLURM_CONF || { dump_logs; die "slurmctld failed to start"; }
+    ( nofds /usr/sbin/slurmctld -f $SLURM_CONF ) || { dump_logs; die "slurmctld failed to start"; }
   fi
   local deadline=$((SECONDS+30))
   until scontrol ping 2>/dev/null | grep -q 'is UP'; do
@@ -147,7 +151,7 @@ do_start() {
   done
   local n
   for n in $(nodes); do
-    alive $RUN/slurmd-$n.pid || /usr/sbin/slurmd -f $SLURM_CONF -N "$n" || { dump_logs; die "slurmd $n failed"; }
+    alive $RUN/slurmd-$n.pid || ( nofds /usr/sbin/slurmd -f $SLURM_CONF -N "$n" ) || { dump_logs; die "slurmd $n failed"; }
   done
   local want resumed=0 part
   want=$(nodes | wc -l)
