@@ -99,6 +99,11 @@ def test_asrpt_orders_by_predicted_work_from_sacct(slurm_2205_dbd, clean_slurm, 
     assert "virtual-SRPT position" in text.stdout
     text = g("explain", pend[("alice", "bt")])
     assert "(rf; history of" in text.stdout and "virtual-SRPT position" in text.stdout
+    # 5. the same history for the predictor's error report (Fig. 4 analogue), no file
+    ev = g("predictor", "eval", "--slurm", "--days", "1", "--json")
+    assert ev.returncode == 0, ev.stderr
+    rep = json.loads(ev.stdout)
+    assert rep["unit"] == "seconds" and rep["train"] + rep["test"] >= len(hist)
 
 
 def nums_of(g, job):
