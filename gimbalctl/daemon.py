@@ -505,6 +505,24 @@ def report_job_info(jobs: list[SlurmJob]) -> dict[str, dict]:
     return out
 
 
+def report_owners(jobs: list[SlurmJob]) -> dict[str, int]:
+    """Job id -> uid of the job's user (Slurm's user name resolved on this host), for the
+    owner check of launcher report files; a user this host cannot resolve is left out (that
+    job's reports wait unread)."""
+    import pwd
+    uids: dict[str, Optional[int]] = {}
+    out = {}
+    for sj in jobs:
+        if sj.user not in uids:
+            try:
+                uids[sj.user] = pwd.getpwnam(sj.user).pw_uid
+            except (KeyError, TypeError, ValueError):
+                uids[sj.user] = None
+        if uids[sj.user] is not None:
+            out[sj.job_id] = uids[sj.user]
+    return out
+
+
 _PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor, history)
 _SITE: dict = {}  # (backend, cluster, [predictor] settings) -> SiteHistory
 
@@ -640,7 +658,8 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
     if not dry_run:
-        store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
+        store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs),
+                             owners=report_owners(jobs))
     penalised: frozenset = frozenset()
     if cfg.estimates == "bounded" and cfg.estimate_penalty_s > 0:
         import datetime as _dt
