@@ -523,17 +523,49 @@ def report_owners(jobs: list[SlurmJob]) -> dict[str, int]:
     return out
 
 
-_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor)
+_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor, history)
+_SITE: dict = {}  # (backend, cluster, [predictor] settings) -> SiteHistory
 
 
-def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
-    """Seed 003 predictor fitted on the site's sacct history (``[predictor] sacct``), refitted
-    every ``predictor.refit`` seconds or when the file changes; ``{}`` when not configured.
-    A missing or unreadable file is a warning, never a failed cycle (the policy then falls
-    back to time limits)."""
+def _unseen_rule(cfg: Config, pred):
+    if cfg.predictor_unseen == "time-limit" and hasattr(pred, "unseen"):
+        return dataclasses.replace(pred, unseen="fallback")
+    return pred
+
+
+def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: list,
+                 job_rows: Optional[dict] = None, reports: Optional[dict] = None,
+                 background: bool = True, first_wait: bool = True) -> tuple[tuple, Optional[Any]]:
+    """Seed 003: (history, predictor) from the site's finished jobs, ``((), None)`` when not
+    configured.  ``[predictor] history = "slurm"``: sacct through ``backend``
+    (:class:`gimbalctl.site_history.SiteHistory`; refreshed in the background every
+    ``refit`` s, so a cycle never waits for it after the first; with ``first_wait=False``
+    not even the first), plus the store's job rows and
+    launcher reports; ``[predictor] sacct = FILE``: that file (refitted every ``refit`` s or
+    when it changes).  A history that cannot be read is a warning, never a failed cycle (the
+    policy then falls back to time limits)."""
+    if cfg.predictor_history == "slurm" and backend is not None:
+        from .site_history import SiteHistory
+        from .slurm.errors import SlurmError
+        try:
+            cluster = backend.cluster_name()
+        except SlurmError as e:
+            warnings.append(f"predictor: cannot name the cluster ({e}); no history this cycle")
+            return (), None
+        key = (backend.name, cluster, tuple(getattr(backend, "prefix", ()) or ()),
+               cfg.predictor_kind, cfg.predictor_refit, cfg.predictor_days,
+               cfg.predictor_max_rows, cfg.predictor_timeout, cfg.predictor_unseen)
+        sh = _SITE.get(key)
+        if sh is None:
+            sh = _SITE[key] = SiteHistory(cfg.predictor_kind, cfg.predictor_refit,
+                                          cfg.predictor_days, cfg.predictor_max_rows,
+                                          cfg.predictor_timeout, cfg.predictor_unseen)
+        fitted = sh.get(backend, job_rows or {}, reports or {}, now, warnings, background,
+                        first_wait)
+        return (fitted.history, fitted.predictor) if fitted is not None else ((), None)
     path = cfg.predictor_sacct
     if not path:
-        return {}
+        return (), None
     from .predictor import FITTERS, history_from_sacct
     from .traces import TraceError
     try:
@@ -541,21 +573,44 @@ def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
         hit = _PREDICTORS.get(path)
         if hit and hit[0] == mtime and hit[2] == cfg.predictor_kind \
                 and now - hit[1] < cfg.predictor_refit:
-            return {"iterations": hit[3]}
-        pred = FITTERS[cfg.predictor_kind](history_from_sacct(path))
+            return hit[4], _unseen_rule(cfg, hit[3])
+        hist = tuple(sorted(history_from_sacct(path), key=lambda f: (f.end_time, f.id)))
+        pred = FITTERS[cfg.predictor_kind](hist)
     except (OSError, TraceError, ValueError) as e:
         warnings.append(f"predictor: {path}: {e}; predicting from time limits")
-        return {}
-    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred)
-    return {"iterations": pred}
+        return (), None
+    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred, hist)
+    return hist, _unseen_rule(cfg, pred)
+
+
+def with_history(snap: SnapshotResult, history: tuple, pred) -> SnapshotResult:
+    """The snapshot with the finished-job history and the fitted predictor (the measured
+    rates and other predictors the builder put there stay), and each job's predicted length
+    and its source in ``inputs`` (for ``queue``/``explain``)."""
+    if pred is None and not history:
+        return snap
+    from policies.asrpt_core import prediction
+    preds = dict(snap.snapshot.predictors)
+    if pred is not None:
+        preds["iterations"] = pred
+    s2 = dataclasses.replace(snap.snapshot, history=tuple(history), predictors=preds)
+    for jid, job in s2.jobs.items():
+        if jid in snap.inputs:
+            val, unit, src = prediction(s2, job, False)
+            snap.inputs[jid].update(predicted=val, predicted_unit=unit, prediction_source=src,
+                                    history_jobs=len(history))
+    return dataclasses.replace(snap, snapshot=s2)
 
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
-              dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
+              dry_run: bool = False, now: Optional[float] = None,
+              wait_history: bool = True) -> CycleResult:
     """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
     recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
-    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
-    state: dict = {}
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle.
+    ``wait_history=False`` (the loop daemon): even the first read of the sacct history runs
+    in the background (:func:`site_history`); ``daemon --once`` waits for it."""
+    state: dict = {"wait_history": wait_history}
     try:
         return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
     except Exception as e:
@@ -611,16 +666,17 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
         since = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None) - \
             _dt.timedelta(seconds=cfg.estimate_penalty_s)
         penalised = frozenset(store.users_outran_since(since))
+    reports = store.latest_reports()
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
-                          history=job_rows, reports=store.latest_reports(),
+                          history=job_rows, reports=reports,
                           default_app=cfg.default_app, default_batch=cfg.default_batch,
                           decisions=read_decisions(cfg.state_dir, jobs),
-                          estimates=cfg.estimates, penalised_users=penalised)
+                          estimates=cfg.estimates, penalised_users=penalised,
+                          pipeline_apps=getattr(policy, "pipeline_models", False))
     warnings = problems + list(snap.warnings)
-    preds = site_predictors(cfg, snap.snapshot.now, warnings)
-    if preds:
-        snap = dataclasses.replace(snap, snapshot=dataclasses.replace(snap.snapshot,
-                                                                      predictors=preds))
+    history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports,
+                                 first_wait=state.get("wait_history", True))
+    snap = with_history(snap, history, pred)
     plan = policy.schedule(snap.snapshot)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
