@@ -331,10 +331,17 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                                    stealing=True if uneven else old.stealing, written_at=None,
                                    workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
+    refused = job is not None and gb != job.global_batch and not batch_allowed(job, gb)
+    if refused:  # the job's metadata does not allow this batch: never written
+        log.warning("job %s: plan's global batch %s not allowed by the job's metadata (%s); "
+                    "keeping its batch %s", sj.job_id, gb,
+                    "no --allow-batch-change" if job.batch_range is None else
+                    f"batchrange {job.batch_range[0]}:{job.batch_range[1]}", job.global_batch)
+        gb = job.global_batch
     sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
     accum = max(1, a.accum_steps)
     mps = a.mps_pct
-    if a.workers:
+    if a.workers and not refused:
         workers = a.workers
         pcts = {w.mps_pct for w in workers}
         if mps is None and len(pcts) == 1:  # one MPS share for every rank (gimbal-run sets one)
@@ -347,6 +354,14 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                             mps_thread_pct=mps, share_with=",".join(share_with) or None,
                             stealing=bool(share_with) or None,
                             workers=tuple(workers_to_wire(workers)) or None)
+
+
+def batch_allowed(job, batch: Optional[int]) -> bool:
+    """Whether ``batch`` may run for ``job``: its submitted batch, or one inside the
+    ``Job.batch_range`` its metadata grants (``gsbatch --allow-batch-change``)."""
+    if batch is None or batch == job.global_batch:
+        return True
+    return job.batch_range is not None and job.batch_range[0] <= batch <= job.batch_range[1]
 
 
 def read_decisions(state_dir: str, jobs) -> dict:
