@@ -235,3 +235,30 @@ def test_a_round_moves_a_job_between_gpu_types(release, request, clean_slurm):
     while len(starts()) < 2 and time.monotonic() < deadline:
         time.sleep(0.3)
     assert starts() == ["start 0 h1", "start 1 h2"]
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_a_job_that_names_a_gpu_type(release, request, clean_slurm):
+    """A gate job submitted with its own typed GRES (``--gres=gpu:k80:1``) whose reference is
+    fastest on V100: 26.05 starts it there with ``gpu:v100:1``; on 22.05 a type update is
+    accepted but the job never runs (BadConstraints), so gimbal leaves it held and says why."""
+    c = request.getfixturevalue({"22.05": "slurm_2205_het", "26.05": "slurm_2605_het"}[release])
+    c.cancel_all()
+    g = Gimbal(c)
+    cfg = _config(g, 'decide = "gpu"\ncd = false\njp = false')
+    job = gsbatch_script(c, "--app", "cifar10", "--batch", "128", "--gate", "--gres=gpu:k80:1",
+                         "--wrap=sleep 600")
+    r = g("daemon", "--once", "--config", cfg, "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    (act,) = [a for a in res["plan"]["actions"] if a["job_id"] == job]
+    assert act["gpus"][0].startswith("h2:")  # the policy wants the V100 node
+    if release == "26.05":
+        c.wait_state(job, "RUNNING", timeout=30)
+        info = c.show_job(job)
+        assert (info["NodeList"], info["TresPerNode"]) == ("h2", "gres/gpu:v100:1")
+    else:
+        assert not [ch for ch in res["changes"] if ch["job_id"] == job]
+        assert c.show_job(job)["Reason"] == "JobHeldUser"
+        assert any("cannot change the type" in w for w in res.get("warnings", [])) or \
+            "cannot change the type" in r.stderr, (res.get("warnings"), r.stderr[-500:])
