@@ -23,7 +23,27 @@ def bundled_trace(name: str = "pollux/workload-1.csv") -> Path:
     return Path(str(resources.files("gimbalctl").joinpath("data/traces/" + name)))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose Slurm-side commands (daemon, queue, explain, revert, db, audit,
+    cycles) are imported when one of them runs or help lists them, so ``simulate`` does not
+    load the daemon, the Slurm backend and the state store."""
+
+    lazy: dict[str, str] = {}  # command name -> "module:attribute"
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        cmd = super().get_command(ctx, name)
+        if cmd is None and name in self.lazy:
+            import importlib
+            mod, _, attr = self.lazy[name].partition(":")
+            cmd = getattr(importlib.import_module(mod), attr)
+            self.add_command(cmd, name)
+        return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gimbal", message="gimbal %(version)s")
 def main() -> None:
     """gimbal: deep-learning-aware scheduling for Slurm GPU clusters."""
@@ -196,15 +216,19 @@ def _print_table(results, trace, cluster, njobs) -> None:
     console.print(t)
 
 
+SLURM_COMMANDS = {"daemon": "cli_slurm:daemon_cmd", "queue": "cli_slurm:queue_cmd",
+                  "explain": "cli_slurm:explain_cmd", "revert": "cli_slurm:revert_cmd",
+                  "db": "cli_slurm:db_group", "audit": "cli_admin:audit_cmd",
+                  "cycles": "cli_admin:cycles_cmd"}
+
+
 def _register_optional() -> None:
-    """Attach command groups that live in their own modules (Slurm side)."""
-    import importlib
+    """Attach the Slurm-side commands that live in their own modules, imported on use."""
     import importlib.util
 
-    name = f"{__package__}.cli_slurm"
-    if importlib.util.find_spec(name) is None:
+    if importlib.util.find_spec(f"{__package__}.cli_slurm") is None:
         return
-    importlib.import_module(name).register(main)
+    main.lazy = {k: f"{__package__}.{v}" for k, v in SLURM_COMMANDS.items()}
 
 
 _register_optional()

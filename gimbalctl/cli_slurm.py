@@ -562,7 +562,8 @@ def db_upgrade(db, config_path, revision, dry_run, as_json):
 
 
 def register(group: click.Group) -> None:
-    """Add the Slurm-side commands to the ``gimbalctl`` group."""
+    """Add the Slurm-side commands to a click group (``gimbalctl`` itself loads them lazily,
+    ``gimbalctl.cli.SLURM_COMMANDS``)."""
     from .cli_admin import audit_cmd, cycles_cmd
     for cmd in (daemon_cmd, queue_cmd, explain_cmd, revert_cmd, db_group, audit_cmd, cycles_cmd):
         group.add_command(cmd)

@@ -202,6 +202,27 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     return f"gpu:{count}"
 
 
+def _whole_gpu_partners(action: StartJob, sjobs: dict[str, SlurmJob]) -> list[str]:
+    """Partners of a packed start that hold one of its GPUs through whole-GPU ``gres/gpu``
+    (``"<job> (<node>:<index>)"``).  Slurm gives a GPU either whole or in shard/mps units, never
+    both, so such a packing cannot be applied; the simulator has no such limit (every job it
+    starts can be packed), so this is where the cluster and the model differ."""
+    mine = {(g.node, g.index) for g in action.gpus}
+    out = []
+    for jid in getattr(action, "share_with", ()) or ():
+        sj = sjobs.get(jid)
+        if sj is None:
+            continue
+        for u in sj.gres_alloc:
+            if u.name != "gpu":
+                continue
+            hit = sorted(i for i in u.per_gpu if (u.node, i) in mine)
+            if hit:
+                out.append(f"{jid} ({u.node}:{hit[0]})")
+                break
+    return out
+
+
 def own_hold(sj: SlurmJob, last_action: Optional[str]) -> bool:
     """Whether the hold on a gated job is one gimbal may release: the submission hold of
     ``gsbatch --gate`` (never released by gimbal yet) or gimbal's own requeue-hold / hold
@@ -242,6 +263,12 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                 who = "an admin" if sj.reason == "JobHeldAdmin" else "its user or an admin"
                 warnings.append(f"job {sj.job_id}: held by {who} ({sj.reason}), not by gimbal; "
                                 f"left held (gimbal releases only its own holds)")
+                continue
+            whole = _whole_gpu_partners(a, sjobs)
+            if whole:
+                warnings.append(f"job {sj.job_id}: not started: the plan packs it beside "
+                                f"{', '.join(whole)}, which hold(s) the GPU(s) as whole gres/gpu; "
+                                f"Slurm cannot place a gres/mps or gres/shard job there")
                 continue
             want = target_gpu_type(a, nodes)
             if not typed_gres and sj.gpu_type_req and want and \
@@ -343,6 +370,18 @@ def reconcile(store, backend: Backend, sjobs: dict[str, SlurmJob], state_dir: st
     return counts
 
 
+def _mps_ceiling(workers, job_pct):
+    """The job-level MPS thread share of a decision with a per-worker record: the largest
+    worker share (gimbal-run puts it in the job's environment; each rank then lowers its own
+    to its record's value, ``launcher.mps.rank_mps_env``, never raising it).  A worker without
+    a limit beside one with a limit means no job-level limit.  Without a record, or a record
+    that names no share: the action's own share."""
+    pcts = [w.mps_pct for w in workers or ()]
+    if all(p is None for p in pcts):
+        return job_pct
+    return None if any(p is None for p in pcts) else max(pcts)
+
+
 def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     """The launcher decision of a start: job-level fields plus the per-worker record
     (the plan's ``workers``, else the even split of the batch in force), which gimbal-run
@@ -355,7 +394,8 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     job = snap.snapshot.jobs.get(sj.job_id)
     if isinstance(a, ResizeJob) and old is not None:
         uneven = len({w.share for w in a.workers}) > 1
-        return dataclasses.replace(old, policy=policy, mps_thread_pct=a.mps_pct,
+        return dataclasses.replace(old, policy=policy,
+                                   mps_thread_pct=_mps_ceiling(a.workers, a.mps_pct),
                                    stealing=True if uneven else old.stealing, written_at=None,
                                    workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
@@ -371,9 +411,7 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
     mps = a.mps_pct
     if a.workers and not refused:
         workers = a.workers
-        pcts = {w.mps_pct for w in workers}
-        if mps is None and len(pcts) == 1:  # one MPS share for every rank (gimbal-run sets one)
-            mps = pcts.pop()
+        mps = _mps_ceiling(workers, mps)
     else:
         workers = uniform_workers(tuple(a.gpus), sub, accum, mps, gb) if gb and a.gpus else ()
     share_with = getattr(a, "share_with", ())
@@ -518,6 +556,24 @@ def report_job_info(jobs: list[SlurmJob]) -> dict[str, dict]:
     return out
 
 
+def report_owners(jobs: list[SlurmJob]) -> dict[str, int]:
+    """Job id -> uid of the job's user (Slurm's user name resolved on this host), for the
+    owner check of launcher report files; a user this host cannot resolve is left out (that
+    job's reports wait unread)."""
+    import pwd
+    uids: dict[str, Optional[int]] = {}
+    out = {}
+    for sj in jobs:
+        if sj.user not in uids:
+            try:
+                uids[sj.user] = pwd.getpwnam(sj.user).pw_uid
+            except (KeyError, TypeError, ValueError):
+                uids[sj.user] = None
+        if uids[sj.user] is not None:
+            out[sj.job_id] = uids[sj.user]
+    return out
+
+
 _PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor)
 
 
@@ -598,7 +654,8 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
     sjobs = {j.job_id: j for j in jobs}
     reconciled = {} if dry_run else reconcile(store, backend, sjobs, cfg.state_dir)
     if not dry_run:
-        store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs))
+        store.ingest_reports(os.path.join(cfg.state_dir, "reports"), job_info=report_job_info(jobs),
+                             owners=report_owners(jobs))
     penalised: frozenset = frozenset()
     if cfg.estimates == "bounded" and cfg.estimate_penalty_s > 0:
         import datetime as _dt

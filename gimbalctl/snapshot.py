@@ -207,7 +207,9 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             for g in gpus:
                 gpu_jobs.setdefault(g, []).append(sj.job_id)
             executed = max(0.0, now - (sj.start_time or now))
-            if rep is not None and rep.step_time_s:
+            # a launch's first report includes warm-up (launcher.monitor marks it): its step
+            # time is not the job's rate (the model's stands until the next report)
+            if rep is not None and rep.step_time_s and not _warmup(rep):
                 rate = 1.0 / rep.step_time_s
                 if alloc.global_batch:
                     rate = rate * alloc.global_batch / batch
@@ -356,6 +358,11 @@ def _running_alloc(job_id: str, gpus: tuple[Gpu, ...], batch: int, n: int, rep, 
                           force if force != batch else None)
     local = -(-batch // len(gpus))
     return Allocation(gpus, local, 1, None, uniform_workers(gpus, local, 1, None, batch))
+
+
+def _warmup(rep) -> bool:
+    extra = getattr(rep, "extra", None)
+    return isinstance(extra, dict) and extra.get("warmup") is True
 
 
 def _rep_workers(rep):

@@ -116,6 +116,20 @@ def mps_env(thread_pct: Optional[int], mem_limit_mb: Optional[int], num_devices:
     return out
 
 
+def rank_mps_env(workers, rank: int, num_devices: int,
+                 current: Mapping[str, str]) -> Dict[str, str]:
+    """This rank's own MPS limits from the per-worker allocation record (``GIMBAL_WORKERS``,
+    rank order): a packed worker and an unpacked worker of one job may run with different
+    thread shares (seed 004 §5.2: LGRR squeezes a worker, not a job).  Set by the per-rank
+    shim (:mod:`launcher.worker`) before the training script creates its CUDA context; the
+    job-level value gimbal-run put in the environment, or Slurm's gres/mps, stays the ceiling
+    (:func:`mps_env` never loosens).  No record, or a rank beyond it: nothing to set."""
+    if not workers or not 0 <= int(rank) < len(workers):
+        return {}
+    w = workers[int(rank)]
+    return mps_env(w.get("mps_pct"), w.get("mem_limit_mb"), num_devices, current)
+
+
 def current_limits(env: Mapping[str, str]) -> Dict[str, object]:
     """The MPS limits in force for this process (for logging and reports)."""
     res: Dict[str, object] = {"thread_pct": None, "mem_limit_mb": None}

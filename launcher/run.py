@@ -366,7 +366,12 @@ class Supervisor:
                 pass
 
     def _mps_of(self, dec: Optional[LauncherDecision]):
-        return (dec.mps_thread_pct, dec.mps_mem_limit_mb) if dec else (None, None)
+        """The MPS limits a decision sets: job-level and per worker (a CUDA client reads
+        them when it creates its context, so any change needs a relaunch)."""
+        if not dec:
+            return (None, None, ())
+        per_rank = tuple((w.get("mps_pct"), w.get("mem_limit_mb")) for w in dec.workers or ())
+        return (dec.mps_thread_pct, dec.mps_mem_limit_mb, per_rank)
 
     def _check_decision(self, state: dict) -> None:
         plan = self.plan

@@ -8,6 +8,8 @@ nor see their exit codes.  This shim, before running the user script as
 * writes ``$GIMBAL_RUN_DIR/worker.<RANK>.pid`` so gimbal-run can forward
   SIGUSR2 (checkpoint notice) directly to the training processes;
 * installs the checkpoint flag handler for SIGUSR2 (``launcher.checkpoint``);
+* sets this rank's own MPS limits from the per-worker record ``GIMBAL_WORKERS``
+  (:func:`launcher.mps.rank_mps_env`), before the script can create a CUDA context;
 * records the script's exit status in ``$GIMBAL_RUN_DIR/worker.<RANK>.exit``
   so gimbal-run can pass the training's real exit code through and detect
   the checkpoint exit code (75).
@@ -41,6 +43,19 @@ def _code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message") prints the message and exits 1
 
 
+def _apply_rank_mps(rank: str) -> None:
+    """Per-rank MPS share (seed 004 LGRR per worker).  gimbal-run validated the record before
+    starting torchrun; a problem here is reported and the job-level limits stay in force."""
+    from . import envvars as ev
+    from .mps import rank_mps_env
+    try:
+        workers = ev._workers(os.environ)
+        nloc = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        os.environ.update(rank_mps_env(workers, int(rank), nloc, os.environ))
+    except (ValueError, TypeError) as exc:
+        print(f"gimbal worker {rank}: per-rank MPS limits not applied: {exc}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--":
@@ -55,6 +70,7 @@ def main(argv=None) -> int:
     if stem:
         _write(stem + ".pid", str(os.getpid()))
     checkpoint.install_handler()
+    _apply_rank_mps(rank)
 
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -299,6 +299,32 @@ def leased(snap: ClusterSnapshot, min_run_s: float) -> list[Job]:
             if j.running and j.run_start is not None and now - j.run_start < min_run_s]
 
 
+class PreemptiveByKey(Policy):
+    """Base of the pre-emptive policies that rank every active job by one key
+    (:func:`schedule_preemptive`): SRTF, SRSF.  Subclasses give ``key(snap, job)`` (smaller
+    runs first) and ``key_name`` (the number each job's reason carries)."""
+
+    preemptive = True
+    needs_lengths = True
+    accepts_min_run = True
+    key_name = "key"
+
+    def __init__(self, min_run_s: float = 0.0):
+        """``min_run_s``: minimum run time before a job may be pre-empted again
+        (:func:`schedule_preemptive`; 0 = none, the baseline as published)."""
+        if min_run_s < 0:
+            raise ValueError(f"{self.name}: min_run_s must be >= 0, got {min_run_s}")
+        self.min_run_s = float(min_run_s)
+
+    def key(self, snap: ClusterSnapshot, job: Job) -> float:
+        raise NotImplementedError
+
+    def schedule(self, snap):
+        return schedule_preemptive(snap, self.name,
+                                   lambda j: (self.key(snap, j), j.submit_time, j.id),
+                                   lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s)
+
+
 def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],
                         numbers: Callable[[Job], dict] = lambda j: {},
                         min_run_s: float = 0.0) -> Plan:

@@ -5,29 +5,16 @@ remaining run time and the number of GPUs the job holds.
 """
 from __future__ import annotations
 
-from .base import Policy, schedule_preemptive
+from .base import PreemptiveByKey
 from .registry import register
 
 
 @register("srsf")
-class Srsf(Policy):
+class Srsf(PreemptiveByKey):
     """SRSF: least remaining time x GPUs first, preemptive (needs lengths)."""
 
-    preemptive = True
-    needs_lengths = True
-    accepts_min_run = True
+    key_name = "remaining_service_gpus"
 
-    def __init__(self, min_run_s: float = 0.0):
-        """``min_run_s``: minimum run time before a job may be pre-empted again
-        (:func:`policies.base.schedule_preemptive`; 0 = none, the baseline as published)."""
-        if min_run_s < 0:
-            raise ValueError(f"{self.name}: min_run_s must be >= 0, got {min_run_s}")
-        self.min_run_s = float(min_run_s)
-
-    def schedule(self, snap):
-        def service(j):
-            r = snap.remaining_time(j)
-            return float("inf") if r is None else r * j.num_gpus
-        return schedule_preemptive(snap, self.name, lambda j: (service(j), j.submit_time, j.id),
-                                   lambda j: {"remaining_service_gpus": service(j)},
-                                   self.min_run_s)
+    def key(self, snap, job):
+        r = snap.remaining_time(job)
+        return float("inf") if r is None else r * job.num_gpus

@@ -98,3 +98,30 @@ def test_listing_policies_imports_no_pandas():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_simulate_loads_no_slurm_side_and_builds_frames_on_demand():
+    """Start-up (issue: CLI imports only what the command needs): a plain ``simulate`` does not
+    import the daemon, the Slurm backend, the store (SQLAlchemy) or matplotlib; its results
+    still give pandas frames when a caller asks for them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from gimbalctl.cli import main; "
+            "r = CliRunner().invoke(main, ['simulate', '--policy', 'fifo', '--limit', '20', "
+            "'--json']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('gimbalctl.daemon', 'gimbalctl.slurm', 'gimbalctl.store', "
+            "'sqlalchemy', 'matplotlib', 'sklearn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from gimbalctl.sim import SimConfig, simulate
+    from gimbalctl.traces import load_trace
+    from policies import get_policy
+    from gimbalctl.cli import bundled_trace
+    jobs = load_trace(bundled_trace(), limit=30)
+    res = simulate(jobs, parse_cluster("16x4"), get_policy("fifo"), default_models(), SimConfig())
+    assert len(res.jobs) == 30 and res.summary["avg_jct"] == pytest.approx(res.jobs.jct.mean())
+    assert res.summary["avg_wait_total"] == pytest.approx(res.jobs.wait_total.mean())
+    assert list(res.timeline.columns)[:2] == ["t", "queue_length"]

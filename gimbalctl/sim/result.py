@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
-import pandas as pd
+
+# pandas is imported when a caller reads ``SimResult.jobs`` / ``.timeline`` (reports, plots,
+# benches), not to simulate: a plain ``gimbalctl simulate`` prints from ``summary`` alone.
 
 
 class TimelineSample(NamedTuple):
@@ -36,60 +38,96 @@ class JobRecord:
     deadline: Optional[float]
 
 
-@dataclass(frozen=True)
+_JOB_COLUMNS = ("id", "app", "num_gpus", "submit", "start", "end", "run_time", "preemptions",
+                "shared", "deadline", "user")
+
+
 class SimResult:
-    policy: str
-    jobs: pd.DataFrame
-    timeline: pd.DataFrame
-    summary: dict
+    """One policy's run: ``summary`` (metrics), and per-job records and the sampled timeline
+    as pandas DataFrames built on first access (``jobs`` adds ``jct``, ``queueing`` and
+    ``wait_total`` columns)."""
+
+    __slots__ = ("policy", "summary", "_rows", "_samples", "_jobs", "_timeline")
+
+    def __init__(self, policy: str, rows: list, samples: list, summary: dict):
+        self.policy, self.summary = policy, summary
+        self._rows, self._samples = rows, samples
+        self._jobs = self._timeline = None
+
+    @property
+    def jobs(self):
+        if self._jobs is None:
+            import pandas as pd
+            jobs = pd.DataFrame(self._rows, columns=list(_JOB_COLUMNS))
+            jobs["jct"] = jobs.end - jobs.submit
+            jobs["queueing"] = jobs.start - jobs.submit
+            jobs["wait_total"] = jobs.jct - jobs.run_time
+            self._jobs = jobs
+        return self._jobs
+
+    @property
+    def timeline(self):
+        if self._timeline is None:
+            import pandas as pd
+            self._timeline = pd.DataFrame(self._samples, columns=TimelineSample._fields)
+        return self._timeline
 
     @classmethod
     def build(cls, sim) -> "SimResult":
         rows = []
         for r in sim.recs.values():
             s = r.spec
-            rows.append(dict(id=s.id, app=s.app, num_gpus=s.num_gpus, submit=s.submit_time,
-                             start=r.first_start, end=r.end, run_time=r.executed,
-                             preemptions=r.preemptions, shared=r.shared, deadline=s.deadline,
-                             user=s.user))
-        jobs = pd.DataFrame(rows)
-        jobs["jct"] = jobs.end - jobs.submit
-        jobs["queueing"] = jobs.start - jobs.submit
-        jobs["wait_total"] = jobs.jct - jobs.run_time
-        timeline = pd.DataFrame(sim.timeline, columns=TimelineSample._fields)
-        first = float(jobs.submit.min()) if len(jobs) else 0.0
-        makespan = float(jobs.end.max() - first) if len(jobs) else 0.0
-        summary = summarize(jobs, timeline, makespan, sim.busy_gpu_seconds, sim.total_gpus)
+            rows.append((s.id, s.app, s.num_gpus, s.submit_time, r.first_start, r.end,
+                         r.executed, r.preemptions, r.shared, s.deadline, s.user))
+        samples = list(sim.timeline)
+        cols = {c: np.array([row[i] for row in rows], dtype=float)
+                for i, c in enumerate(_JOB_COLUMNS) if c not in ("id", "app", "user")}
+        cols["jct"] = cols["end"] - cols["submit"]
+        cols["queueing"] = cols["start"] - cols["submit"]
+        cols["wait_total"] = cols["jct"] - cols["run_time"]
+        tl = {c: np.array([x[i] for x in samples], dtype=float)
+              for i, c in enumerate(TimelineSample._fields)}
+        n = len(rows)
+        first = float(cols["submit"].min()) if n else 0.0
+        makespan = float(cols["end"].max() - first) if n else 0.0
+        summary = summarize(cols, tl, makespan, sim.busy_gpu_seconds, sim.total_gpus)
         summary["policy_calls"] = sim.policy_calls
         name = getattr(sim.policy, "name", type(sim.policy).__name__)
-        return cls(name, jobs, timeline, summary)
+        return cls(name, rows, samples, summary)
 
 
-def summarize(jobs: pd.DataFrame, timeline: pd.DataFrame, makespan: float,
-              busy_gpu_seconds: float, total_gpus: int) -> dict:
-    jct = jobs.jct.to_numpy(float)
+def _arr(frame, col: str) -> np.ndarray:
+    return np.asarray(frame[col], dtype=float)
+
+
+def summarize(jobs, timeline, makespan: float, busy_gpu_seconds: float, total_gpus: int) -> dict:
+    """Summary metrics from per-job and timeline columns (a DataFrame or a mapping of column
+    name to array; a missing deadline is None or NaN)."""
+    jct = _arr(jobs, "jct")
+    n = len(jct)
+    t = _arr(timeline, "t") if len(timeline["t"]) else np.zeros(0)
     out = {
-        "jobs": int(len(jobs)),
-        "avg_jct": float(jct.mean()) if len(jct) else 0.0,
-        "median_jct": float(np.median(jct)) if len(jct) else 0.0,
-        "p99_jct": float(np.percentile(jct, 99)) if len(jct) else 0.0,
-        "avg_queueing": float(jobs.queueing.mean()) if len(jobs) else 0.0,
-        "avg_wait_total": float(jobs.wait_total.mean()) if len(jobs) else 0.0,
+        "jobs": int(n),
+        "avg_jct": float(jct.mean()) if n else 0.0,
+        "median_jct": float(np.median(jct)) if n else 0.0,
+        "p99_jct": float(np.percentile(jct, 99)) if n else 0.0,
+        "avg_queueing": float(_arr(jobs, "queueing").mean()) if n else 0.0,
+        "avg_wait_total": float(_arr(jobs, "wait_total").mean()) if n else 0.0,
         "makespan": makespan,
         "gpu_utilization": busy_gpu_seconds / (total_gpus * makespan) if makespan > 0 else 0.0,
-        "preemptions": int(jobs.preemptions.sum()) if len(jobs) else 0,
-        "shared_jobs": int(jobs.shared.sum()) if len(jobs) else 0,
+        "preemptions": int(_arr(jobs, "preemptions").sum()) if n else 0,
+        "shared_jobs": int(_arr(jobs, "shared").sum()) if n else 0,
     }
     # time-weighted: each sample holds until the next one (the last until the final completion)
-    if len(timeline):
-        t = timeline.t.to_numpy(float)
-        end = max(float(jobs.end.max()), t[-1]) if len(jobs) else t[-1]
+    if len(t):
+        end = max(float(_arr(jobs, "end").max()), t[-1]) if n else t[-1]
         w = np.diff(np.append(t, end))
         if w.sum() <= 0:
             w = np.ones_like(t)
     for col, key in (("queue_length", "avg_ql"), ("ce", "avg_ce"), ("bi", "avg_bi")):
-        out[key] = float(np.average(timeline[col].to_numpy(float), weights=w)) if len(timeline) else 0.0
-    with_dl = jobs[jobs.deadline.notna()] if "deadline" in jobs else jobs.iloc[0:0]
-    out["deadline_met_ratio"] = (float((with_dl.end <= with_dl.deadline).mean())
-                                 if len(with_dl) else None)
+        out[key] = float(np.average(_arr(timeline, col), weights=w)) if len(t) else 0.0
+    dl = _arr(jobs, "deadline") if n else np.zeros(0)
+    has = ~np.isnan(dl)
+    out["deadline_met_ratio"] = (float((_arr(jobs, "end")[has] <= dl[has]).mean())
+                                 if has.any() else None)
     return out

@@ -361,7 +361,8 @@ class Store:
 
     # ---- reports and profiles ----------------------------------------------
     def ingest_reports(self, reports_dir: str,
-                       job_info: Optional[Mapping[str, Mapping[str, Any]]] = None) -> int:
+                       job_info: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                       owners: Optional[Mapping[str, int]] = None) -> int:
         """Read the new lines of every ``<job>.jsonl`` in ``reports_dir`` into ``reports`` and
         fold their throughput into the application's profile row (``profiles.measured``).
 
@@ -376,6 +377,13 @@ class Store:
         daemon passes the current jobs); a record's own ``app`` / ``num_gpus`` win, and jobs
         not listed fall back to the ``jobs`` table.  Records whose app or GPU count is unknown
         are stored but not folded into a profile.  Returns the number of rows added.
+
+        Attribution (the reports directory is writable by every user, docs/security.md): a
+        file ``<job>.jsonl`` speaks only for ``<job>``; records naming another job are dropped.
+        ``owners`` (job id -> uid of the job's user, from Slurm; the daemon passes it): a file
+        is read only when its owner is that uid or this process's own, so one user cannot
+        report for another's job by creating its file first.  Files of jobs not in
+        ``owners`` wait unread.  ``owners=None`` (library use, tests): no owner check.
         """
         if not os.path.isdir(reports_dir):
             return 0
@@ -387,9 +395,18 @@ class Store:
             path = os.path.join(reports_dir, name)
             file_key = name[:-6]
             try:
-                size = os.path.getsize(path)
+                st = os.stat(path)
             except OSError:
                 continue
+            size = st.st_size
+            if owners is not None:
+                uid = owners.get(file_key)
+                if uid is None:
+                    continue  # not a job Slurm lists now: its owner cannot be checked
+                if st.st_uid not in (uid, os.geteuid()):
+                    log.warning("reports: %s is owned by uid %d, not by the job's user (uid %d);"
+                                " not read", path, st.st_uid, uid)
+                    continue
             try:
                 added += self._ingest_file(path, file_key, size, job_info)
             except (SQLAlchemyError, StoreError) as e:  # e.g. a value the DB refuses: retried next time
@@ -407,7 +424,11 @@ class Store:
             if size < start:  # truncated or replaced: read again, dedup keys keep it once
                 start = 0
             recs, new_off = read_reports_from(path, start)
-            added = self._add_reports(s, recs, job_info)
+            mine = [r for r in recs if str(r.get("job_id")) == file_key]
+            if len(mine) < len(recs):
+                log.warning("reports: %s: %d record(s) name another job; dropped", path,
+                            len(recs) - len(mine))
+            added = self._add_reports(s, mine, job_info)
             if off is None:
                 s.add(ReportOffsetRow(job_id=file_key, offset=new_off))
             else:

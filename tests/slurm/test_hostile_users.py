@@ -359,3 +359,39 @@ def test_jobstats_admin_comment_is_kept_and_ignored(any_cluster):
     assert (inp["app"], inp["batch"], inp["meta_source"]) == ("bert", 64, "state")
     for j in (run, fin):
         assert c.show_job(j)["AdminComment"] == JS1
+
+
+def test_reports_speak_only_for_their_owners_job(cluster_2205):
+    """The reports directory is writable by every user (1733): mallory creates the report file
+    of alice's job before alice's launcher does, and appends records naming alice's other job
+    to her own file.  The daemon reads a file only when its owner is the job's user and only
+    the records of the job the file is named after: alice's own report counts, mallory's
+    forgeries do not, mallory's report of her own job does."""
+    c = cluster_2205
+    v1 = str(c.submit(["--gres=gpu:1", "-t", "30"], user=VICTIM))
+    v2 = str(c.submit(["--gres=gpu:1", "-t", "30"], user=VICTIM))
+    a = str(attack(c, ["--gres=gpu:1", "-t", "30"]))
+    for j in (v1, v2, a):
+        c.wait_state(j, "RUNNING", timeout=30)
+    g = Gimbal(c)
+    res, _ = cycle(g, "--policy", "fifo")  # the first real cycle creates the state dirs
+    sane(g, res)
+    reports = f"{g.inner}/state/reports"
+    assert oct((g.host_dir / "state" / "reports").stat().st_mode & 0o7777) == "0o1733"
+
+    def rec(job, sps):
+        return json.dumps({"job_id": job, "ts": time.time(), "step": 10, "samples_per_s": sps,
+                           "step_time_s": 0.5}) + "\n"
+
+    def append(user, job_file, text):
+        r = c.run(["tee", "-a", f"{reports}/{job_file}.jsonl"], user=user, input=text)
+        assert r.returncode == 0, r.stderr
+
+    append(ATTACKER, v1, rec(v1, 1e9))  # alice's file, created by mallory
+    append(ATTACKER, a, rec(a, 7.0) + rec(v2, 1e9))  # her own file, naming alice's job too
+    append(VICTIM, v2, rec(v2, 42.0))  # alice's genuine report
+    res, _ = cycle(g, "--policy", "fifo")
+    sane(g, res)
+    got = {j: [s for (s,) in g.rows(f"select samples_per_s from reports where job_id='{j}'")]
+           for j in (v1, v2, a)}
+    assert got == {v1: [], v2: [42.0], a: [7.0]}, got

@@ -69,3 +69,45 @@ def test_same_gpu_resize_rewrites_the_decision(release, tmp_path):
     ts = gate_targets(Config(mode="gate"), make_plan("stub", [ResizeJob(r1, other, 32)], [], {}),
                       sj, {}, [], now=NOW, held_gpus={r1: seen["gpus"]})
     assert [t.field for t in ts] == ["signal", "requeue_hold"]
+
+
+def test_decision_mps_is_the_largest_worker_share():
+    """Unequal per-worker MPS shares: the decision's job-level share is their ceiling (the
+    launcher lowers each rank to its own record value), not the smallest for every rank."""
+    from gimbalctl.daemon import _mps_ceiling
+    g = (Gpu("n", 0), Gpu("n", 1))
+    ws = (WorkerAlloc(g[0], 32, 32, 1, 70), WorkerAlloc(g[1], 32, 32, 1, 30))
+    assert _mps_ceiling(ws, 30) == 70
+    assert _mps_ceiling((WorkerAlloc(g[0], 32, 32, 1, None), ws[1]), 30) is None
+    assert _mps_ceiling((WorkerAlloc(g[0], 64, 64, 1, None),), 50) == 50
+    assert _mps_ceiling((), 40) == 40
+
+
+def test_no_packing_beside_a_whole_gres_gpu_job():
+    """Slurm gives a GPU whole (gres/gpu) or in mps/shard units, never both: a packed start
+    beside a job that holds the GPU whole is not applied (a warning names the partner), while
+    packing beside an mps holder goes ahead."""
+    from gimbalctl.slurm.meta import parse_meta
+    from gimbalctl.slurm.types import GresUse, SlurmJob, SlurmNode
+    from policies.plan import StartJob
+
+    def job(jid, state, alloc=(), meta="gimbal:gate=1,gpus=1", reason=""):
+        return SlurmJob(jid, jid, "alice", state, reason, 100, 0, NOW - 100,
+                        NOW - 10 if state == "RUNNING" else None, 3600.0, "gpu", 1,
+                        ("m1",) if alloc else (), (), {} if state == "PENDING" else {"gpu": 1},
+                        tuple(alloc), "", meta, meta=parse_meta(meta))
+
+    whole = job("10", "RUNNING", [GresUse("m1", "gpu", 1, {0: 1})])
+    mps = job("11", "RUNNING", [GresUse("m1", "mps", 50, {1: 50})])
+    new = job("12", "PENDING", reason="JobHeldUser")
+    sjobs = {j.job_id: j for j in (whole, mps, new)}
+    nodes = {"m1": SlurmNode("m1", "mixed", {"gpu": 2, "mps": 200})}
+    for partner, gpu, started in (("10", 0, False), ("11", 1, True)):
+        warnings = []
+        a = StartJob("12", (Gpu("m1", gpu),), 32, share_with=(partner,))
+        ts = gate_targets(Config(mode="gate"), make_plan("stub", [a], [], {}), sjobs, nodes,
+                          warnings, now=NOW)
+        assert bool([t for t in ts if t.field == "release"]) is started
+        assert bool(warnings) is not started
+        if not started:
+            assert "10 (m1:0)" in warnings[0] and "whole gres/gpu" in warnings[0]

@@ -67,3 +67,15 @@ def test_explain_shows_each_jobs_share_and_both_sides_of_inequality3(release, re
     for key in ("share = ", "decided_share = ", "ineq3_left = ", "ineq3_right = "):
         assert key in out.stdout
     assert "under policy afs-l" in out.stdout
+
+
+def test_a_warmup_report_is_not_the_jobs_rate():
+    """The first report of a launch (``"warmup": true``, e.g. right after a relaunch) includes
+    CUDA start-up: the snapshot keeps its step (progress) but not its step time (rate)."""
+    nodes = [SlurmNode("g1", "idle", {"gpu": 4})]
+    for warm, rate in ((True, 0.0), (False, 4.0), (None, 4.0)):
+        extra = {} if warm is None else {"warmup": warm}
+        rep = {"2": SimpleNamespace(step=10, step_time_s=0.25, samples_per_s=None, extra=extra)}
+        job = build_snapshot([_job("2", "bert", running=True)], nodes, default_models(),
+                             now=100.0, reports=rep).snapshot.jobs["2"]
+        assert job.iter_rate == rate and job.completed_iters == 10

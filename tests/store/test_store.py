@@ -127,3 +127,30 @@ def test_overlong_job_strings_do_not_break_the_cycle(store):
     row = store.job_rows()["91"]
     assert row.name.startswith("nnn") and len(row.name) <= 256
     assert len(row.user) <= 128 and len(row.app) <= 64
+
+
+def test_report_file_speaks_only_for_its_job(store, tmp_path):
+    """A record naming another job than its file is dropped (the directory is writable by
+    every user: docs/security.md)."""
+    d = tmp_path / "reports"
+    d.mkdir()
+    (d / "7.jsonl").write_text('{"job_id": "7", "ts": 1.0, "step": 10, "samples_per_s": 5.0}\n'
+                               '{"job_id": "8", "ts": 1.0, "step": 99, "samples_per_s": 1e9}\n')
+    assert store.ingest_reports(str(d)) == 1
+    assert set(store.latest_reports()) == {"7"}
+
+
+def test_report_file_read_only_when_owned_by_the_jobs_user(store, tmp_path):
+    """``owners``: job id -> uid.  A job not listed waits unread; a file owned by another uid
+    than the job's user (or this process) is not read."""
+    import os
+    d = tmp_path / "reports"
+    d.mkdir()
+    f = d / "7.jsonl"
+    f.write_text('{"job_id": "7", "ts": 1.0, "step": 10, "samples_per_s": 5.0}\n')
+    assert store.ingest_reports(str(d), owners={}) == 0  # job 7 not listed: unread
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root (CI runs as root)")
+    os.chown(f, 54321, -1)
+    assert store.ingest_reports(str(d), owners={"7": 12345}) == 0  # someone else's file
+    assert store.ingest_reports(str(d), owners={"7": 54321}) == 1  # the job's user's file
