@@ -155,9 +155,25 @@ def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob],
     return out
 
 
+TYPED_GRES_FROM = (23, 2, 0)  # Slurm releases that change a pending job's GRES type (26.05.5 tested)
+
+
+def target_gpu_type(action: StartJob, nodes: dict[str, SlurmNode]) -> Optional[str]:
+    """The GPU type of the nodes a start names, as Slurm spells it (None: untyped or mixed)."""
+    types = {getattr(nodes.get(g.node), "gres_type", None) for g in action.gpus}
+    return types.pop() if len(types) == 1 else None
+
+
 def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: Config,
-              warnings: list[str]) -> str:
-    """GRES per node for a gated start: ``gpu:N`` alone, ``shard``/``mps`` units when sharing."""
+              warnings: list[str], typed: bool = False) -> str:
+    """GRES per node for a gated start: ``gpu:N`` alone, ``shard``/``mps`` units when sharing.
+
+    GPU types (seed 002): with ``typed`` (Slurm >= 23.02, :data:`TYPED_GRES_FROM`, which
+    changes the type of a pending or requeue-held job) the request names the type of the
+    chosen nodes, ``gpu:<type>:N``, so a job moved between types asks for what it gets.
+    Without it (22.05, which cannot change a pending job's type) a job keeps the type its own
+    request names, and the node pin (``ReqNodeList``) places it; :func:`gate_targets` never
+    starts such a job on nodes of another type."""
     per_node: dict[str, int] = {}
     for g in action.gpus:
         per_node[g.node] = per_node.get(g.node, 0) + 1
@@ -167,7 +183,8 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     wants_share = bool(action.share_with) or action.mps_pct is not None or \
         (bool(sj.meta.share) and sj.num_gpus == 1)
     if not wants_share:
-        return f"gpu:{count}"
+        gtype = target_gpu_type(action, nodes) if typed else sj.gpu_type_req
+        return f"gpu:{gtype}:{count}" if gtype else f"gpu:{count}"
     frac = action.mps_pct / 100.0 if action.mps_pct is not None else cfg.share_fraction
     if action.share_with:
         # Slurm's gres/mps lets the MPS units of one GPU add up to 100 %: a job started beside
@@ -220,14 +237,17 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                  nodes: dict[str, SlurmNode], warnings: list[str],
                  now: Optional[float] = None,
                  held_gpus: Optional[dict] = None,
-                 hold_actions: Optional[dict[str, str]] = None) -> list[Target]:
+                 hold_actions: Optional[dict[str, str]] = None,
+                 typed_gres: bool = False) -> list[Target]:
     """Targets of gate mode: GRES, nodes, start delay (requeued jobs), decision file and
     release for a start; USR2 + requeue-hold for a pre-emption / resize onto other GPUs.  A
     resize that keeps a running job on the GPUs it holds (``held_gpus``: job id -> GPUs) is a
     GIMBAL squeeze/swell (seed 004): only the job's launcher decision changes (new MPS share,
     sample stealing), gimbal-run applies it without a requeue.  A start is applied only to a
     job whose hold gimbal may release (:func:`own_hold`; ``hold_actions``: job id -> gimbal's
-    newest hold/release change)."""
+    newest hold/release change).  ``typed_gres``: the release changes GRES types
+    (:func:`gate_gres`); without it a job whose request names a GPU type is started only on
+    nodes of that type."""
     now = time.time() if now is None else now
     held_gpus = held_gpus or {}
     hold_actions = hold_actions or {}
@@ -250,7 +270,15 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                                 f"{', '.join(whole)}, which hold(s) the GPU(s) as whole gres/gpu; "
                                 f"Slurm cannot place a gres/mps or gres/shard job there")
                 continue
-            gres = gate_gres(a, sj, nodes, cfg, warnings)
+            want = target_gpu_type(a, nodes)
+            if not typed_gres and sj.gpu_type_req and want and \
+                    sj.gpu_type_req.lower() != want.lower():
+                warnings.append(f"job {sj.job_id}: its GRES asks for GPU type "
+                                f"{sj.gpu_type_req!r}; this Slurm release cannot change the type "
+                                f"of a pending job, so it is not started on {want!r} nodes "
+                                f"(submit gate jobs without a type: gsbatch --gate --gpus N)")
+                continue
+            gres = gate_gres(a, sj, nodes, cfg, warnings, typed=typed_gres)
             hosts = sorted({g.node for g in a.gpus})
             out.append(Target(sj.job_id, "gres", gres, "plan: start"))
             out.append(Target(sj.job_id, "req_nodes", ",".join(hosts), "plan: start"))
@@ -274,8 +302,8 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
 
 
 def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
-                    warnings: list[str], hold_actions: Optional[dict[str, str]] = None
-                    ) -> tuple[list[str], list[Target]]:
+                    warnings: list[str], hold_actions: Optional[dict[str, str]] = None,
+                    typed_gres: bool = False) -> tuple[list[str], list[Target]]:
     sjobs = dict(snap.slurm_jobs)
     pending = [j for j, sj in sjobs.items() if sj.pending]
     order = queue_order(plan, pending)
@@ -289,7 +317,7 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
     held = {j.id: j.allocation.gpus for j in snap.snapshot.jobs.values()
             if j.running and j.allocation is not None}
     gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now,
-                         held_gpus=held, hold_actions=hold_actions)
+                         held_gpus=held, hold_actions=hold_actions, typed_gres=typed_gres)
     rest = [j for j in order if not sjobs[j].gated]
     return order, gated + ordering_targets(cfg, rest, sjobs, warnings)
 
@@ -371,10 +399,17 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                                    stealing=True if uneven else old.stealing, written_at=None,
                                    workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
+    refused = job is not None and gb != job.global_batch and not batch_allowed(job, gb)
+    if refused:  # the job's metadata does not allow this batch: never written
+        log.warning("job %s: plan's global batch %s not allowed by the job's metadata (%s); "
+                    "keeping its batch %s", sj.job_id, gb,
+                    "no --allow-batch-change" if job.batch_range is None else
+                    f"batchrange {job.batch_range[0]}:{job.batch_range[1]}", job.global_batch)
+        gb = job.global_batch
     sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
     accum = max(1, a.accum_steps)
     mps = a.mps_pct
-    if a.workers:
+    if a.workers and not refused:
         workers = a.workers
         mps = _mps_ceiling(workers, mps)
     else:
@@ -385,6 +420,22 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                             mps_thread_pct=mps, share_with=",".join(share_with) or None,
                             stealing=bool(share_with) or None,
                             workers=tuple(workers_to_wire(workers)) or None)
+
+
+def _version(backend: Backend) -> tuple:
+    try:
+        return tuple(backend.version())
+    except Exception as e:  # noqa: BLE001 - an unknown release is treated as the oldest
+        log.warning("cannot read the Slurm release (%s); GPU types by node pinning only", e)
+        return (0, 0, 0)
+
+
+def batch_allowed(job, batch: Optional[int]) -> bool:
+    """Whether ``batch`` may run for ``job``: its submitted batch, or one inside the
+    ``Job.batch_range`` its metadata grants (``gsbatch --allow-batch-change``)."""
+    if batch is None or batch == job.global_batch:
+        return True
+    return job.batch_range is not None and job.batch_range[0] <= batch <= job.batch_range[1]
 
 
 def read_decisions(state_dir: str, jobs) -> dict:
@@ -680,7 +731,10 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
     plan = policy.schedule(snap.snapshot)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
-    order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions)
+    typed = cfg.mode == "gate" and any(n.gres_type for n in nodes) and \
+        _version(backend) >= TYPED_GRES_FROM
+    order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions,
+                                     typed_gres=typed)
     pos = {j: i for i, j in enumerate(order)}
     tmap: dict[str, dict] = {}
     for t in targets:

@@ -6,7 +6,9 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
 * jobs: pending/running Slurm jobs that want GPUs (GRES, or gimbal metadata
   ``gpus`` for gate jobs submitted without GRES).  ``app``/``batch``/``iters``
   come from gimbal metadata; missing or malformed values fall back to the
-  configured defaults and produce a warning;
+  configured defaults and produce a warning.  ``Job.batch_range`` is the metadata's
+  ``batchrange`` (``gsbatch --allow-batch-change``), ``None`` without it: only then
+  may a policy change the job's global batch;
 * expected duration (length-aware policies): metadata ``iters`` (→
   ``total_iters``); ``duration_estimate`` is the Slurm time limit, or with the site
   rule ``estimates = "bounded"`` min(``est``, time limit) unless the user is penalised
@@ -240,10 +242,12 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             attained_service=executed * (len(alloc.gpus) if alloc is not None and alloc.gpus else n),
             executed_time=executed, iter_rate=rate,
             preemptions=max(preempts, sj.restarts),
-            run_start=sj.start_time if sj.running else None)
+            run_start=sj.start_time if sj.running else None,
+            batch_range=meta.batch_range if meta.batch == batch else None)
         by_id[sj.job_id] = sj
         inputs[sj.job_id] = {
             "state": state.value, "num_gpus": n, "app": app, "batch": batch,
+            "batch_range": list(meta.batch_range) if meta.batch_range else None,
             "iters": total_iters, "duration_estimate": est, "duration_source": est_src,
             "meta_est": meta.est, "meta_iters": meta.iters, "iters_source": (
                 "meta.iters" if meta.iters is not None else None),

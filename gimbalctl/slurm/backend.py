@@ -19,7 +19,7 @@ FIELDS = {
     "priority": lambda j: j.priority,
     "site_factor": lambda j: j.site_factor,
     "nice": lambda j: j.nice,
-    "gres": lambda j: gres_str(j.gres_req),
+    "gres": lambda j: gres_str(j.gres_req, j.gpu_type_req),
     "req_nodes": lambda j: ",".join(j.req_nodes),
     "hold": lambda j: j.held,
     "release": lambda j: not j.held,
@@ -29,8 +29,10 @@ FIELDS = {
 }
 
 
-def gres_str(req: dict) -> str:
-    return ",".join(f"{k}:{v}" for k, v in sorted(req.items()))
+def gres_str(req: dict, gpu_type: Optional[str] = None) -> str:
+    """``{"gpu": 2}`` -> ``gpu:2`` (``gpu:<type>:2`` with the type the request names)."""
+    return ",".join(f"{k}:{gpu_type}:{v}" if k == "gpu" and gpu_type else f"{k}:{v}"
+                    for k, v in sorted(req.items()))
 
 
 class Backend:
@@ -168,9 +170,10 @@ class Backend:
 def _same(field: str, old: Any, new: Any) -> bool:
     if field in ("hold", "release"):
         return bool(old) == bool(new)
-    if field == "gres":
-        from .parse import parse_gres_spec
-        return parse_gres_spec(old) == parse_gres_spec(new)
+    if field == "gres":  # counts and the GPU type (gpu:k80:1 is not gpu:v100:1 nor gpu:1)
+        from .parse import gres_gpu_type, parse_gres_spec
+        return parse_gres_spec(old) == parse_gres_spec(new) and \
+            gres_gpu_type(old) == gres_gpu_type(new)
     if field == "req_nodes":
         return sorted(filter(None, str(old or "").split(","))) == \
             sorted(filter(None, str(new or "").split(",")))

@@ -67,6 +67,8 @@ class SlurmJob:
     # what had to be repaired in Slurm's record (undecodable bytes, control characters, cut
     # fields, values of the wrong type): one message per field, without the job id
     warnings: tuple[str, ...] = ()
+    # the GPU type the job's GRES request names, as Slurm spells it (gres/gpu:k80:1 -> "k80")
+    gpu_type_req: Optional[str] = None
 
     @property
     def pending(self) -> bool:
@@ -120,6 +122,7 @@ class SlurmNode:
     gres: Mapping[str, int]  # configured: {"gpu": 4, "shard": 16}
     partitions: tuple[str, ...] = ()
     gpu_type: Optional[str] = None  # GRES type of its GPUs (gpu:v100:4 -> "v100")
+    gres_type: Optional[str] = None  # the same as Slurm spells it (for Gres=gpu:<type>:N)
 
     @property
     def num_gpus(self) -> int:

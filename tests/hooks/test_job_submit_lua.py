@@ -195,3 +195,21 @@ def test_script_has_no_io():
     for bad in ("os.", "io.", "dofile", "loadfile", "loadstring"):
         assert bad not in src
     assert not re.search(r"\brequire\s*[(\"']", src)
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_batchrange_is_validated_and_normalized(lua):
+    """gsbatch --allow-batch-change: batchrange=MIN:MAX with the submitted batch inside it."""
+    rc, admin, msg = one("gimbal:batchrange=032:0512,app=bert,batch=64", lua=lua)
+    assert (rc, msg) == (0, None)
+    assert admin == "gimbal:v1;app=bert;batch=64;batchrange=32:512"
+    for comment, needle in (
+            ("gimbal:app=bert,batchrange=32:512", "batchrange needs batch"),
+            ("gimbal:app=bert,batch=8,batchrange=32:512", "batch 8 is outside batchrange 32:512"),
+            ("gimbal:app=bert,batch=64,batchrange=512:32", "batchrange must be MIN:MAX"),
+            ("gimbal:app=bert,batch=64,batchrange=0:64", "batchrange must be MIN:MAX"),
+            ("gimbal:app=bert,batch=64,batchrange=64", "batchrange must be MIN:MAX"),
+            ("gimbal:app=bert,batch=64,batchrange=1:2000000", "batchrange must be MIN:MAX"),
+            ("gimbal:app=bert,batch=64,batchrange=32:512,batchrange=1:9", "given twice")):
+        rc, admin, msg = one(comment, lua=lua)
+        assert rc == EINVAL and admin is None and needle in msg, (comment, msg)

@@ -8,6 +8,8 @@ Fixtures
                   (sacct history; users alice and bob have associations)
   slurm_2605      session: Slurm 26.05 cluster "gimbal26" in the sid chroot (pyslurm available
                   there; commands run through tests/slurm/in-chroot.sh)
+  slurm_2605_het  session: Slurm 26.05 cluster "gimbal26het" in the same chroot (h1: gpu:k80:2,
+                  h2: gpu:v100:2)
   slurm_cluster   session, parametrized over 22.05 and 26.05
   clean_slurm     function: cancels leftover jobs on every cluster this session has brought up,
                   before and after the test
@@ -103,6 +105,11 @@ def slurm_2205_dbd() -> SlurmCluster:
 @pytest.fixture(scope="session")
 def slurm_2605() -> SlurmCluster:
     return _get("2605")
+
+
+@pytest.fixture(scope="session")
+def slurm_2605_het() -> SlurmCluster:
+    return _get("2605het")
 
 
 @pytest.fixture(scope="session", params=["22.05", "26.05"])
