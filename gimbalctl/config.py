@@ -30,6 +30,7 @@ Example ``etc/gimbal.toml``::
 
     [gate]
     preempt_grace = 10         # seconds between USR2 and requeue
+    min_resize_interval = 600  # seconds between two requeue-resizes of one job (0: no limit)
     share_fraction = 0.5       # GPU share of a share=yes job started alone
 
     [estimates]                # users' duration estimates (metadata est=), docs/daemon.md
@@ -107,6 +108,7 @@ class Config:
     site_step: int = 0
     # gate
     preempt_grace: float = 10.0
+    min_resize_interval: float = 600.0
     share_fraction: float = 0.5
     # users' duration estimates
     estimates: str = "limit"
@@ -158,6 +160,9 @@ class Config:
         for name in ("interval", "timeout", "stale_after"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
+        if not self.min_resize_interval >= 0:
+            raise ConfigError(f"{where}: gate.min_resize_interval must be >= 0 seconds, got "
+                              f"{self.min_resize_interval!r}")
         if not 0 < self.share_fraction <= 1:
             raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
         if self.estimates not in ESTIMATES:
@@ -214,6 +219,7 @@ _KEYS = {
     ("ordering", "priority_base"): "priority_base", ("ordering", "priority_step"): "priority_step",
     ("ordering", "site_step"): "site_step",
     ("gate", "preempt_grace"): "preempt_grace", ("gate", "share_fraction"): "share_fraction",
+    ("gate", "min_resize_interval"): "min_resize_interval",
     ("estimates", "use"): "estimates", ("estimates", "penalty_s"): "estimate_penalty_s",
     ("defaults", "app"): "default_app", ("defaults", "batch"): "default_batch",
     ("predictor", "sacct"): "predictor_sacct", ("predictor", "kind"): "predictor_kind",

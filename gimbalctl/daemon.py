@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from policies.model import uniform_workers
-from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
+from policies.plan import (Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan,
+                          reason)
 
 from .config import Config
 from .slurm.backend import FIELDS, Backend, _same
@@ -296,9 +297,81 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                         f"{nums['objective_after']:.6g})")
             out.append(Target(sj.job_id, "decision", a, why))
         elif isinstance(a, (PreemptJob, ResizeJob)) and sj.running:
-            out.append(Target(sj.job_id, "signal", "USR2", f"plan: {type(a).__name__}"))
-            out.append(Target(sj.job_id, "requeue_hold", "PENDING", f"plan: {type(a).__name__}"))
+            why = RESIZE_REASON if isinstance(a, ResizeJob) else f"plan: {type(a).__name__}"
+            if isinstance(a, ResizeJob):
+                why = f"{why} ({len(held_gpus.get(sj.job_id, ()))} -> {len(a.gpus)} GPUs)"
+            out.append(Target(sj.job_id, "signal", "USR2", why))
+            out.append(Target(sj.job_id, "requeue_hold", "PENDING", why))
     return out
+
+
+RESIZE_REASON = "plan: ResizeJob"
+
+
+def defer_resizes(plan: Plan, snap: SnapshotResult, interval: float,
+                  last_resize: dict[str, float], now: float) -> tuple[Plan, dict[str, str]]:
+    """Bound churn (gate mode, ``gate.min_resize_interval``): a ``ResizeJob`` that would
+    requeue a running gated job onto other GPUs less than ``interval`` seconds after its last
+    resize (``last_resize``: job id -> unix time, from the audit) is taken out of the plan,
+    and the job keeps its GPUs.  The policy stays pure; the daemon filters its plan.
+
+    Actions that need GPUs a deferred job keeps cannot run either: a start on them waits, a
+    resize onto them is deferred too (repeated until nothing changes).  Each such job's
+    reason says why, with the policy's numbers kept (``explain`` shows both); returns the
+    filtered plan and job id -> the message."""
+    if interval <= 0 or not plan.resizes():
+        return plan, {}
+    held = {j.id: tuple(j.allocation.gpus) for j in snap.snapshot.jobs.values()
+            if j.running and j.allocation is not None}
+    sjobs = snap.slurm_jobs
+    why: dict[str, str] = {}
+    for a in plan.resizes():
+        sj = sjobs.get(a.job_id)
+        last = last_resize.get(a.job_id)
+        if sj is None or not sj.gated or not sj.running or last is None:
+            continue
+        if tuple(a.gpus) == held.get(a.job_id, ()):  # same GPUs: no requeue (GIMBAL squeeze)
+            continue
+        ago = max(0.0, now - last)
+        if ago < interval:
+            why[a.job_id] = (f"resize {len(held.get(a.job_id, ()))} -> {len(a.gpus)} GPUs "
+                             f"deferred: last resized {ago:.0f} s ago, gate.min_resize_interval "
+                             f"is {interval:g} s (next allowed in {interval - ago:.0f} s)")
+    if not why:
+        return plan, {}
+    kept = {a.job_id: a for a in plan.actions}
+    changed = True
+    while changed:
+        changed = False
+        blocked = {g: j for j in why for g in held.get(j, ())}
+        for jid, a in list(kept.items()):
+            if jid in why or not isinstance(a, (StartJob, ResizeJob)):
+                continue
+            mine = set(held.get(jid, ()))
+            hit = sorted({blocked[g] for g in a.gpus if g in blocked and g not in mine})
+            if hit:
+                what = "resize" if isinstance(a, ResizeJob) else "start"
+                why[jid] = (f"{what} on {len(a.gpus)} GPUs deferred: GPUs still held by job(s) "
+                            f"{', '.join(hit)}, whose resize is deferred (gate.min_resize_interval)")
+                changed = True
+        for jid in why:
+            kept.pop(jid, None)
+    reasons = dict(plan.reasons)
+    waiting: list[str] = []
+    for jid, text in why.items():
+        old = plan.reasons.get(jid)
+        nums = dict(old.numbers) if old else {}
+        if jid in held:
+            nums["held_gpus"] = float(len(held[jid]))
+            if jid in last_resize:
+                nums["resize_wait_s"] = float(max(0.0, interval - (now - last_resize[jid])))
+            reasons[jid] = reason(ReasonCode.KEEP_RUNNING, text, **nums)
+        else:
+            waiting.append(jid)
+            reasons[jid] = reason(ReasonCode.WAIT_RESOURCES, text, **nums)
+    actions = [a for a in plan.actions if a.job_id not in why]
+    order = waiting + [j for j in plan.order if j not in waiting]
+    return make_plan(plan.policy, actions, order, reasons, list(plan.infeasible)), why
 
 
 def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
@@ -729,6 +802,13 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
                                  first_wait=state.get("wait_history", True))
     snap = with_history(snap, history, pred)
     plan = policy.schedule(snap.snapshot)
+    if cfg.mode == "gate" and cfg.min_resize_interval > 0 and plan.resizes():
+        resizing = [a.job_id for a in plan.resizes()]
+        plan, deferred = defer_resizes(plan, snap, cfg.min_resize_interval,
+                                       store.last_resizes(resizing, RESIZE_REASON),
+                                       snap.snapshot.now)
+        for jid, text in deferred.items():
+            log.info("job %s: %s", jid, text)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
     typed = cfg.mode == "gate" and any(n.gres_type for n in nodes) and \
