@@ -241,8 +241,10 @@ class Similarity(Policy):
                 g = placed[sj.id][0]
                 if len(on_gpu.get(g, ())) != 1:
                     continue
+                started_now = sj.id in preempted or any(x.job_id == sj.id for x in starts)
+                kept = sj.allocation if sj.running and not started_now else None
                 best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
-                                     mem_of_node[g.node], pool, ref_for)
+                                     mem_of_node[g.node], pool, ref_for, kept)
                 if best is None:
                     continue
                 job, b, score = best
@@ -309,9 +311,10 @@ class Similarity(Policy):
         return b, (mine, mine + theirs)
 
     def _partner(self, snap, sj: Job, sj_batch: int, gtype: str, gpu_mem: float,
-                 pool: "_Pool", ref_for):
+                 pool: "_Pool", ref_for, kept=None):
         """Alg. 3 line 6: the queued job that maximises (packed throughput of ``sj``,
-        combined throughput), memory permitting; ties by arrival.
+        combined throughput), memory permitting; ties by arrival.  ``kept``: the allocation
+        ``sj`` keeps running with (its memory is that of its micro-batch in force).
 
         Queued jobs of one class (application, batch, batch range) give the same
         candidate, so each class is evaluated once, for its earliest job.  When the classes'
@@ -323,6 +326,9 @@ class Similarity(Policy):
         base_sj = self._tput(snap, r_sj, gtype, 1, sj_batch, 1)
         memo = pool.mem_memo
         used = self._mem(snap, sj, 1, sj_batch, memo)
+        prof = snap.memory.get(sj.app)
+        if kept is not None and prof is not None:  # sub_batch: the largest micro-batch
+            used = max(used, prof.mem_mb(kept.sub_batch))
         by_class = {}
         firsts = []
         for ck, (pos, job) in pool.firsts():

@@ -243,8 +243,10 @@ class RefSimilarity(Policy):
                 g = placed[sj.id][0]
                 if len(on_gpu.get(g, ())) != 1:
                     continue
+                started_now = sj.id in preempted or any(x.job_id == sj.id for x in starts)
+                kept = sj.allocation if sj.running and not started_now else None
                 best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
-                                     mem_of_node[g.node], queued, ref_for)
+                                     mem_of_node[g.node], queued, ref_for, kept)
                 if best is None:
                     continue
                 job, b, score = best
@@ -290,13 +292,16 @@ class RefSimilarity(Policy):
         return prof.mem_mb(b)
 
     def _partner(self, snap, sj: Job, sj_batch: int, gtype: str, gpu_mem: float,
-                 queued: list[Job], ref_for):
+                 queued: list[Job], ref_for, kept=None):
         """Alg. 3 line 6: the queued job that maximises (packed throughput of ``sj``,
         combined throughput), memory permitting; ties by arrival."""
         m_sj = ref_for(sj.app)
         r_sj = m_sj[0] if m_sj else sj.app
         base_sj = self._tput(snap, r_sj, gtype, 1, sj_batch, 1)
         used = self._mem(snap, sj, 1, sj_batch)
+        prof = snap.memory.get(sj.app)
+        if kept is not None and prof is not None:  # sub_batch: the largest micro-batch
+            used = max(used, prof.mem_mb(kept.sub_batch))
         best, best_key = None, None
         for job in queued:
             if self.decide == "gpu" or job.gpu_range is None:
