@@ -156,9 +156,25 @@ def ordering_targets(cfg: Config, order: list[str], sjobs: dict[str, SlurmJob],
     return out
 
 
+TYPED_GRES_FROM = (23, 2, 0)  # Slurm releases that change a pending job's GRES type (26.05.5 tested)
+
+
+def target_gpu_type(action: StartJob, nodes: dict[str, SlurmNode]) -> Optional[str]:
+    """The GPU type of the nodes a start names, as Slurm spells it (None: untyped or mixed)."""
+    types = {getattr(nodes.get(g.node), "gres_type", None) for g in action.gpus}
+    return types.pop() if len(types) == 1 else None
+
+
 def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: Config,
-              warnings: list[str]) -> str:
-    """GRES per node for a gated start: ``gpu:N`` alone, ``shard``/``mps`` units when sharing."""
+              warnings: list[str], typed: bool = False) -> str:
+    """GRES per node for a gated start: ``gpu:N`` alone, ``shard``/``mps`` units when sharing.
+
+    GPU types (seed 002): with ``typed`` (Slurm >= 23.02, :data:`TYPED_GRES_FROM`, which
+    changes the type of a pending or requeue-held job) the request names the type of the
+    chosen nodes, ``gpu:<type>:N``, so a job moved between types asks for what it gets.
+    Without it (22.05, which cannot change a pending job's type) a job keeps the type its own
+    request names, and the node pin (``ReqNodeList``) places it; :func:`gate_targets` never
+    starts such a job on nodes of another type."""
     per_node: dict[str, int] = {}
     for g in action.gpus:
         per_node[g.node] = per_node.get(g.node, 0) + 1
@@ -168,7 +184,8 @@ def gate_gres(action: StartJob, sj: SlurmJob, nodes: dict[str, SlurmNode], cfg: 
     wants_share = bool(action.share_with) or action.mps_pct is not None or \
         (bool(sj.meta.share) and sj.num_gpus == 1)
     if not wants_share:
-        return f"gpu:{count}"
+        gtype = target_gpu_type(action, nodes) if typed else sj.gpu_type_req
+        return f"gpu:{gtype}:{count}" if gtype else f"gpu:{count}"
     frac = action.mps_pct / 100.0 if action.mps_pct is not None else cfg.share_fraction
     if action.share_with:
         # Slurm's gres/mps lets the MPS units of one GPU add up to 100 %: a job started beside
@@ -221,14 +238,17 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                  nodes: dict[str, SlurmNode], warnings: list[str],
                  now: Optional[float] = None,
                  held_gpus: Optional[dict] = None,
-                 hold_actions: Optional[dict[str, str]] = None) -> list[Target]:
+                 hold_actions: Optional[dict[str, str]] = None,
+                 typed_gres: bool = False) -> list[Target]:
     """Targets of gate mode: GRES, nodes, start delay (requeued jobs), decision file and
     release for a start; USR2 + requeue-hold for a pre-emption / resize onto other GPUs.  A
     resize that keeps a running job on the GPUs it holds (``held_gpus``: job id -> GPUs) is a
     GIMBAL squeeze/swell (seed 004): only the job's launcher decision changes (new MPS share,
     sample stealing), gimbal-run applies it without a requeue.  A start is applied only to a
     job whose hold gimbal may release (:func:`own_hold`; ``hold_actions``: job id -> gimbal's
-    newest hold/release change)."""
+    newest hold/release change).  ``typed_gres``: the release changes GRES types
+    (:func:`gate_gres`); without it a job whose request names a GPU type is started only on
+    nodes of that type."""
     now = time.time() if now is None else now
     held_gpus = held_gpus or {}
     hold_actions = hold_actions or {}
@@ -251,7 +271,15 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                                 f"{', '.join(whole)}, which hold(s) the GPU(s) as whole gres/gpu; "
                                 f"Slurm cannot place a gres/mps or gres/shard job there")
                 continue
-            gres = gate_gres(a, sj, nodes, cfg, warnings)
+            want = target_gpu_type(a, nodes)
+            if not typed_gres and sj.gpu_type_req and want and \
+                    sj.gpu_type_req.lower() != want.lower():
+                warnings.append(f"job {sj.job_id}: its GRES asks for GPU type "
+                                f"{sj.gpu_type_req!r}; this Slurm release cannot change the type "
+                                f"of a pending job, so it is not started on {want!r} nodes "
+                                f"(submit gate jobs without a type: gsbatch --gate --gpus N)")
+                continue
+            gres = gate_gres(a, sj, nodes, cfg, warnings, typed=typed_gres)
             hosts = sorted({g.node for g in a.gpus})
             out.append(Target(sj.job_id, "gres", gres, "plan: start"))
             out.append(Target(sj.job_id, "req_nodes", ",".join(hosts), "plan: start"))
@@ -347,8 +375,8 @@ def defer_resizes(plan: Plan, snap: SnapshotResult, interval: float,
 
 
 def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
-                    warnings: list[str], hold_actions: Optional[dict[str, str]] = None
-                    ) -> tuple[list[str], list[Target]]:
+                    warnings: list[str], hold_actions: Optional[dict[str, str]] = None,
+                    typed_gres: bool = False) -> tuple[list[str], list[Target]]:
     sjobs = dict(snap.slurm_jobs)
     pending = [j for j, sj in sjobs.items() if sj.pending]
     order = queue_order(plan, pending)
@@ -362,7 +390,7 @@ def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[S
     held = {j.id: j.allocation.gpus for j in snap.snapshot.jobs.values()
             if j.running and j.allocation is not None}
     gated = gate_targets(cfg, plan, sjobs, node_map, warnings, now=snap.snapshot.now,
-                         held_gpus=held, hold_actions=hold_actions)
+                         held_gpus=held, hold_actions=hold_actions, typed_gres=typed_gres)
     rest = [j for j in order if not sjobs[j].gated]
     return order, gated + ordering_targets(cfg, rest, sjobs, warnings)
 
@@ -444,10 +472,17 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                                    stealing=True if uneven else old.stealing, written_at=None,
                                    workers=tuple(workers_to_wire(a.workers)) or old.workers)
     gb = a.global_batch or (job.global_batch if job else None)
+    refused = job is not None and gb != job.global_batch and not batch_allowed(job, gb)
+    if refused:  # the job's metadata does not allow this batch: never written
+        log.warning("job %s: plan's global batch %s not allowed by the job's metadata (%s); "
+                    "keeping its batch %s", sj.job_id, gb,
+                    "no --allow-batch-change" if job.batch_range is None else
+                    f"batchrange {job.batch_range[0]}:{job.batch_range[1]}", job.global_batch)
+        gb = job.global_batch
     sub = max(1, a.sub_batch if not gb or a.sub_batch <= gb else gb)
     accum = max(1, a.accum_steps)
     mps = a.mps_pct
-    if a.workers:
+    if a.workers and not refused:
         workers = a.workers
         mps = _mps_ceiling(workers, mps)
     else:
@@ -458,6 +493,22 @@ def _decision_for(a, sj: SlurmJob, snap: SnapshotResult, policy: str, old=None):
                             mps_thread_pct=mps, share_with=",".join(share_with) or None,
                             stealing=bool(share_with) or None,
                             workers=tuple(workers_to_wire(workers)) or None)
+
+
+def _version(backend: Backend) -> tuple:
+    try:
+        return tuple(backend.version())
+    except Exception as e:  # noqa: BLE001 - an unknown release is treated as the oldest
+        log.warning("cannot read the Slurm release (%s); GPU types by node pinning only", e)
+        return (0, 0, 0)
+
+
+def batch_allowed(job, batch: Optional[int]) -> bool:
+    """Whether ``batch`` may run for ``job``: its submitted batch, or one inside the
+    ``Job.batch_range`` its metadata grants (``gsbatch --allow-batch-change``)."""
+    if batch is None or batch == job.global_batch:
+        return True
+    return job.batch_range is not None and job.batch_range[0] <= batch <= job.batch_range[1]
 
 
 def read_decisions(state_dir: str, jobs) -> dict:
@@ -596,17 +647,49 @@ def report_owners(jobs: list[SlurmJob]) -> dict[str, int]:
     return out
 
 
-_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor)
+_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor, history)
+_SITE: dict = {}  # (backend, cluster, [predictor] settings) -> SiteHistory
 
 
-def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
-    """Seed 003 predictor fitted on the site's sacct history (``[predictor] sacct``), refitted
-    every ``predictor.refit`` seconds or when the file changes; ``{}`` when not configured.
-    A missing or unreadable file is a warning, never a failed cycle (the policy then falls
-    back to time limits)."""
+def _unseen_rule(cfg: Config, pred):
+    if cfg.predictor_unseen == "time-limit" and hasattr(pred, "unseen"):
+        return dataclasses.replace(pred, unseen="fallback")
+    return pred
+
+
+def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: list,
+                 job_rows: Optional[dict] = None, reports: Optional[dict] = None,
+                 background: bool = True, first_wait: bool = True) -> tuple[tuple, Optional[Any]]:
+    """Seed 003: (history, predictor) from the site's finished jobs, ``((), None)`` when not
+    configured.  ``[predictor] history = "slurm"``: sacct through ``backend``
+    (:class:`gimbalctl.site_history.SiteHistory`; refreshed in the background every
+    ``refit`` s, so a cycle never waits for it after the first; with ``first_wait=False``
+    not even the first), plus the store's job rows and
+    launcher reports; ``[predictor] sacct = FILE``: that file (refitted every ``refit`` s or
+    when it changes).  A history that cannot be read is a warning, never a failed cycle (the
+    policy then falls back to time limits)."""
+    if cfg.predictor_history == "slurm" and backend is not None:
+        from .site_history import SiteHistory
+        from .slurm.errors import SlurmError
+        try:
+            cluster = backend.cluster_name()
+        except SlurmError as e:
+            warnings.append(f"predictor: cannot name the cluster ({e}); no history this cycle")
+            return (), None
+        key = (backend.name, cluster, tuple(getattr(backend, "prefix", ()) or ()),
+               cfg.predictor_kind, cfg.predictor_refit, cfg.predictor_days,
+               cfg.predictor_max_rows, cfg.predictor_timeout, cfg.predictor_unseen)
+        sh = _SITE.get(key)
+        if sh is None:
+            sh = _SITE[key] = SiteHistory(cfg.predictor_kind, cfg.predictor_refit,
+                                          cfg.predictor_days, cfg.predictor_max_rows,
+                                          cfg.predictor_timeout, cfg.predictor_unseen)
+        fitted = sh.get(backend, job_rows or {}, reports or {}, now, warnings, background,
+                        first_wait)
+        return (fitted.history, fitted.predictor) if fitted is not None else ((), None)
     path = cfg.predictor_sacct
     if not path:
-        return {}
+        return (), None
     from .predictor import FITTERS, history_from_sacct
     from .traces import TraceError
     try:
@@ -614,21 +697,44 @@ def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
         hit = _PREDICTORS.get(path)
         if hit and hit[0] == mtime and hit[2] == cfg.predictor_kind \
                 and now - hit[1] < cfg.predictor_refit:
-            return {"iterations": hit[3]}
-        pred = FITTERS[cfg.predictor_kind](history_from_sacct(path))
+            return hit[4], _unseen_rule(cfg, hit[3])
+        hist = tuple(sorted(history_from_sacct(path), key=lambda f: (f.end_time, f.id)))
+        pred = FITTERS[cfg.predictor_kind](hist)
     except (OSError, TraceError, ValueError) as e:
         warnings.append(f"predictor: {path}: {e}; predicting from time limits")
-        return {}
-    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred)
-    return {"iterations": pred}
+        return (), None
+    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred, hist)
+    return hist, _unseen_rule(cfg, pred)
+
+
+def with_history(snap: SnapshotResult, history: tuple, pred) -> SnapshotResult:
+    """The snapshot with the finished-job history and the fitted predictor (the measured
+    rates and other predictors the builder put there stay), and each job's predicted length
+    and its source in ``inputs`` (for ``queue``/``explain``)."""
+    if pred is None and not history:
+        return snap
+    from policies.asrpt_core import prediction
+    preds = dict(snap.snapshot.predictors)
+    if pred is not None:
+        preds["iterations"] = pred
+    s2 = dataclasses.replace(snap.snapshot, history=tuple(history), predictors=preds)
+    for jid, job in s2.jobs.items():
+        if jid in snap.inputs:
+            val, unit, src = prediction(s2, job, False)
+            snap.inputs[jid].update(predicted=val, predicted_unit=unit, prediction_source=src,
+                                    history_jobs=len(history))
+    return dataclasses.replace(snap, snapshot=s2)
 
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
-              dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
+              dry_run: bool = False, now: Optional[float] = None,
+              wait_history: bool = True) -> CycleResult:
     """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
     recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
-    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
-    state: dict = {}
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle.
+    ``wait_history=False`` (the loop daemon): even the first read of the sacct history runs
+    in the background (:func:`site_history`); ``daemon --once`` waits for it."""
+    state: dict = {"wait_history": wait_history}
     try:
         return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
     except Exception as e:
@@ -684,16 +790,17 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
         since = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None) - \
             _dt.timedelta(seconds=cfg.estimate_penalty_s)
         penalised = frozenset(store.users_outran_since(since))
+    reports = store.latest_reports()
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
-                          history=job_rows, reports=store.latest_reports(),
+                          history=job_rows, reports=reports,
                           default_app=cfg.default_app, default_batch=cfg.default_batch,
                           decisions=read_decisions(cfg.state_dir, jobs),
-                          estimates=cfg.estimates, penalised_users=penalised)
+                          estimates=cfg.estimates, penalised_users=penalised,
+                          pipeline_apps=getattr(policy, "pipeline_models", False))
     warnings = problems + list(snap.warnings)
-    preds = site_predictors(cfg, snap.snapshot.now, warnings)
-    if preds:
-        snap = dataclasses.replace(snap, snapshot=dataclasses.replace(snap.snapshot,
-                                                                      predictors=preds))
+    history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports,
+                                 first_wait=state.get("wait_history", True))
+    snap = with_history(snap, history, pred)
     plan = policy.schedule(snap.snapshot)
     if cfg.mode == "gate" and cfg.min_resize_interval > 0 and plan.resizes():
         resizing = [a.job_id for a in plan.resizes()]
@@ -704,7 +811,10 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
             log.info("job %s: %s", jid, text)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
-    order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions)
+    typed = cfg.mode == "gate" and any(n.gres_type for n in nodes) and \
+        _version(backend) >= TYPED_GRES_FROM
+    order, targets = compute_targets(cfg, plan, snap, nodes, warnings, hold_actions,
+                                     typed_gres=typed)
     pos = {j: i for i, j in enumerate(order)}
     tmap: dict[str, dict] = {}
     for t in targets:

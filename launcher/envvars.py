@@ -14,6 +14,9 @@ GIMBAL_CHECKPOINT_DIR       where ``launcher.checkpoint`` saves / resumes
 GIMBAL_SUB_BATCH            micro-batch size for gradient accumulation
 GIMBAL_ACCUM_STEPS          number of micro-batches per global batch
 GIMBAL_GLOBAL_BATCH         global batch size (all ranks, one optimizer step)
+GIMBAL_BATCH_SOURCE         what gimbal-run did with the decision's global batch:
+                            ``submitted``, ``applied`` (an override the job's metadata
+                            allows), ``refused``, ``unchecked``, ``user`` (launcher.jobmeta)
 GIMBAL_STEALING             ``1``/``0``: LISS input-sample stealing on/off
 GIMBAL_WORKERS              per-worker allocation record (JSON list, rank order)
 GIMBAL_RESTART_COUNT        how many times gimbal-run relaunched (0 = first run)
@@ -35,6 +38,7 @@ CHECKPOINT_DIR = "GIMBAL_CHECKPOINT_DIR"
 SUB_BATCH = "GIMBAL_SUB_BATCH"
 ACCUM_STEPS = "GIMBAL_ACCUM_STEPS"
 GLOBAL_BATCH = "GIMBAL_GLOBAL_BATCH"
+BATCH_SOURCE = "GIMBAL_BATCH_SOURCE"
 STEALING = "GIMBAL_STEALING"
 WORKERS = "GIMBAL_WORKERS"
 RESTART_COUNT = "GIMBAL_RESTART_COUNT"
@@ -87,6 +91,7 @@ class TrainingConfig:
     mps_mem_limit: Optional[str] = None
     # the decision's per-worker records (dicts as in launcher.decision), rank order
     workers: Optional[Tuple[Dict[str, Any], ...]] = None
+    batch_source: Optional[str] = None
 
     @property
     def resumed(self) -> bool:
@@ -108,15 +113,20 @@ class TrainingConfig:
     def report_fields(self, world_size: int, global_batch: int,
                       shares: Optional[Sequence[int]] = None) -> Dict[str, Any]:
         """Fields rank 0's throughput reports carry so the daemon reads back what runs:
-        the applied worker records (with the shares in force, which LISS stealing may
-        have moved) and the global batch.  Empty when no record was applied."""
+        the global batch the training runs, where it came from (``batch_source``, when
+        gimbal-run set it) and the applied worker records (with the shares in force, which
+        LISS stealing may have moved; only when a record was applied)."""
+        out: Dict[str, Any] = {"global_batch": int(global_batch)}
+        if self.batch_source:
+            out["batch_source"] = self.batch_source
         if not self.workers or len(self.workers) != world_size:
-            return {}
+            return out
         recs = [dict(w) for w in self.workers]
         if shares is not None and len(shares) == len(recs):
             for r, s in zip(recs, shares):
                 r["share"] = int(s)
-        return {"workers": recs, "global_batch": int(global_batch)}
+        out["workers"] = recs
+        return out
 
     def resolve_batch(self, default_global: int, default_sub: Optional[int] = None,
                       world_size: int = 1):
@@ -153,6 +163,7 @@ def config(env: Optional[Mapping[str, str]] = None) -> TrainingConfig:
         mps_thread_pct=env.get(MPS_THREAD) or None,
         mps_mem_limit=env.get(MPS_MEM) or None,
         workers=_workers(env),
+        batch_source=env.get(BATCH_SOURCE) or None,
     )
 
 

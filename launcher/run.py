@@ -39,6 +39,7 @@ import click
 from . import envvars as ev
 from .checkpoint import EXIT_CHECKPOINT
 from .decision import DecisionError, LauncherDecision, decision_path, read_decision, state_dir
+from .jobmeta import BatchCheck, JobMeta, check_batch, read_job_meta
 from .mps import MPSConfigError, mps_env
 from . import slurm as _slurm
 from .slurm import SlurmEnvError, count_visible_gpus, in_slurm, parse_allocation
@@ -66,6 +67,10 @@ class Options:
     overrides: Dict[str, object] = field(default_factory=dict)
     python: str = sys.executable
     torchrun_args: List[str] = field(default_factory=list)
+    # the job's metadata (read once from Slurm; None outside a Slurm job) and what the last
+    # plan did with the decision's global batch (launcher.jobmeta)
+    job_meta: object = None
+    batch_check: Optional[BatchCheck] = None
 
 
 @dataclass
@@ -83,6 +88,7 @@ class LaunchPlan:
     decision_file: str
     decision: Optional[LauncherDecision]
     run_dir: str
+    batch: Optional[BatchCheck] = None
 
     def to_json(self) -> Dict[str, object]:
         return {
@@ -93,6 +99,7 @@ class LaunchPlan:
             "is_host": self.is_host, "decision_file": self.decision_file,
             "decision": self.decision.to_dict() if self.decision else None,
             "run_dir": self.run_dir,
+            "batch": self.batch.to_json() if self.batch else None,
         }
 
 
@@ -107,9 +114,42 @@ def load_decision(path: str, job_id: str) -> Optional[LauncherDecision]:
     return dec
 
 
-def effective_decision(opts: Options, job_id: str, path: str) -> Optional[LauncherDecision]:
+_NO_META = object()
+
+
+def job_meta(opts: Options, job_id: str, env: Optional[Mapping[str, str]] = None
+             ) -> Optional[JobMeta]:
+    """The job's gimbal metadata from Slurm (read once, then kept); ``None`` when gimbal-run
+    does not run inside a Slurm job (no ``SLURM_JOB_ID``)."""
+    if opts.job_meta is None:
+        env = os.environ if env is None else env
+        opts.job_meta = read_job_meta(str(job_id), env) if in_slurm(env) else _NO_META
+        if isinstance(opts.job_meta, JobMeta) and opts.job_meta.error:
+            log.warning("job %s: cannot read the job's gimbal metadata: %s", job_id,
+                        opts.job_meta.error)
+    return opts.job_meta if isinstance(opts.job_meta, JobMeta) else None
+
+
+def effective_decision(opts: Options, job_id: str, path: str,
+                       env: Optional[Mapping[str, str]] = None) -> Optional[LauncherDecision]:
+    """The daemon's decision with the batch check applied (an overridden global batch only
+    when the job's metadata allows it, :func:`launcher.jobmeta.check_batch`), then the
+    command-line flags (the job's own choice) on top."""
     dec = load_decision(path, job_id)
+    if dec is not None and dec.global_batch is not None:
+        dec, check = check_batch(dec, job_meta(opts, job_id, env))
+    else:
+        check = BatchCheck("none", None)
     overrides = {k: v for k, v in opts.overrides.items() if v is not None}
+    if overrides.get("global_batch") is not None:
+        check = BatchCheck("user", overrides["global_batch"], check.requested, check.submitted,
+                           check.allowed, why="gimbal-run --global-batch (the job's own flag)")
+    if check.status == "refused" and (opts.batch_check is None or opts.batch_check != check):
+        log.warning("job %s: the scheduler's global batch %s is not applied: %s; running %s",
+                    job_id, check.requested, check.why,
+                    f"the submitted batch {check.global_batch}" if check.global_batch
+                    else "the training's own batch")
+    opts.batch_check = check
     if dec is None and not overrides:
         return None
     base = dec or LauncherDecision(job_id=str(job_id))
@@ -203,7 +243,7 @@ def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
 
     sdir = opts.state_dir or state_dir(env)
     dpath = opts.decision_file or decision_path(job_id, sdir)
-    dec = effective_decision(opts, job_id, dpath) if decision is _READ else decision
+    dec = effective_decision(opts, job_id, dpath, env) if decision is _READ else decision
     ckpt = opts.checkpoint_dir or env.get(ev.CHECKPOINT_DIR) or os.path.join(sdir, "checkpoints", str(job_id))
     run_dir = os.path.join(tempfile.gettempdir(), f"gimbal-run.{job_id}.{node_rank}.{pid}.{restart_count}")
 
@@ -217,6 +257,9 @@ def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
         ev.RUN_DIR: run_dir,
     }
     set_env.update(decision_env(dec, nproc, env))
+    check = opts.batch_check
+    if check is not None and check.status != "none":
+        set_env[ev.BATCH_SOURCE] = check.status
     # the workers run ``-m launcher.worker``: make this package importable
     pp = env.get("PYTHONPATH", "")
     if _PKG_ROOT not in pp.split(os.pathsep):
@@ -234,7 +277,7 @@ def build_plan(opts: Options, env: Optional[Mapping[str, str]] = None,
     return LaunchPlan(mode=mode, argv=argv, env=set_env, job_id=str(job_id), nnodes=nnodes,
                       node_rank=node_rank, nproc_per_node=nproc, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, is_host=is_host, decision_file=dpath, decision=dec,
-                      run_dir=run_dir)
+                      run_dir=run_dir, batch=check)
 
 
 # --------------------------------------------------------------------------- running
@@ -381,6 +424,10 @@ class Supervisor:
         env = dict(os.environ)
         env.update(plan.env)
         log.info("launch %d: %s", restart_count, shlex.join(plan.argv))
+        if plan.batch is not None and plan.batch.status != "none":
+            b = plan.batch
+            log.info("global batch %s (%s%s)", b.global_batch or "of the training", b.status,
+                     f": {b.why}" if b.why else "")
 
         def _child_setup():  # torchrun must not die of SIGUSR2 (default action)
             signal.signal(signal.SIGUSR2, signal.SIG_IGN)

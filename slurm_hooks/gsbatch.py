@@ -14,6 +14,10 @@ gimbal options (they must come first; the first other argument ends them):
   --gpus N            GPUs the job needs (1..1024), written only into the comment: a gate job
                       stays without GRES until the daemon sets gpu:N (or shards) at its start.
                       Not combinable with sbatch's own --gres/--gpus/-G (one GPU count only)
+  --allow-batch-change[=MIN:MAX]
+                      the scheduler may change the job's global batch (seed 002 Alg. 2/3),
+                      within MIN..MAX (default: batch/4 .. batch*4); needs --batch. Without
+                      this option gimbal never changes the batch (gimbal-run refuses it)
   --dry-run           print the sbatch command instead of running it
   --sbatch PATH       sbatch to run (default: $GSBATCH_SBATCH or "sbatch" on PATH)
 
@@ -30,17 +34,22 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-ORDER = ("app", "batch", "iters", "est", "share", "deadline", "gate", "gpus")
+ORDER = ("app", "batch", "iters", "est", "share", "deadline", "gate", "gpus", "batchrange")
 MAX_GPUS = 1024
+MAX_BATCH = 1048576  # as job_submit.lua
+BATCH_FACTOR = 4     # --allow-batch-change without a range: batch/4 .. batch*4 (gimbal's choice)
+_RANGE = re.compile(r"([0-9]{1,7}):([0-9]{1,7})")
 _APP = re.compile(r"[a-z0-9_-]{1,32}")
 _VALUE_OPTS = {"--app": "app", "--batch": "batch", "--iters": "iters", "--est": "est",
                "--deadline": "deadline", "--gpus": "gpus", "--sbatch": "sbatch"}
 _FLAG_OPTS = {"--share", "--no-share", "--gate", "--dry-run"}
 # gimbal options that sbatch does not have: seen after the gimbal block, they are a mistake
 # (--gpus is not here: after the gimbal block it is sbatch's own --gpus)
-_MISPLACED = {"--app", "--iters", "--est", "--share", "--no-share", "--deadline", "--gate"}
+_MISPLACED = {"--app", "--iters", "--est", "--share", "--no-share", "--deadline", "--gate",
+              "--allow-batch-change"}
 USAGE = "usage: gsbatch [--app NAME] [--batch N] [--iters N] [--est DURATION] " \
-        "[--share|--no-share] [--deadline WHEN] [--gate] [--gpus N] [--dry-run] [sbatch args...]"
+        "[--share|--no-share] [--deadline WHEN] [--gate] [--gpus N] " \
+        "[--allow-batch-change[=MIN:MAX]] [--dry-run] [sbatch args...]"
 
 
 class UsageError(ValueError):
@@ -127,6 +136,13 @@ def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object
                 meta["deadline"] = parse_deadline(val)
             else:
                 opts["sbatch"] = val
+        elif name == "--allow-batch-change":
+            if "batchrange" in meta:
+                raise UsageError("--allow-batch-change given twice")
+            if not eq and i + 1 < len(args) and _RANGE.fullmatch(args[i + 1]):
+                val, eq = args[i + 1], "="
+                i += 1
+            meta["batchrange"] = parse_batch_range(val) if eq else True
         elif a in _FLAG_OPTS:
             if a in ("--share", "--no-share"):
                 if "share" in meta:
@@ -157,7 +173,31 @@ def parse_args(argv: Sequence[str]) -> Tuple[Dict[str, object], Dict[str, object
                              "(give the GPU count once: gsbatch --gpus N, or GRES for sbatch)")
     if meta and "app" not in meta:
         raise UsageError("--app is required with gimbal options")
+    if "batchrange" in meta:
+        meta["batchrange"] = _batch_range(meta)
     return meta, opts, rest
+
+
+def parse_batch_range(raw: str) -> Tuple[int, int]:
+    m = _RANGE.fullmatch(raw)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)) <= MAX_BATCH:
+        raise UsageError(f"--allow-batch-change: expected MIN:MAX with 1 <= MIN <= MAX <= "
+                         f"{MAX_BATCH} (got {raw!r})")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _batch_range(meta: Dict[str, object]) -> str:
+    """The ``batchrange`` value: the given MIN:MAX, else batch/4 .. batch*4; the submitted
+    batch must lie inside (job_submit.lua checks the same)."""
+    b = meta.get("batch")
+    if not isinstance(b, int):
+        raise UsageError("--allow-batch-change needs --batch (the range is of that batch)")
+    rng = meta["batchrange"]
+    lo, hi = rng if isinstance(rng, tuple) else (max(1, b // BATCH_FACTOR),
+                                                min(MAX_BATCH, b * BATCH_FACTOR))
+    if not lo <= b <= hi:
+        raise UsageError(f"--batch {b} is outside --allow-batch-change {lo}:{hi}")
+    return f"{lo}:{hi}"
 
 
 def _asks_gpus(arg: str, nxt: str) -> bool:

@@ -4,7 +4,7 @@ slurm.conf). Works with the Lua 5.1-5.4 that Slurm 22.05-26.05 link.
 
 Users pass gimbal metadata in the job comment (sbatch --comment, or slurm_hooks/gsbatch):
 
-    gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,deadline=1767225600,gate=1,gpus=2
+    gimbal:app=bert,batch=64,iters=1000,est=3600,share=yes,deadline=1767225600,gate=1,gpus=2,batchrange=32:256
 
   key       value                         meaning
   app       [a-z0-9_-]{1,32}, required    model/application name (throughput profile key)
@@ -18,11 +18,19 @@ Users pass gimbal metadata in the job comment (sbatch --comment, or slurm_hooks/
   gpus      integer 1..1024               GPUs the job needs; gate jobs are submitted without
                                           GRES and the daemon sets gpu:N (or shards) when it
                                           starts them
+  stages    integer 1..64                 pipeline stages of a seed 003 Table I model (app
+                                          vgg19, resnet152, ...): A-SRPT maps the stage
+                                          replicas to GPUs (Heavy-Edge) and writes the stage
+                                          of each GPU into the launcher decision
+  batchrange MIN:MAX, 1 <= MIN <= batch <= MAX <= 1048576, needs batch
+                                          the job allows the scheduler to change its global
+                                          batch within MIN..MAX (gsbatch --allow-batch-change);
+                                          without it the batch is never changed
 
 Each key at most once, no spaces, at most 512 characters. On success the job's admin_comment
 (which users cannot set) becomes the normalized, versioned tag the gimbal daemon reads:
 
-    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;deadline=1767225600;gate=1;gpus=2
+    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;deadline=1767225600;gate=1;gpus=2;batchrange=32:256
 
 (keys in this fixed order, absent keys left out, leading zeros dropped); the user's comment is
 kept. A comment that starts with anything else is left alone; one that looks like gimbal
@@ -43,9 +51,12 @@ local TAG = "gimbal:v1"
 local MAX_LEN = 512
 local EINVAL = 22
 local MAX_GPUS = 1024
-local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate", "gpus" }
+local MAX_STAGES = 64
+local MAX_BATCH = 1048576
+local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate", "gpus", "stages",
+                "batchrange" }
 local FORMAT = "gimbal:app=NAME[,batch=N][,iters=N][,est=SECONDS][,share=yes|no]"
-   .. "[,deadline=EPOCH][,gate=0|1][,gpus=N]"
+   .. "[,deadline=EPOCH][,gate=0|1][,gpus=N][,stages=N][,batchrange=MIN:MAX]"
 
 local function positive_int(v)
    if not string.match(v, "^[0-9]+$") or #v > 12 then return nil end
@@ -88,6 +99,20 @@ local CHECK = {
       if s and #s <= 4 and tonumber(s) <= MAX_GPUS then return s end
       return nil, "gpus must be an integer from 1 to " .. MAX_GPUS
    end,
+   stages = function(v)
+      local s = positive_int(v)
+      if s and #s <= 2 and tonumber(s) <= MAX_STAGES then return s end
+      return nil, "stages must be an integer from 1 to " .. MAX_STAGES
+   end,
+   batchrange = function(v)
+      local a, b = string.match(v, "^([0-9]+):([0-9]+)$")
+      local lo, hi = a and positive_int(a), b and positive_int(b)
+      if lo and hi and #lo <= 7 and #hi <= 7 and tonumber(lo) <= tonumber(hi)
+            and tonumber(hi) <= MAX_BATCH then
+         return lo .. ":" .. hi
+      end
+      return nil, "batchrange must be MIN:MAX with 1 <= MIN <= MAX <= " .. MAX_BATCH
+   end,
 }
 
 -- Returns the normalized tag, or nil and an error message. Returns false for a comment that is
@@ -123,6 +148,15 @@ local function gimbal_parse(comment)
       seen[k] = norm
    end
    if seen.app == nil then return nil, "gimbal option 'app' is required" end
+   if seen.batchrange ~= nil then
+      -- the range is of the submitted batch: without one, nothing says what is being changed
+      if seen.batch == nil then return nil, "batchrange needs batch (the submitted global batch)" end
+      local lo, hi = string.match(seen.batchrange, "^([0-9]+):([0-9]+)$")
+      local b = tonumber(seen.batch)
+      if b < tonumber(lo) or b > tonumber(hi) then
+         return nil, "batch " .. seen.batch .. " is outside batchrange " .. seen.batchrange
+      end
+   end
    local parts = { TAG }
    for _, k in ipairs(ORDER) do
       if seen[k] ~= nil then parts[#parts + 1] = k .. "=" .. seen[k] end

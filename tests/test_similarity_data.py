@@ -13,7 +13,7 @@ from gimbalctl.similarity_db import load_features
 from policies.similarity import FEATURES
 
 
-@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c"])
+@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0"])
 def test_shipped_features_match_the_torch_models(model):
     torch = pytest.importorskip("torch")
     from gimbalctl.zoo.features import measure
@@ -29,6 +29,16 @@ def test_published_parameter_counts():
     assert f["resnet50"]["params_m"] == pytest.approx(25.557, rel=1e-3)  # He et al.
     assert f["bert"]["params_m"] == pytest.approx(110, rel=0.02)  # BERT-base
     assert f["vgg16"]["params_m"] > 100 and f["mobilenetv2"]["params_m"] < 4
+    assert f["efficientnetb0"]["params_m"] == pytest.approx(4.020358, rel=1e-5)
+    assert f["efficientnetb0"]["activation"] > f["mobilenetv2"]["activation"]  # SiLU + SE gates
+
+
+def test_efficientnet_b0_has_the_published_parameter_count():
+    """EfficientNet-B0 (Tan & Le 2019; Table 2 of seed 002): 5,288,548 parameters with the
+    ImageNet head, the count of torchvision's efficientnet_b0."""
+    pytest.importorskip("torch")
+    from gimbalctl.zoo.nets import efficientnet_b0
+    assert sum(p.numel() for p in efficientnet_b0(1000).parameters()) == 5_288_548
 
 
 NODES = parse_cluster("1x4:v100,1x4:p100,2x4:k80")

@@ -10,7 +10,7 @@ import logging
 from typing import Any, Iterable, Optional, Sequence
 
 from .errors import JobNotFound, SlurmError
-from .types import Change, SlurmJob, SlurmNode
+from .types import Change, SlurmFinishedJob, SlurmJob, SlurmNode
 
 log = logging.getLogger("gimbal.slurm")
 
@@ -19,7 +19,7 @@ FIELDS = {
     "priority": lambda j: j.priority,
     "site_factor": lambda j: j.site_factor,
     "nice": lambda j: j.nice,
-    "gres": lambda j: gres_str(j.gres_req),
+    "gres": lambda j: gres_str(j.gres_req, j.gpu_type_req),
     "req_nodes": lambda j: ",".join(j.req_nodes),
     "hold": lambda j: j.held,
     "release": lambda j: not j.held,
@@ -29,8 +29,10 @@ FIELDS = {
 }
 
 
-def gres_str(req: dict) -> str:
-    return ",".join(f"{k}:{v}" for k, v in sorted(req.items()))
+def gres_str(req: dict, gpu_type: Optional[str] = None) -> str:
+    """``{"gpu": 2}`` -> ``gpu:2`` (``gpu:<type>:2`` with the type the request names)."""
+    return ",".join(f"{k}:{gpu_type}:{v}" if k == "gpu" and gpu_type else f"{k}:{v}"
+                    for k, v in sorted(req.items()))
 
 
 class Backend:
@@ -44,6 +46,9 @@ class Backend:
         # the job or node); the daemon records them in the cycle
         self.read_warnings: list[str] = []
         self.node_warnings: list[str] = []
+        # records the last finished_jobs() read left out, and the sacct format it used
+        self.history_warnings: list[str] = []
+        self.history_format: str = ""
 
     # ---- primitives -----------------------------------------------------
     def _version(self) -> tuple[int, int, int]:
@@ -92,6 +97,15 @@ class Backend:
     def nodes(self) -> list[SlurmNode]:
         self.node_warnings = []
         return self._load_nodes()
+
+    def finished_jobs(self, since: float, until: Optional[float] = None,
+                      max_rows: int = 100_000, timeout: Optional[float] = None
+                      ) -> list[SlurmFinishedJob]:
+        """Jobs that completed between ``since`` and ``until`` (epoch seconds; ``until``
+        None: now) from the accounting database, newest ``max_rows`` only (a message in
+        ``history_warnings`` says when rows were cut).  Raises :class:`SlurmError` when there
+        is no accounting (no slurmdbd) or it cannot be read."""
+        raise NotImplementedError
 
     # ---- mutations ------------------------------------------------------
     def change(self, job_id: str, field: str, value: Any, before: Optional[SlurmJob] = None,
@@ -156,9 +170,10 @@ class Backend:
 def _same(field: str, old: Any, new: Any) -> bool:
     if field in ("hold", "release"):
         return bool(old) == bool(new)
-    if field == "gres":
-        from .parse import parse_gres_spec
-        return parse_gres_spec(old) == parse_gres_spec(new)
+    if field == "gres":  # counts and the GPU type (gpu:k80:1 is not gpu:v100:1 nor gpu:1)
+        from .parse import gres_gpu_type, parse_gres_spec
+        return parse_gres_spec(old) == parse_gres_spec(new) and \
+            gres_gpu_type(old) == gres_gpu_type(new)
     if field == "req_nodes":
         return sorted(filter(None, str(old or "").split(","))) == \
             sorted(filter(None, str(new or "").split(",")))

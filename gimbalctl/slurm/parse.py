@@ -127,8 +127,15 @@ _GPU_TYPE = re.compile(r"(?:^|[,\s])(?:gres[:/])?gpu:([A-Za-z][A-Za-z0-9_.-]{0,3
 def parse_gpu_type(text: Any) -> Optional[str]:
     """GPU type of a node's configured GRES (``gpu:v100:4`` -> ``v100``, lower case);
     ``None`` for untyped GPUs (``gpu:4``).  A node with several types gets the first."""
+    t = gres_gpu_type(text)
+    return t.lower() if t else None
+
+
+def gres_gpu_type(text: Any) -> Optional[str]:
+    """The GPU type named in a GRES / TRES spec as Slurm spells it (``gres/gpu:V100:1`` ->
+    ``V100``; ``gpu:4`` -> None): what ``scontrol update ... Gres=gpu:<type>:N`` must name."""
     m = _GPU_TYPE.search(str(text or ""))
-    return m.group(1).lower() if m else None
+    return m.group(1) if m else None
 
 
 def parse_gres_spec(text: Any) -> dict[str, int]:
@@ -263,6 +270,7 @@ def job_from_json(j: Mapping[str, Any], site_factors: Mapping[str, int] | None =
             nodes=nodes if state != "PENDING" else (),
             req_nodes=expand_nodes(_text_field(j, "required_nodes", probs, "node", "")),
             gres_req=parse_gres_spec(tres),
+            gpu_type_req=gres_gpu_type(tres),
             gres_alloc=tuple(alloc),
             comment=comment,
             admin_comment=admin,
@@ -358,7 +366,7 @@ def _node(n: Any) -> Optional[SlurmNode]:
     if not isinstance(gres, str):
         raise SlurmParseError(f"node {name}: gres is not text")
     return SlurmNode(name, clean(state, "state", 128)[0], parse_gres_spec(gres), parts,
-                     parse_gpu_type(gres))
+                     parse_gpu_type(gres), gres_gpu_type(gres))
 
 
 def parse_sprio(text: str, warnings: Optional[list[str]] = None) -> dict[str, int]:

@@ -17,7 +17,7 @@ from .backend import Backend
 from .cli import CliBackend
 from .errors import SlurmError, SlurmUnavailable, SlurmVersionError, is_unavailable
 from .meta import parse_meta
-from .parse import parse_gpu_type, parse_gres_spec
+from .parse import gres_gpu_type, parse_gres_spec
 from .sanitize import clean, printable
 from .types import SlurmJob, SlurmNode
 
@@ -55,6 +55,15 @@ class PyslurmBackend(Backend):
         return self.cli.cluster_name()
 
     # ---- reads ------------------------------------------------------------
+    def finished_jobs(self, since, until=None, max_rows=100_000, timeout=None):
+        """The accounting history through ``sacct`` (pyslurm's ``db`` API needs slurmdbd
+        headers this build does not exercise): the CLI backend's read."""
+        try:
+            return self.cli.finished_jobs(since, until, max_rows, timeout)
+        finally:
+            self.history_warnings = self.cli.history_warnings
+            self.history_format = self.cli.history_format
+
     def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
         try:
             jobs = pyslurm.Jobs.load()
@@ -105,9 +114,10 @@ class PyslurmBackend(Backend):
             probs.extend(p)
             return t or default
 
-        gres = {}
+        gres, gtype = {}, None
         for k, v in (j.gres_per_node or {}).items():
             gres.update(parse_gres_spec(f"{k}:{v}"))
+            gtype = gtype or gres_gpu_type(f"{k}:{v}")
         limit = j.time_limit
         comment = txt(j.comment, "comment").strip()
         admin = txt(j.admin_comment, "admin_comment").strip()
@@ -124,7 +134,7 @@ class PyslurmBackend(Backend):
             gres_alloc=tuple(alloc.get(jid, ())), comment=comment, admin_comment=admin,
             restarts=int(j.requeue_count or 0), site_factor=sf.get(jid),
             eligible_time=_epoch(getattr(j, "eligible_time", None)),
-            meta=parse_meta(admin), warnings=tuple(probs))
+            meta=parse_meta(admin), warnings=tuple(probs), gpu_type_req=gtype)
 
     def _load_nodes(self) -> list[SlurmNode]:
         try:
@@ -139,8 +149,9 @@ class PyslurmBackend(Backend):
             gres, gtype = {}, None
             for k, v in (n.configured_gres or {}).items():
                 gres.update(parse_gres_spec(f"{k}:{v}"))
-                gtype = gtype or parse_gpu_type(f"{k}:{v}")
-            out.append(SlurmNode(str(name), str(n.state or "").lower(), gres, parts, gtype))
+                gtype = gtype or gres_gpu_type(f"{k}:{v}")
+            out.append(SlurmNode(str(name), str(n.state or "").lower(), gres, parts,
+                                 gtype.lower() if gtype else None, gtype))
         return sorted(out, key=lambda x: x.name)
 
     # ---- mutations --------------------------------------------------------
@@ -213,7 +224,13 @@ def _epoch(v) -> Optional[float]:
 
 
 def _gres_dict(spec: str) -> dict[str, int]:
-    return parse_gres_spec(spec)
+    """``gpu:v100:2`` -> ``{"gpu:v100": 2}`` (pyslurm's typed form), ``shard:4`` ->
+    ``{"shard": 4}``."""
+    out = parse_gres_spec(spec)
+    gtype = gres_gpu_type(spec)
+    if gtype and "gpu" in out:
+        out[f"gpu:{gtype}"] = out.pop("gpu")
+    return out
 
 
 def _expand(expr) -> tuple[str, ...]:

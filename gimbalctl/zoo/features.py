@@ -34,7 +34,7 @@ _KIND = (
     ("linear", (nn.Linear,)),
     ("norm", (nn.BatchNorm1d, nn.BatchNorm2d, nn.InstanceNorm2d, nn.LayerNorm, nn.GroupNorm)),
     ("activation", (nn.ReLU, nn.ReLU6, nn.ELU, nn.SELU, nn.LeakyReLU, nn.Tanh, nn.GELU, nn.Sigmoid,
-                    nn.Hardtanh)),
+                    nn.Hardtanh, nn.SiLU)),
     ("pool", (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)),
     ("attention", (nn.MultiheadAttention,)),
     ("embedding", (nn.Embedding,)),

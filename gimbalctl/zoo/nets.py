@@ -2,7 +2,7 @@
 
 Built only to measure their characteristics (layers by kind, parameters, FLOPs and
 activation memory per sample); never trained here.  Architectures follow the original
-papers' standard configurations (ResNet, VGG, MobileNetV2, DenseNet), the PyTorch
+papers' standard configurations (ResNet, VGG, MobileNetV2, EfficientNet-B0, DenseNet), the PyTorch
 examples Gavel's workloads use (word-level LSTM language model, Transformer base,
 autoencoder recommender, A3C's Atari network), and CycleGAN's ResNet generator.
 torchvision's own definitions cannot be imported on this project's CPU torch build
@@ -122,6 +122,47 @@ def mobilenet_v2(classes: int = 10) -> nn.Module:
             mods.append(_Inverted(cin, c, s if k == 0 else 1, t))
             cin = c
     mods += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(),
+             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(1280, classes)]
+    return nn.Sequential(*mods)
+
+
+# ------------------------------------------------- EfficientNet-B0 (Tan & Le, ICML 2019, Table 1)
+class _MBConv(nn.Module):
+    """Mobile inverted bottleneck with squeeze-and-excitation (ratio 0.25 of the block's
+    input channels) and SiLU ("swish"), as EfficientNet-B0."""
+
+    def __init__(self, cin, cout, k, stride, t):
+        super().__init__()
+        hid = cin * t
+        layers: list[nn.Module] = []
+        if t != 1:
+            layers += [nn.Conv2d(cin, hid, 1, bias=False), nn.BatchNorm2d(hid), nn.SiLU()]
+        layers += [nn.Conv2d(hid, hid, k, stride, k // 2, groups=hid, bias=False),
+                   nn.BatchNorm2d(hid), nn.SiLU()]
+        self.expand = nn.Sequential(*layers)
+        sq = max(1, cin // 4)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(hid, sq, 1), nn.SiLU(),
+                                nn.Conv2d(sq, hid, 1), nn.Sigmoid())
+        self.project = nn.Sequential(nn.Conv2d(hid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.res = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.expand(x)
+        y = self.project(y * self.se(y))
+        return x + y if self.res else y
+
+
+def efficientnet_b0(classes: int = 10) -> nn.Module:
+    # (expansion t, kernel k, stride s, channels c, repeats n) of Table 1, stages 2-8
+    cfg = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+           (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+    mods: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU()]
+    cin = 32
+    for t, k, s, c, n in cfg:
+        for i in range(n):
+            mods.append(_MBConv(cin, c, k, s if i == 0 else 1, t))
+            cin = c
+    mods += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU(),
              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(1280, classes)]
     return nn.Sequential(*mods)
 
@@ -355,6 +396,7 @@ MODELS = {
     "vgg16": (lambda: vgg(16), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "vgg19": (lambda: vgg(19), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "mobilenetv2": (mobilenet_v2, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "efficientnetb0": (efficientnet_b0, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet121": (lambda: densenet(121), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet169": (lambda: densenet(169), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet201": (lambda: densenet(201), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),

@@ -156,3 +156,29 @@ def test_slurm_time_limit_formats(raw, secs):
                                         (["--time=1-0", "job.sh", "-t", "9"], "1-0")])
 def test_time_arg_found_before_the_script_only(args, limit):
     assert gsbatch._time_arg(args) == limit
+
+
+def test_allow_batch_change_writes_batchrange():
+    c, _ = cmd("--app", "x", "--batch", "64", "--allow-batch-change", "32:512", "-p", "gpu", "j.sh")
+    assert c == ["sbatch", "--comment=gimbal:app=x,batch=64,batchrange=32:512", "-p", "gpu", "j.sh"]
+    c, _ = cmd("--app", "x", "--allow-batch-change=64:64", "--batch=64", "j.sh")
+    assert c[1] == "--comment=gimbal:app=x,batch=64,batchrange=64:64"
+    # without a range: batch/4 .. batch*4; a following non-range word is not taken as one
+    c, _ = cmd("--app", "x", "--batch", "64", "--allow-batch-change", "j.sh", "7:9")
+    assert c == ["sbatch", "--comment=gimbal:app=x,batch=64,batchrange=16:256", "j.sh", "7:9"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--app", "x", "--allow-batch-change", "j.sh"], "needs --batch"),
+    (["--app", "x", "--batch", "8", "--allow-batch-change=16:64", "j.sh"], "outside"),
+    (["--app", "x", "--batch", "8", "--allow-batch-change=0:64", "j.sh"], "expected MIN:MAX"),
+    (["--app", "x", "--batch", "8", "--allow-batch-change=9:1", "j.sh"], "expected MIN:MAX"),
+    (["--app", "x", "--batch", "8", "--allow-batch-change", "--allow-batch-change", "j.sh"],
+     "given twice"),
+    (["--app", "x", "--batch", "8", "-p", "g", "--allow-batch-change", "j.sh"], "must come before"),
+    (["--batch", "8", "--allow-batch-change", "j.sh"], "--app is required"),
+])
+def test_allow_batch_change_usage_errors(argv, needle):
+    with pytest.raises(gsbatch.UsageError) as ei:
+        gsbatch.build_command(argv, env={})
+    assert needle in str(ei.value)

@@ -19,3 +19,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+FAKE_SQUEUE = """#!/bin/sh
+# FAKE squeue (the test has no Slurm job): the job named by --jobs=ID with the AdminComment in
+# $FAKE_ADMIN, as `squeue --json --jobs=ID` lists it
+printf '{"jobs": [{"job_id": %s, "admin_comment": "%s"}]}' "${2#--jobs=}" "$FAKE_ADMIN"
+"""
+
+
+def fake_squeue_env(tmp_path, admin):
+    """PATH with a FAKE squeue first and FAKE_ADMIN = the job's AdminComment (gimbal-run
+    reads the job's metadata from it, launcher.jobmeta)."""
+    import stat
+    sq = tmp_path / "fakebin" / "squeue"
+    sq.parent.mkdir(exist_ok=True)
+    sq.write_text(FAKE_SQUEUE)
+    sq.chmod(sq.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{sq.parent}{os.pathsep}{os.environ['PATH']}", "FAKE_ADMIN": admin}

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from launcher.checkpoint import EXIT_CHECKPOINT
 from launcher.decision import LauncherDecision, decision_path, write_decision
 from launcher.run import Options, build_plan, classify_exit, cli
-from launcher_testutil import EXAMPLE, REPO, subprocess_env
+from launcher_testutil import EXAMPLE, REPO, fake_squeue_env, subprocess_env
 
 
 def _invoke(args, env):
@@ -25,8 +25,10 @@ def test_dry_run_two_node_fixture(slurm_env_2node, tmp_path):
     write_decision(decision_path("48213", sd), LauncherDecision(
         job_id="48213", sub_batch=16, global_batch=64, mps_thread_pct=50, mps_mem_limit_mb=8000,
         stealing=True))
+    # the job's AdminComment (read back through a FAKE squeue) names the decision's batch
+    env = dict(slurm_env_2node, **fake_squeue_env(tmp_path, "gimbal:v1;app=bert;batch=64"))
     res = _invoke(["--dry-run", "--json", "--state-dir", sd, "--sub-batch", "8", "--",
-                   "train.py", "--lr", "0.1"], slurm_env_2node)
+                   "train.py", "--lr", "0.1"], env)
     assert res.exit_code == 0, res.output
     plan = json.loads(res.output)
     argv = plan["argv"]
@@ -248,7 +250,8 @@ def test_fake_one_node_slurm_env_decision_and_exit_code(tmp_path):
     write_decision(decision_path("4242", sd), LauncherDecision(
         job_id="4242", sub_batch=16, global_batch=64, stealing=True, mps_thread_pct=50))
     env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_NUM_NODES": "1",
-           "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "2"}
+           "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "2",
+           **fake_squeue_env(tmp_path, "gimbal:v1;app=cifar10;batch=64")}
     p = _gimbal_run(["--state-dir", sd, "--", EXAMPLE, "--steps", "12", "--samples", "512",
                      "--out", str(tmp_path / "o.json"), "--exit-code", "3"], env)
     out = p.communicate(timeout=120)[0]

@@ -227,3 +227,77 @@ def test_rounds_respect_capacity_memory_and_two_per_gpu(nv, nk, per, specs, deci
             need = sum(M.memory[a].mem_mb(b) for a, b in occ)
             assert need <= mem_node[g.node] + 1e-6
     assert set(plan.reasons) == set(sn.jobs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(nv=st.integers(0, 2), nk=st.integers(0, 2), per=st.sampled_from([1, 2, 4]),
+       specs=st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from([1, 2, 4]),
+                                st.sampled_from([32, 64, 128, 256]), st.booleans(), st.booleans(),
+                                st.booleans()),
+                      min_size=1, max_size=12),
+       decide=st.sampled_from(["gpu", "gpu_ngpu", "gpu_ngpu_bs"]), jp=st.booleans(),
+       cd=st.booleans())
+def test_rounds_with_running_jobs_and_rescheduling(nv, nk, per, specs, decide, jp, cd):
+    """Every variant with and without re-scheduling (``cd``) on a heterogeneous cluster where
+    some jobs already run: after the plan no GPU holds more than two jobs or more than its
+    memory, no type is over-subscribed, each job is started at most once, only ``cd`` moves or
+    stops a running job, counts and batches stay within the job's ranges, and the plan is
+    deterministic."""
+    nodes = tuple([Node(f"v{i}", per, "v100") for i in range(nv)] +
+                  [Node(f"k{i}", per, "k80", 12288) for i in range(nk)]) or (Node("v0", per, "v100"),)
+    total = sum(n.num_gpus for n in nodes)
+    free = {n.name: list(n.gpus()) for n in nodes}
+    jobs = []
+    for i, (a, n, b, el, fb, run) in enumerate(specs):
+        j = job(i, app=a, n=min(n, total), batch=b, t=float(i),
+                gpu_range=(1, 4) if el else None, batch_range=(32, 512) if fb else None)
+        host = next((h for h, gs in free.items() if len(gs) >= j.num_gpus), None) if run else None
+        if host is not None:  # running with the accumulation that fits its GPU (seed 000 eq. 7)
+            gpus, free[host] = free[host][:j.num_gpus], free[host][j.num_gpus:]
+            cap = next(n.gpu_mem_mb for n in nodes if n.name == host)
+            local = -(-j.global_batch // len(gpus))
+            acc = 1
+            while M.memory[a].mem_mb(-(-local // acc)) > cap and acc < local:
+                acc *= 2
+            from dataclasses import replace
+            j = replace(j, state=JobState.RUNNING, start_time=float(i),
+                        allocation=Allocation(tuple(gpus), -(-local // acc), acc, None))
+        jobs.append(j)
+    sn = snap(nodes, jobs, now=360.0)
+    plan = Similarity(decide=decide, jp=jp, cd=cd).schedule(sn)
+    assert plan == Similarity(decide=decide, jp=jp, cd=cd).schedule(sn)
+    stopped = {a.job_id for a in plan.actions if not isinstance(a, StartJob)}
+    starts = plan.starts()
+    assert len({s.job_id for s in starts}) == len(starts)
+    if not cd:
+        assert not stopped and not {s.job_id for s in starts} & {j.id for j in jobs if j.running}
+    occ: dict = {}
+    for j in jobs:  # running jobs that keep their GPUs
+        if j.running and j.id not in stopped and j.id not in {s.job_id for s in starts}:
+            for g in j.allocation.gpus:
+                occ.setdefault(g, []).append((j.app, j.allocation.sub_batch))
+    valid = {g for n in nodes for g in n.gpus()}
+    for s in starts:
+        j = sn.jobs[s.job_id]
+        assert set(s.gpus) <= valid and len(set(s.gpus)) == len(s.gpus)
+        if j.gpu_range is None or decide == "gpu":
+            assert len(s.gpus) == j.num_gpus
+        else:
+            assert j.gpu_range[0] <= len(s.gpus) <= j.gpu_range[1]
+        if s.global_batch is not None and s.global_batch != j.global_batch:
+            assert decide == "gpu_ngpu_bs" or jp
+            assert j.batch_range and j.batch_range[0] <= s.global_batch <= j.batch_range[1]
+        for g in s.gpus:
+            occ.setdefault(g, []).append((j.app, s.sub_batch))
+    mem_node = {n.name: n.gpu_mem_mb for n in nodes}
+    for g, on in occ.items():
+        assert len(on) <= 2, (g, on)
+        if len(on) == 2:
+            assert sum(M.memory[a].mem_mb(b) for a, b in on) <= mem_node[g.node] + 1e-6
+    by_type: dict = {}
+    for g in occ:
+        t = next(n.gpu_type for n in nodes if n.name == g.node)
+        by_type[t] = by_type.get(t, 0) + 1
+    for t, (cap, _, _) in type_capacity(sn).items():
+        assert by_type.get(t, 0) <= cap
+    assert set(plan.reasons) == set(sn.jobs)

@@ -7,6 +7,9 @@
 #   FRESH=1 ...                                       # forget saved jobs / node state
 #   BUILD_ONLY=1 ...                                  # chroot + venv only, start nothing
 #   GIMBAL_SID_ROOT=/var/lib/gimbal-test/sid          # chroot location (default)
+#   VARIANT=het ...                                   # cluster "gimbal26het" in the same chroot:
+#                                                     # h1 (gpu:k80:2), h2 (gpu:v100:2), port 6947,
+#                                                     # SLURM_CONF=/etc/slurm-gimbal-het/slurm.conf
 #   bash tests/slurm/bringup-26.05.sh stop            # stop the chroot's daemons, unmount
 #
 # Runs alongside the 22.05 cluster: slurmctld 6917, slurmd 6918 + 17101-17104, own munged,
@@ -14,6 +17,12 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 R=${GIMBAL_SID_ROOT:-/var/lib/gimbal-test/sid}
+VARIANT=${VARIANT:-main}
+case "$VARIANT" in
+  main) CONFSRC=conf-26.05; INSTANCE=gimbal ;;
+  het)  CONFSRC=conf-26.05-het; INSTANCE=gimbal-het ;;
+  *) echo "bringup-26.05: unknown VARIANT=$VARIANT (main|het)" >&2; exit 2 ;;
+esac
 VENV=/opt/gimbal-venv
 PYSLURM_VERSION=25.11.2
 PY_DEPS="click numpy pandas scipy SQLAlchemy alembic filelock rich matplotlib scikit-learn pytest hypothesis setuptools wheel"
@@ -23,8 +32,8 @@ T0=$SECONDS
 t() { local l=$1 s=$SECONDS rc=0; shift; "$@" || rc=$?; echo "[timing] 26.05 $l: $((SECONDS-s)) s" >&2; return $rc; }
 die() { echo "bringup-26.05: ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
-C=(chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 SLURM_CONF=/etc/slurm-gimbal/slurm.conf
-   DEBIAN_FRONTEND=noninteractive)
+C=(chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 SLURM_CONF=/etc/slurm-$INSTANCE/slurm.conf
+   INSTANCE=$INSTANCE DEBIAN_FRONTEND=noninteractive)
 
 mount_all() {
   mountpoint -q "$R/proc"    || mount -t proc proc "$R/proc"
@@ -34,6 +43,10 @@ mount_all() {
 if [ "${1:-}" = stop ]; then
   [ -d "$R/opt/gimbal-test" ] || exit 0
   mount_all
+  if [ "$VARIANT" != main ]; then   # the variant only: munged and the mounts serve "gimbal26" too
+    "${C[@]}" bash /opt/gimbal-test/clusterctl.sh stop || true
+    exit 0
+  fi
   "${C[@]}" env STOP_MUNGE=1 bash /opt/gimbal-test/clusterctl.sh stop || true
   # unmount what bringup/in-chroot.sh mounted; a process still inside keeps a mount busy
   for m in "$REPO" /dev/pts /dev /proc; do
@@ -76,10 +89,10 @@ fi
 "${C[@]}" id alice >/dev/null 2>&1 || "${C[@]}" useradd -m -s /bin/bash alice   # unprivileged test user
 
 # 3. configs + the repo's hooks (before the venv: importing pyslurm reads slurm.conf)
-mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf" "$R/opt/gimbal-test/hooks"
-cp -r "$HERE/conf-26.05" "$R/opt/gimbal-test/conf"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks"
+mkdir -p "$R/opt/gimbal-test"; rm -rf "$R/opt/gimbal-test/conf-$INSTANCE" "$R/opt/gimbal-test/hooks-$INSTANCE"
+cp -r "$HERE/$CONFSRC" "$R/opt/gimbal-test/conf-$INSTANCE"; cp -r "$REPO/slurm_hooks" "$R/opt/gimbal-test/hooks-$INSTANCE"
 install -m 755 "$HERE/lib/clusterctl.sh" "$R/opt/gimbal-test/clusterctl.sh"
-t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf /opt/gimbal-test/hooks
+t "install configs" "${C[@]}" bash /opt/gimbal-test/clusterctl.sh install /opt/gimbal-test/conf-$INSTANCE /opt/gimbal-test/hooks-$INSTANCE
 # 4. venv with pyslurm (built against 26.05 through a header shim) + gimbal's deps
 PIPENV=(env PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180)
 [ -x "$R$VENV/bin/python" ] || t venv "${C[@]}" python3 -m venv $VENV

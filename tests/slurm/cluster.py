@@ -1,6 +1,6 @@
 """Handles on gimbal's real Slurm test clusters (brought up by the scripts next to this file).
 
-Four clusters, all on one host, loopback only, so they can run at the same time:
+Five clusters, all on one host, loopback only, so they can run at the same time:
 
 ========== ======= ================================ ============ ==========================
 key        release SLURM_CONF                       slurmctld    nodes
@@ -11,9 +11,13 @@ key        release SLURM_CONF                       slurmctld    nodes
                                                                  shard, see docs/slurm.md)
 ``2205het``22.05   /etc/slurm-gimbal-het/slurm.conf 6857         h1 (gpu:k80:2), h2
                                                                  (gpu:v100:2): GPU types
+``2205dbd``22.05   /etc/slurm-gimbal-dbd/slurm.conf 6867         d1, d2 (gpu:4); accounting:
+                                                                 slurmdbd 127.0.0.1:6869 +
+                                                                 MariaDB (sacct history)
 ``2605``   26.05   /etc/slurm-gimbal/slurm.conf     6937         like 2205; in the Debian sid
                    (inside the chroot)                           chroot, commands run through
                                                                  ``in-chroot.sh``
+``2605het``26.05   /etc/slurm-gimbal-het/slurm.conf 6947         like 2205het, in the chroot
 ========== ======= ================================ ============ ==========================
 
 :func:`ensure_cluster` brings one up (as root, idempotently) and returns a
@@ -62,6 +66,7 @@ class ClusterSpec:
     bringup_env: tuple = ()
     chroot: bool = False
     bringup_timeout: int = 300
+    instance: str = "gimbal"  # clusterctl INSTANCE (in the chroot: GIMBAL_CHROOT_INSTANCE)
 
 
 SPECS: Dict[str, ClusterSpec] = {
@@ -73,9 +78,16 @@ SPECS: Dict[str, ClusterSpec] = {
     "2205het": ClusterSpec("2205het", "22.05", "gimbalhet", "/etc/slurm-gimbal-het/slurm.conf",
                            ("h1", "h2"), ("tests/slurm/bringup-22.05.sh",),
                            bringup_env=(("VARIANT", "het"),)),
+    "2205dbd": ClusterSpec("2205dbd", "22.05", "gimbaldbd", "/etc/slurm-gimbal-dbd/slurm.conf",
+                           ("d1", "d2"), ("tests/slurm/bringup-22.05.sh",),
+                           bringup_env=(("VARIANT", "dbd"),)),
     "2605": ClusterSpec("2605", "26.05", "gimbal26", "/etc/slurm-gimbal/slurm.conf",
                         ("gpu1", "gpu2", "gpu3", "mps1"), ("tests/slurm/bringup-26.05.sh",),
                         chroot=True, bringup_timeout=1500),
+    "2605het": ClusterSpec("2605het", "26.05", "gimbal26het", "/etc/slurm-gimbal-het/slurm.conf",
+                           ("h1", "h2"), ("tests/slurm/bringup-26.05.sh",),
+                           bringup_env=(("VARIANT", "het"),), chroot=True, bringup_timeout=1500,
+                           instance="gimbal-het"),
 }
 
 
@@ -279,9 +291,12 @@ def parse_scontrol_line(line: str) -> Dict[str, str]:
 def _make(spec: ClusterSpec) -> SlurmCluster:
     env = dict(os.environ)
     prefix: List[str] = []
+    env.pop("GIMBAL_CHROOT_INSTANCE", None)
     if spec.chroot and not IN_CHROOT:
         prefix = [str(HERE / "in-chroot.sh")]
         env.pop("SLURM_CONF", None)      # in-chroot.sh sets the chroot's own
+        if spec.instance != "gimbal":
+            env["GIMBAL_CHROOT_INSTANCE"] = spec.instance
     else:
         env["SLURM_CONF"] = spec.slurm_conf
     return SlurmCluster(spec=spec, env=env, prefix=prefix)
@@ -300,7 +315,7 @@ def _is_up(c: SlurmCluster) -> bool:
 
 
 def ensure_cluster(key: str, bringup: Optional[bool] = None) -> SlurmCluster:
-    """Return a running cluster ``key`` ("2205", "2205mps", "2605").
+    """Return a running cluster ``key`` ("2205", "2205mps", "2205het", "2605", "2605het").
 
     As root (and unless GIMBAL_SLURM_NO_BRINGUP=1) the bring-up script is run first; it is
     idempotent and also re-installs the repo's hooks. Otherwise an already running cluster is
