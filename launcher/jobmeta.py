@@ -81,7 +81,10 @@ def read_job_meta(job_id: str, env: Mapping[str, str], timeout: float = SQUEUE_T
         return JobMeta(error=f"job id {str(job_id)[:40]!r} is not a Slurm job id")
     argv = ["squeue", "--json", f"--jobs={job_id}"]
     try:
-        proc = run(argv, env=dict(env), capture_output=True, text=True, timeout=timeout)
+        # errors="replace": 22.05 ignores --jobs and lists every job, and another job's name
+        # may be invalid UTF-8 (squeue passes it through)
+        proc = run(argv, env=dict(env), capture_output=True, text=True, errors="replace",
+                   timeout=timeout)
     except (OSError, subprocess.SubprocessError) as e:
         return JobMeta(error=f"{' '.join(argv)}: {e}")
     if proc.returncode != 0:

@@ -93,6 +93,21 @@ def test_read_job_meta_reads_only_the_admin_comment():
     assert (m.batch, m.batch_range, m.tagged) == (None, None, False)
 
 
+def test_read_job_meta_survives_another_jobs_invalid_utf8():
+    """22.05 squeue --json ignores --jobs: the output lists every job, and a hostile job name
+    may be invalid UTF-8 (gimbal-run crashed on it with UnicodeDecodeError)."""
+    import subprocess
+    import sys
+    raw = (b'{"jobs": [{"job_id": 1, "name": "\xff\xfe"}, '
+           b'{"job_id": 77, "admin_comment": "gimbal:v1;app=x;batch=64;batchrange=32:512"}]}')
+
+    def run(argv, **kw):
+        return subprocess.run([sys.executable, "-c", "import sys; sys.stdout.buffer.write("
+                               + repr(raw) + ")"], **kw)
+    m = read_job_meta("77", {}, run=run)
+    assert (m.batch, m.batch_range, m.error) == (64, (32, 512), None)
+
+
 @pytest.mark.parametrize("stdout,rc,needle", [
     ("", 1, "failed (rc 1)"), ("not json", 0, "unreadable output"),
     (json.dumps({"jobs": [{"job_id": 78}]}), 0, "does not list job 77")])
