@@ -279,11 +279,20 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                                 f"of a pending job, so it is not started on {want!r} nodes "
                                 f"(submit gate jobs without a type: gsbatch --gate --gpus N)")
                 continue
+            delayed = bool(sj.restarts and sj.eligible_time and sj.eligible_time > now)
+            since = now - (sj.eligible_time - REQUEUE_DELAY_S) if delayed else REQUEUE_SETTLE_S
+            if since < REQUEUE_SETTLE_S:
+                # slurmd refuses a launch in the same second as the requeue's kill ("Job
+                # credential revoked"; the job then ends FAILED, seen on 22.05): next cycle
+                warnings.append(f"job {sj.job_id}: requeued {max(since, 0.0):.1f} s ago; "
+                                f"started by a later cycle (slurmd refuses a launch right "
+                                f"after the requeue)")
+                continue
             gres = gate_gres(a, sj, nodes, cfg, warnings, typed=typed_gres)
             hosts = sorted({g.node for g in a.gpus})
             out.append(Target(sj.job_id, "gres", gres, "plan: start"))
             out.append(Target(sj.job_id, "req_nodes", ",".join(hosts), "plan: start"))
-            if sj.restarts and sj.eligible_time and sj.eligible_time > now:
+            if delayed:
                 # a requeue (our pre-emption) makes Slurm hold the job back ~2 min
                 out.append(Target(sj.job_id, "begin_time", "now", "plan: start (requeued)"))
             out.append(Target(sj.job_id, "decision", a, "plan: start"))
@@ -306,6 +315,9 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
 
 
 RESIZE_REASON = "plan: ResizeJob"
+REQUEUE_DELAY_S = 120.0  # Slurm's start delay of a requeued job (EligibleTime, docs/slurm.md)
+REQUEUE_SETTLE_S = 2.0  # no restart sooner after a requeue (see gate_targets; EligibleTime is
+#                         requeue + 120 to 121 s, so this is 2 to 3 s)
 
 
 def defer_resizes(plan: Plan, snap: SnapshotResult, interval: float,

@@ -188,6 +188,7 @@ def _flow(c, g, real, backend):
     assert fields(r2, long_) == ["signal", "requeue_hold"]
     assert why(r2, long_)["numbers"]["share"] == 1.0 and "ineq3_left" in why(r2, long_)["numbers"]
     wait_for(lambda: c.job_state(long_) == "PENDING", 60, "shrunk job requeued")
+    time.sleep(4.5)  # the daemon restarts a requeued job 2-3 s after the requeue at the earliest
     # 3: the long job restarts on one GPU (new GRES and decision)
     r3 = cycle()
     assert acts(r3)[long_].kind == "StartJob" and len(acts(r3)[long_].gpus) == 1
@@ -218,6 +219,7 @@ def _flow(c, g, real, backend):
     assert a.kind == "ResizeJob" and len(a.gpus) == 2, r5["plan"]
     assert fields(r5, long_) == ["signal", "requeue_hold"]
     wait_for(lambda: c.job_state(long_) == "PENDING", 60, "grown job requeued")
+    time.sleep(4.5)
     r6 = cycle()
     assert acts(r6)[long_].kind == "StartJob" and len(acts(r6)[long_].gpus) == 2
     c.wait_state(long_, "RUNNING", timeout=60)

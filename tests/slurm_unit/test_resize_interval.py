@@ -41,15 +41,17 @@ class ShrinkAndStart:
         return make_plan("stub", acts, [], why)
 
 
-def _setup(release, tmp_path):
+def _setup(release, tmp_path):  # tmp_path "unused": no store
     runner = Replay(release)
     be = CliBackend(runner=runner)
     ids = jobs_of(release)
     r1, p = ids["r1"], ids["p"][0]
     real = be._load_jobs
     be._load_jobs = lambda jids=None: [_gated(j) if j.job_id in (r1, p) else j for j in real(jids)]
-    st = Store(str(tmp_path / "g.db"))
-    st.upgrade()
+    st = None
+    if tmp_path != "unused":
+        st = Store(str(tmp_path / "g.db"))
+        st.upgrade()
     return runner, be, st, r1, p
 
 
@@ -120,3 +122,23 @@ def test_config_key(tmp_path):
     f.write_text("[gate]\nmin_resize_interval = -1\n")
     with pytest.raises(ConfigError, match="gate.min_resize_interval"):
         load(str(f)).validate(str(f))
+
+
+def test_a_requeued_job_is_not_restarted_in_the_seconds_after_its_requeue(release):
+    """slurmd refuses to launch a job in the second its requeue killed it ("Job credential
+    revoked", the job then ends FAILED; seen on 22.05): the start waits for a later cycle."""
+    from gimbalctl.daemon import gate_targets
+    runner, be, _, r1, p = _setup(release, "unused")
+    sj = {j.job_id: j for j in be.jobs()}
+    now = 1_800_000_000.0
+    plan = make_plan("stub", [StartJob(p, (Gpu("gpu3", 0),), 64, 1)], [], {})
+    for ago, expect in ((1.0, []), (30.0, ["gres", "req_nodes", "begin_time", "decision",
+                                           "release"])):
+        held = dataclasses.replace(sj[p], state="PENDING", reason="JobHeldUser", restarts=1,
+                                   eligible_time=now + 120.0 - ago)
+        assert held.held and held.gated
+        warn: list = []
+        ts = gate_targets(Config(mode="gate"), plan, {**sj, p: held}, {}, warn, now=now,
+                          hold_actions={p: "requeue_hold"})
+        assert [t.field for t in ts] == expect
+        assert bool(warn) == (not expect)
