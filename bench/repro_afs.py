@@ -38,8 +38,9 @@ Workloads:
 
 Speed (issue acceptance, not a timed test): every new policy's CPU time on the
 160-job Pollux workload 1 (target < 3 s each) and on the first 20,000 jobs of the
-Philly trace on 300 × 8 GPUs (the scale benchmark's cluster) next to SRTF's in
-the same run (target ≤ 3× SRTF).
+Philly trace's VC 6214e9 on the paper's 64 GPUs (16 × 4; ``--speed-vc``,
+``--speed-cluster``) next to SRTF's in the same run (target ≤ 3× SRTF); each policy
+of the 20,000-job comparison runs in its own process (``--jobs`` at a time).
 """
 from __future__ import annotations
 
@@ -171,39 +172,76 @@ def run_one(task):
 WORKLOADS: dict = {}
 
 
-def speed(limit: int, cluster: str) -> list[str]:
+def load_philly_speed(limit: int, vc: str):
+    """The first ``limit`` jobs of the Philly trace (of VC ``vc`` when given)."""
+    import pandas as pd
+
+    from gimbalctl.profiles import default_models
+    from gimbalctl.traces import load_trace
+
+    path = shared_dir() / "traces/philly/philly.csv"
+    if not vc:
+        return load_trace(path, kind="philly", models=default_models(), limit=limit)
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df = df[df.cluster == vc].head(limit)
+    if df.empty:
+        sys.exit(f"repro_afs: no jobs of VC {vc!r} in {path}")
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as fh:
+        df.to_csv(fh, index=False)
+    try:
+        return load_trace(fh.name, kind="philly", models=default_models(), seed=0)
+    finally:
+        os.unlink(fh.name)
+
+
+def speed_one(task):
+    """(policy, limit, vc, cluster) -> CPU seconds of one simulation, average JCT (s)."""
+    pol, limit, vc, cluster = task
     import policies
     from gimbalctl.cluster import parse_cluster
     from gimbalctl.profiles import default_models
     from gimbalctl.sim import SimConfig, simulate
-    from gimbalctl.traces import load_trace
+
+    big = load_philly_speed(limit, vc)
+    t0 = time.process_time()
+    res = simulate(big, parse_cluster(cluster), policies.get_policy(pol), default_models(),
+                   SimConfig(interval=INTERVAL, reveal_lengths=pol in AWARE))
+    return pol, len(big), time.process_time() - t0, res.summary["avg_jct"]
+
+
+def speed(limit: int, cluster: str, vc: str = "", jobs: int = 1,
+          only: tuple = ()) -> list[str]:
+    import policies
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from gimbalctl.sim import SimConfig, simulate
 
     models = default_models()
-    lines = ["## Speed", "", "CPU time (`time.process_time`) of one simulation in this process, "
-             "all policies in the same run; CPU time rather than wall time because the "
-             "machine's 2 cores are shared and wall time depends on the other load.", ""]
-    jobs = load_pollux(1)
+    lines = ["## Speed", "", "CPU time (`time.process_time`) of one simulation per process; "
+             "CPU time rather than wall time because the machine's 2 cores are shared and "
+             "wall time depends on the other load.", ""]
+    pols = ("srtf",) + tuple(p for p in NEW if not only or p in only)
+    jobs_p = load_pollux(1)
     lines += ["| policy | 160-job Pollux workload 1, 16×4 (target < 3 s) |", "|---|---|"]
-    for p in ("srtf",) + NEW:
+    for p in pols:
         t0 = time.process_time()
-        simulate(jobs, parse_cluster(CLUSTER), policies.get_policy(p), models,
+        simulate(jobs_p, parse_cluster(CLUSTER), policies.get_policy(p), models,
                  SimConfig(interval=INTERVAL, reveal_lengths=p in AWARE))
         lines.append(f"| {p} | {time.process_time() - t0:.2f} s |")
+        print(lines[-1], flush=True)
     if not limit:
         return lines
-    big = load_trace(shared_dir() / "traces/philly/philly.csv", kind="philly", models=models,
-                     limit=limit)
-    lines += ["", f"First {len(big):,} jobs of the Philly trace on {cluster}:", "",
-              "| policy | CPU time | × SRTF (target ≤ 3) |", "|---|---|---|"]
-    base = None
-    for p in ("srtf",) + NEW:
-        t0 = time.process_time()
-        simulate(big, parse_cluster(cluster), policies.get_policy(p), models,
-                 SimConfig(interval=INTERVAL, reveal_lengths=p in AWARE))
-        wall = time.process_time() - t0
-        base = base or wall
-        lines.append(f"| {p} | {wall:.1f} s | {wall / base:.2f} |")
-        print(lines[-1], flush=True)
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as ex:
+        done = {p: (n, cpu, jct) for p, n, cpu, jct in
+                ex.map(speed_one, [(p, limit, vc, cluster) for p in pols])}
+    n = done["srtf"][0]
+    what = f"VC {vc}" if vc else "the Philly trace"
+    lines += ["", f"First {n:,} jobs of {what} on {cluster} (each policy in its own process):",
+              "", "| policy | CPU time | × SRTF (target ≤ 3) | average JCT |", "|---|---|---|---|"]
+    base = done["srtf"][1]
+    for p in pols:
+        _, cpu, jct = done[p]
+        lines.append(f"| {p} | {cpu:.1f} s | {cpu / base:.2f} | {jct / 3600:.2f} h |")
     return lines
 
 
@@ -214,7 +252,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--speed-limit", type=int, default=20000,
                     help="Philly jobs for the speed comparison (0: Pollux timing only)")
-    ap.add_argument("--speed-cluster", default="300x8")
+    ap.add_argument("--speed-cluster", default="16x4",
+                    help="cluster of the speed comparison (default: the paper's 64 GPUs)")
+    ap.add_argument("--speed-vc", default="6214e9",
+                    help="Philly VC whose first --speed-limit jobs are the window ('' = whole trace)")
+    ap.add_argument("--speed-policies", default="",
+                    help="comma-separated subset of the new policies to time (default: all)")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--speed-only", action="store_true")
     a = ap.parse_args(argv)
@@ -247,7 +290,8 @@ def main(argv=None) -> int:
                       f"({wall:.1f} s)", flush=True)
         lines += report(wins, units, results)
     if not (a.no_speed or a.quick) or a.speed_only:
-        lines += [""] + speed(a.speed_limit, a.speed_cluster)
+        lines += [""] + speed(a.speed_limit, a.speed_cluster, a.speed_vc, a.jobs,
+                              tuple(x for x in a.speed_policies.split(",") if x))
     text = "\n".join(lines) + "\n"
     if a.out:
         a.out.write_text(text)

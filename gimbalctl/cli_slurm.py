@@ -295,7 +295,8 @@ def _one_cycle(cfg, pol, as_json: bool, dry_run: bool, keep: Optional[dict] = No
         try:
             if not dry_run:
                 st.wait_write_lock()
-            res = run_cycle(cfg, be, st, pol, dry_run=dry_run)
+            # the loop daemon never waits for the sacct history (A-SRPT); --once does
+            res = run_cycle(cfg, be, st, pol, dry_run=dry_run, wait_history=keep is None)
         except SlurmUnavailable as e:
             click.echo(f"gimbalctl daemon: Slurm unavailable: {e}", err=True)
             return Exit.SLURM_UNAVAILABLE
@@ -369,12 +370,20 @@ def _live(cfg):
         jobs, nodes = be.jobs(), be.nodes()
     except SlurmError as e:
         _fail(f"Slurm: {e}", Exit.SLURM_UNAVAILABLE)
+    pol = _policy(cfg.policy, cfg.policy_options)
     try:
         snap = build_snapshot(jobs, nodes, cfg.models(), default_app=cfg.default_app,
-                              default_batch=cfg.default_batch, estimates=cfg.estimates)
+                              default_batch=cfg.default_batch, estimates=cfg.estimates,
+                              pipeline_apps=getattr(pol, "pipeline_models", False))
     except ConfigError as e:
         _fail(str(e), Exit.USAGE)
-    plan = _policy(cfg.policy, cfg.policy_options).schedule(snap.snapshot)
+    from .daemon import site_history, with_history
+    warns: list[str] = []
+    history, pred = site_history(cfg, be, snap.snapshot.now, warns, background=False)
+    for w in warns:
+        click.echo(f"warning: {w}", err=True)
+    snap = with_history(snap, history, pred)
+    plan = pol.schedule(snap.snapshot)
     order, _ = compute_targets(cfg, plan, snap, nodes, [])
     return snap, plan, order
 
@@ -477,7 +486,18 @@ def explain_cmd(job_id, config_path, db, backend, as_json, live, policy):
             click.echo(f"    {k} = {v}")
     if out.get("action"):
         click.echo(f"  action: {json.dumps(out['action'])}")
-    m = (out.get("inputs") or {}).get("measured")
+    inp = out.get("inputs") or {}
+    if inp.get("predicted") is not None:  # seed 003: the predicted length and where it came from
+        nums = (out.get("reason") or {}).get("numbers") or {}
+        line = (f"  predicted length: {inp['predicted']:.0f} {inp.get('predicted_unit', '')} "
+                f"({inp.get('prediction_source')}; history of {inp.get('history_jobs', 0)} "
+                f"finished job(s))")
+        if nums.get("virtual_pos") is not None:
+            line += f"; virtual-SRPT position {int(nums['virtual_pos']) + 1}"
+            if nums.get("virtual_done") is not None:
+                line += f", completes in it at {nums['virtual_done']:.0f}"
+        click.echo(line)
+    m = inp.get("measured")
     if m:
         parts = []
         if m.get("samples_per_s") is not None:

@@ -30,6 +30,7 @@ Example ``etc/gimbal.toml``::
 
     [gate]
     preempt_grace = 10         # seconds between USR2 and requeue
+    min_resize_interval = 600  # seconds between two requeue-resizes of one job (0: no limit)
     share_fraction = 0.5       # GPU share of a share=yes job started alone
 
     [estimates]                # users' duration estimates (metadata est=), docs/daemon.md
@@ -43,10 +44,17 @@ Example ``etc/gimbal.toml``::
     batch = 128
 
     [predictor]                # seed 003 A-SRPT job-length predictor (policy "a-srpt")
-    sacct = "/var/lib/gimbal/sacct.txt"  # sacct -a -X -P --format=JobID,JobName,User,Submit,
-                               # Start,End,AllocTRES,Comment,AdminComment (refreshed by cron)
+    history = "slurm"          # slurm: sacct through the Slurm backend (needs slurmdbd);
+                               # none: no history (or a file, below)
+    history_days = 30          # how far back sacct reads
+    history_max_rows = 100000  # newest completed jobs kept
+    history_timeout = 120      # seconds one sacct call may take
+    # sacct = "/var/lib/gimbal/sacct.txt"  # instead of history: a file of sacct -a -X -P
+    #                          # --format=JobID,JobName,User,Submit,Start,End,AllocTRES,
+    #                          # Comment,AdminComment (refreshed by cron)
     kind = "rf"                # rf | mean | median
     refit = 3600               # seconds between refits (and whenever the file changes)
+    unseen = "time-limit"      # a group never seen: time-limit (site rule) | zero (the paper)
 
     [gpu_types.a100]           # Slurm GRES type (gpu:a100:4) -> relative speed, memory
     speed = 2.2                # vs the reference type (v100 = 1.0; gimbalctl/gpu_types.py)
@@ -100,6 +108,7 @@ class Config:
     site_step: int = 0
     # gate
     preempt_grace: float = 10.0
+    min_resize_interval: float = 600.0
     share_fraction: float = 0.5
     # users' duration estimates
     estimates: str = "limit"
@@ -112,6 +121,11 @@ class Config:
     predictor_sacct: Optional[str] = None
     predictor_kind: str = "rf"
     predictor_refit: float = 3600.0
+    predictor_history: str = "none"  # none | slurm
+    predictor_days: float = 30.0
+    predictor_max_rows: int = 100_000
+    predictor_timeout: float = 120.0
+    predictor_unseen: str = "time-limit"  # time-limit | zero
     # where the settings came from: the config file's path, or "" for the built-in defaults
     source: str = field(default="", compare=False)
     # [gpu_types.<type>] tables: speed, memory_mb (see gimbalctl/gpu_types.py)
@@ -146,6 +160,9 @@ class Config:
         for name in ("interval", "timeout", "stale_after"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where}: {name} must be > 0, got {getattr(self, name)!r}")
+        if not self.min_resize_interval >= 0:
+            raise ConfigError(f"{where}: gate.min_resize_interval must be >= 0 seconds, got "
+                              f"{self.min_resize_interval!r}")
         if not 0 < self.share_fraction <= 1:
             raise ConfigError(f"{where}: gate.share_fraction must be in (0, 1], got {self.share_fraction!r}")
         if self.estimates not in ESTIMATES:
@@ -161,6 +178,24 @@ class Config:
                               f"got {self.predictor_kind!r}")
         if not self.predictor_refit > 0:
             raise ConfigError(f"{where}: predictor.refit must be > 0, got {self.predictor_refit!r}")
+        if self.predictor_history not in ("none", "slurm"):
+            raise ConfigError(f"{where}: predictor.history must be slurm or none, got "
+                              f"{self.predictor_history!r}")
+        if self.predictor_history == "slurm" and self.predictor_sacct:
+            raise ConfigError(f"{where}: predictor.history = \"slurm\" and predictor.sacct "
+                              f"(a file) both given; choose one")
+        if self.predictor_unseen not in ("time-limit", "zero"):
+            raise ConfigError(f"{where}: predictor.unseen must be time-limit or zero, got "
+                              f"{self.predictor_unseen!r}")
+        if not 0 < self.predictor_days <= 3660:
+            raise ConfigError(f"{where}: predictor.history_days must be in (0, 3660], got "
+                              f"{self.predictor_days!r}")
+        if not 1 <= self.predictor_max_rows <= 10_000_000:
+            raise ConfigError(f"{where}: predictor.history_max_rows must be 1..10000000, got "
+                              f"{self.predictor_max_rows!r}")
+        if not self.predictor_timeout > 0:
+            raise ConfigError(f"{where}: predictor.history_timeout must be > 0, got "
+                              f"{self.predictor_timeout!r}")
         if self.priority_step < 1 or self.priority_base < 1:
             raise ConfigError(f"{where}: ordering.priority_base/priority_step must be >= 1")
         if self.priority_base > SLURM_PRIORITY_MAX - self.priority_step:
@@ -184,10 +219,14 @@ _KEYS = {
     ("ordering", "priority_base"): "priority_base", ("ordering", "priority_step"): "priority_step",
     ("ordering", "site_step"): "site_step",
     ("gate", "preempt_grace"): "preempt_grace", ("gate", "share_fraction"): "share_fraction",
+    ("gate", "min_resize_interval"): "min_resize_interval",
     ("estimates", "use"): "estimates", ("estimates", "penalty_s"): "estimate_penalty_s",
     ("defaults", "app"): "default_app", ("defaults", "batch"): "default_batch",
     ("predictor", "sacct"): "predictor_sacct", ("predictor", "kind"): "predictor_kind",
     ("predictor", "refit"): "predictor_refit",
+    ("predictor", "history"): "predictor_history", ("predictor", "history_days"): "predictor_days",
+    ("predictor", "history_max_rows"): "predictor_max_rows",
+    ("predictor", "history_timeout"): "predictor_timeout", ("predictor", "unseen"): "predictor_unseen",
 }
 
 

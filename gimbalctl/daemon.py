@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from policies.model import uniform_workers
-from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
+from policies.plan import (Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan,
+                          reason)
 
 from .config import Config
 from .slurm.backend import FIELDS, Backend, _same
@@ -296,9 +297,81 @@ def gate_targets(cfg: Config, plan: Plan, sjobs: dict[str, SlurmJob],
                         f"{nums['objective_after']:.6g})")
             out.append(Target(sj.job_id, "decision", a, why))
         elif isinstance(a, (PreemptJob, ResizeJob)) and sj.running:
-            out.append(Target(sj.job_id, "signal", "USR2", f"plan: {type(a).__name__}"))
-            out.append(Target(sj.job_id, "requeue_hold", "PENDING", f"plan: {type(a).__name__}"))
+            why = RESIZE_REASON if isinstance(a, ResizeJob) else f"plan: {type(a).__name__}"
+            if isinstance(a, ResizeJob):
+                why = f"{why} ({len(held_gpus.get(sj.job_id, ()))} -> {len(a.gpus)} GPUs)"
+            out.append(Target(sj.job_id, "signal", "USR2", why))
+            out.append(Target(sj.job_id, "requeue_hold", "PENDING", why))
     return out
+
+
+RESIZE_REASON = "plan: ResizeJob"
+
+
+def defer_resizes(plan: Plan, snap: SnapshotResult, interval: float,
+                  last_resize: dict[str, float], now: float) -> tuple[Plan, dict[str, str]]:
+    """Bound churn (gate mode, ``gate.min_resize_interval``): a ``ResizeJob`` that would
+    requeue a running gated job onto other GPUs less than ``interval`` seconds after its last
+    resize (``last_resize``: job id -> unix time, from the audit) is taken out of the plan,
+    and the job keeps its GPUs.  The policy stays pure; the daemon filters its plan.
+
+    Actions that need GPUs a deferred job keeps cannot run either: a start on them waits, a
+    resize onto them is deferred too (repeated until nothing changes).  Each such job's
+    reason says why, with the policy's numbers kept (``explain`` shows both); returns the
+    filtered plan and job id -> the message."""
+    if interval <= 0 or not plan.resizes():
+        return plan, {}
+    held = {j.id: tuple(j.allocation.gpus) for j in snap.snapshot.jobs.values()
+            if j.running and j.allocation is not None}
+    sjobs = snap.slurm_jobs
+    why: dict[str, str] = {}
+    for a in plan.resizes():
+        sj = sjobs.get(a.job_id)
+        last = last_resize.get(a.job_id)
+        if sj is None or not sj.gated or not sj.running or last is None:
+            continue
+        if tuple(a.gpus) == held.get(a.job_id, ()):  # same GPUs: no requeue (GIMBAL squeeze)
+            continue
+        ago = max(0.0, now - last)
+        if ago < interval:
+            why[a.job_id] = (f"resize {len(held.get(a.job_id, ()))} -> {len(a.gpus)} GPUs "
+                             f"deferred: last resized {ago:.0f} s ago, gate.min_resize_interval "
+                             f"is {interval:g} s (next allowed in {interval - ago:.0f} s)")
+    if not why:
+        return plan, {}
+    kept = {a.job_id: a for a in plan.actions}
+    changed = True
+    while changed:
+        changed = False
+        blocked = {g: j for j in why for g in held.get(j, ())}
+        for jid, a in list(kept.items()):
+            if jid in why or not isinstance(a, (StartJob, ResizeJob)):
+                continue
+            mine = set(held.get(jid, ()))
+            hit = sorted({blocked[g] for g in a.gpus if g in blocked and g not in mine})
+            if hit:
+                what = "resize" if isinstance(a, ResizeJob) else "start"
+                why[jid] = (f"{what} on {len(a.gpus)} GPUs deferred: GPUs still held by job(s) "
+                            f"{', '.join(hit)}, whose resize is deferred (gate.min_resize_interval)")
+                changed = True
+        for jid in why:
+            kept.pop(jid, None)
+    reasons = dict(plan.reasons)
+    waiting: list[str] = []
+    for jid, text in why.items():
+        old = plan.reasons.get(jid)
+        nums = dict(old.numbers) if old else {}
+        if jid in held:
+            nums["held_gpus"] = float(len(held[jid]))
+            if jid in last_resize:
+                nums["resize_wait_s"] = float(max(0.0, interval - (now - last_resize[jid])))
+            reasons[jid] = reason(ReasonCode.KEEP_RUNNING, text, **nums)
+        else:
+            waiting.append(jid)
+            reasons[jid] = reason(ReasonCode.WAIT_RESOURCES, text, **nums)
+    actions = [a for a in plan.actions if a.job_id not in why]
+    order = waiting + [j for j in plan.order if j not in waiting]
+    return make_plan(plan.policy, actions, order, reasons, list(plan.infeasible)), why
 
 
 def compute_targets(cfg: Config, plan: Plan, snap: SnapshotResult, nodes: list[SlurmNode],
@@ -574,17 +647,49 @@ def report_owners(jobs: list[SlurmJob]) -> dict[str, int]:
     return out
 
 
-_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor)
+_PREDICTORS: dict = {}  # sacct path -> (mtime, fitted at, kind, predictor, history)
+_SITE: dict = {}  # (backend, cluster, [predictor] settings) -> SiteHistory
 
 
-def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
-    """Seed 003 predictor fitted on the site's sacct history (``[predictor] sacct``), refitted
-    every ``predictor.refit`` seconds or when the file changes; ``{}`` when not configured.
-    A missing or unreadable file is a warning, never a failed cycle (the policy then falls
-    back to time limits)."""
+def _unseen_rule(cfg: Config, pred):
+    if cfg.predictor_unseen == "time-limit" and hasattr(pred, "unseen"):
+        return dataclasses.replace(pred, unseen="fallback")
+    return pred
+
+
+def site_history(cfg: Config, backend: Optional[Backend], now: float, warnings: list,
+                 job_rows: Optional[dict] = None, reports: Optional[dict] = None,
+                 background: bool = True, first_wait: bool = True) -> tuple[tuple, Optional[Any]]:
+    """Seed 003: (history, predictor) from the site's finished jobs, ``((), None)`` when not
+    configured.  ``[predictor] history = "slurm"``: sacct through ``backend``
+    (:class:`gimbalctl.site_history.SiteHistory`; refreshed in the background every
+    ``refit`` s, so a cycle never waits for it after the first; with ``first_wait=False``
+    not even the first), plus the store's job rows and
+    launcher reports; ``[predictor] sacct = FILE``: that file (refitted every ``refit`` s or
+    when it changes).  A history that cannot be read is a warning, never a failed cycle (the
+    policy then falls back to time limits)."""
+    if cfg.predictor_history == "slurm" and backend is not None:
+        from .site_history import SiteHistory
+        from .slurm.errors import SlurmError
+        try:
+            cluster = backend.cluster_name()
+        except SlurmError as e:
+            warnings.append(f"predictor: cannot name the cluster ({e}); no history this cycle")
+            return (), None
+        key = (backend.name, cluster, tuple(getattr(backend, "prefix", ()) or ()),
+               cfg.predictor_kind, cfg.predictor_refit, cfg.predictor_days,
+               cfg.predictor_max_rows, cfg.predictor_timeout, cfg.predictor_unseen)
+        sh = _SITE.get(key)
+        if sh is None:
+            sh = _SITE[key] = SiteHistory(cfg.predictor_kind, cfg.predictor_refit,
+                                          cfg.predictor_days, cfg.predictor_max_rows,
+                                          cfg.predictor_timeout, cfg.predictor_unseen)
+        fitted = sh.get(backend, job_rows or {}, reports or {}, now, warnings, background,
+                        first_wait)
+        return (fitted.history, fitted.predictor) if fitted is not None else ((), None)
     path = cfg.predictor_sacct
     if not path:
-        return {}
+        return (), None
     from .predictor import FITTERS, history_from_sacct
     from .traces import TraceError
     try:
@@ -592,21 +697,44 @@ def site_predictors(cfg: Config, now: float, warnings: list) -> dict:
         hit = _PREDICTORS.get(path)
         if hit and hit[0] == mtime and hit[2] == cfg.predictor_kind \
                 and now - hit[1] < cfg.predictor_refit:
-            return {"iterations": hit[3]}
-        pred = FITTERS[cfg.predictor_kind](history_from_sacct(path))
+            return hit[4], _unseen_rule(cfg, hit[3])
+        hist = tuple(sorted(history_from_sacct(path), key=lambda f: (f.end_time, f.id)))
+        pred = FITTERS[cfg.predictor_kind](hist)
     except (OSError, TraceError, ValueError) as e:
         warnings.append(f"predictor: {path}: {e}; predicting from time limits")
-        return {}
-    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred)
-    return {"iterations": pred}
+        return (), None
+    _PREDICTORS[path] = (mtime, now, cfg.predictor_kind, pred, hist)
+    return hist, _unseen_rule(cfg, pred)
+
+
+def with_history(snap: SnapshotResult, history: tuple, pred) -> SnapshotResult:
+    """The snapshot with the finished-job history and the fitted predictor (the measured
+    rates and other predictors the builder put there stay), and each job's predicted length
+    and its source in ``inputs`` (for ``queue``/``explain``)."""
+    if pred is None and not history:
+        return snap
+    from policies.asrpt_core import prediction
+    preds = dict(snap.snapshot.predictors)
+    if pred is not None:
+        preds["iterations"] = pred
+    s2 = dataclasses.replace(snap.snapshot, history=tuple(history), predictors=preds)
+    for jid, job in s2.jobs.items():
+        if jid in snap.inputs:
+            val, unit, src = prediction(s2, job, False)
+            snap.inputs[jid].update(predicted=val, predicted_unit=unit, prediction_source=src,
+                                    history_jobs=len(history))
+    return dataclasses.replace(snap, snapshot=s2)
 
 
 def run_cycle(cfg: Config, backend: Backend, store, policy, models=None,
-              dry_run: bool = False, now: Optional[float] = None) -> CycleResult:
+              dry_run: bool = False, now: Optional[float] = None,
+              wait_history: bool = True) -> CycleResult:
     """One cycle.  Slurm is read before anything else is written.  A cycle that raises is
     recorded ``failed`` with the error (its cycle row if it got one, else a new row) and the
-    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle."""
-    state: dict = {}
+    exception propagates; audit rows it left ``pending`` are reconciled by the next cycle.
+    ``wait_history=False`` (the loop daemon): even the first read of the sacct history runs
+    in the background (:func:`site_history`); ``daemon --once`` waits for it."""
+    state: dict = {"wait_history": wait_history}
     try:
         return _run_cycle(cfg, backend, store, policy, models, dry_run, now, state)
     except Exception as e:
@@ -662,17 +790,25 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
         since = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None) - \
             _dt.timedelta(seconds=cfg.estimate_penalty_s)
         penalised = frozenset(store.users_outran_since(since))
+    reports = store.latest_reports()
     snap = build_snapshot(jobs, nodes, models, now=now, db_profiles=store.profiles(),
-                          history=job_rows, reports=store.latest_reports(),
+                          history=job_rows, reports=reports,
                           default_app=cfg.default_app, default_batch=cfg.default_batch,
                           decisions=read_decisions(cfg.state_dir, jobs),
-                          estimates=cfg.estimates, penalised_users=penalised)
+                          estimates=cfg.estimates, penalised_users=penalised,
+                          pipeline_apps=getattr(policy, "pipeline_models", False))
     warnings = problems + list(snap.warnings)
-    preds = site_predictors(cfg, snap.snapshot.now, warnings)
-    if preds:
-        snap = dataclasses.replace(snap, snapshot=dataclasses.replace(snap.snapshot,
-                                                                      predictors=preds))
+    history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports,
+                                 first_wait=state.get("wait_history", True))
+    snap = with_history(snap, history, pred)
     plan = policy.schedule(snap.snapshot)
+    if cfg.mode == "gate" and cfg.min_resize_interval > 0 and plan.resizes():
+        resizing = [a.job_id for a in plan.resizes()]
+        plan, deferred = defer_resizes(plan, snap, cfg.min_resize_interval,
+                                       store.last_resizes(resizing, RESIZE_REASON),
+                                       snap.snapshot.now)
+        for jid, text in deferred.items():
+            log.info("job %s: %s", jid, text)
     hold_actions = store.last_hold_actions(
         [j for j, sj in sjobs.items() if sj.gated and sj.held]) if cfg.mode == "gate" else {}
     typed = cfg.mode == "gate" and any(n.gres_type for n in nodes) and \

@@ -56,18 +56,25 @@ def target_of(f: FinishedJob, unit: str) -> float:
 
 @dataclass(frozen=True)
 class TablePredictor:
-    """Answers from ``table[(group, user)]``, then ``table[(group, None)]``, else 0."""
+    """Answers from ``table[(group, user)]``, then ``table[(group, None)]``, else (a group
+    never seen) 0 — the paper's rule — or, with ``unseen="fallback"``, ``None``: the policy
+    then uses the job's time limit (:func:`policies.asrpt_core.prediction`).  The daemon
+    uses the fallback: a job name is the user's choice, and predicting 0 for a name never
+    seen would let any user jump the queue by renaming a job (docs/security.md)."""
 
     kind: str
     unit: str
     table: Mapping[tuple, float]
+    unseen: str = "zero"  # zero | fallback
 
-    def predict(self, job) -> float:
+    def predict(self, job) -> Optional[float]:
         g = group_of(job)
         v = self.table.get((g, getattr(job, "user", None)))
         if v is None:
             v = self.table.get((g, None))
-        return 0.0 if v is None else v
+        if v is None:
+            return None if self.unseen == "fallback" else 0.0
+        return v
 
     def source(self, job) -> str:
         return self.kind if (group_of(job), None) in self.table else "unseen-group"
@@ -250,7 +257,7 @@ def history_from_sacct(path) -> list[FinishedJob]:
         # AdminComment first; a finished job's user Comment only as a grouping hint for the
         # history (lengths come from Start/End, which Slurm recorded)
         meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "")
-        if not meta.tagged and "Comment" in df:
+        if not meta.tagged and "Comment" in df and str(df.Comment.iloc[i]).startswith("gimbal:"):
             meta = parse_meta(str(df.Comment.iloc[i]))
         user = str(df.User.iloc[i]) if "User" in df else ""
         name = str(df.JobName.iloc[i]) if "JobName" in df else ""

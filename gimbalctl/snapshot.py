@@ -43,6 +43,7 @@ from types import MappingProxyType
 from typing import Iterable, Mapping, Optional
 
 from policies.elastic import MEASURED_RATES, UNPROFILED
+from policies.pipeline import MODELS as PIPELINE_MODELS
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, uniform_workers
 from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
@@ -115,11 +116,14 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
                    default_app: str = "cifar10", default_batch: int = 128,
                    seed: int = 0, decisions: Optional[Mapping] = None,
                    estimates: str = "limit",
-                   penalised_users: frozenset = frozenset()) -> SnapshotResult:
+                   penalised_users: frozenset = frozenset(),
+                   pipeline_apps: bool = False) -> SnapshotResult:
     """Build the policy's view.  ``history``: job id -> ``JobRow`` (DB);
     ``reports``: job id -> newest ``ReportRow``; ``decisions``: job id ->
     ``launcher.decision.LauncherDecision`` (the files the daemon wrote);
-    ``estimates``/``penalised_users``: see :func:`duration_estimate`."""
+    ``estimates``/``penalised_users``: see :func:`duration_estimate`; ``pipeline_apps``: keep
+    the app of a job of a seed 003 Table I model (metadata ``stages`` -> ``Job.stages``) for a
+    policy that times them by eq. 4-7 (``Policy.pipeline_models``)."""
     from .predictor import group_key  # here: predictor needs numpy, the CLI starts without it
     now = time.time() if now is None else float(now)
     profiles, memory = merged_models(models, db_profiles)
@@ -165,7 +169,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
         for w in meta.warnings:
             warnings.append(f"job {sj.job_id}: {w}")
         app = meta.app
-        if app is None or app not in profiles:
+        pipeline = pipeline_apps and app in PIPELINE_MODELS
+        if not pipeline and (app is None or app not in profiles):
             if app is not None:  # named an app nothing is fitted for (untagged: site default)
                 unprofiled.append(sj.job_id)
             if app is not None or meta.tagged:
@@ -232,6 +237,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             user=sj.user, name=sj.name or "", total_iters=total_iters, duration_estimate=est,
             state=state, group_id=group_key(sj.user, sj.name or meta.app or "", n, meta.batch),
             allocation=alloc, start_time=sj.start_time, as_of=now,
+            stages=_stages(app, n, meta.stages) if pipeline else 1,
             completed_iters=min(completed, total_iters) if total_iters else completed,
             attained_service=executed * (len(alloc.gpus) if alloc is not None and alloc.gpus else n),
             executed_time=executed, iter_rate=rate,
@@ -249,6 +255,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             "slurm_priority": sj.priority, "site_factor": sj.site_factor, "gate": sj.gated,
             "gpus": inputs_alloc, "shared": shared, "meta_source": meta.source,
             "partition": sj.partition, "reason": sj.reason,
+            **({"stages": _stages(app, n, meta.stages)} if pipeline else {}),
             "measured": _measured_input(app, shared_key, meas, rep)}
 
     used = set(gpu_jobs)
@@ -296,6 +303,16 @@ def _bound_iters(snap: ClusterSnapshot, bounds: Mapping[str, tuple[Optional[floa
     if jobs == dict(snap.jobs):
         return snap
     return dataclasses.replace(snap, jobs=MappingProxyType(jobs))
+
+
+def _stages(app: str, n: int, asked: Optional[int]) -> int:
+    """Pipeline stages of a Table I job: as asked (metadata ``stages``) when it fits its GPUs,
+    else the model's first configuration for ``n`` GPUs (:func:`policies.pipeline.configurations`)."""
+    from policies.pipeline import configurations
+    if asked and 1 <= asked <= n:
+        return asked
+    cfg = configurations(app, n)
+    return cfg[0] if cfg else 1
 
 
 def _whole_node_gpus(jobs: list[SlurmJob], nodes: list[SlurmNode],

@@ -323,8 +323,16 @@ class Supervisor:
     """Runs one torchrun at a time, forwards signals, watches the decision file."""
 
     def __init__(self, opts: Options, max_relaunches: int = 10, poll_interval: float = 5.0,
-                 kill_timeout: float = 60.0):
+                 kill_timeout: float = 60.0, requeue_wait: float = 60.0,
+                 env: Optional[Mapping[str, str]] = None):
         self.opts = opts
+        self.requeue_wait = requeue_wait
+        # inside a Slurm job a SIGUSR2 from outside is gimbal's pre-emption / resize notice
+        # (``scancel --signal=USR2``, then ``scontrol requeue``): the checkpoint is followed
+        # by the requeue's SIGTERM, so relaunching in this allocation would only redo steps
+        # that the requeue throws away
+        self.in_slurm_job = in_slurm(os.environ if env is None else env)
+        self.external_usr2 = False
         self.max_relaunches = max_relaunches
         self.poll_interval = poll_interval
         self.kill_timeout = kill_timeout
@@ -340,6 +348,7 @@ class Supervisor:
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGUSR2:
             log.info("SIGUSR2: asking the training to checkpoint")
+            self.external_usr2 = True
             self.usr2_pending = True
             self._deliver_usr2()
             return
@@ -476,11 +485,30 @@ class Supervisor:
                 if restart >= self.max_relaunches:
                     log.warning("checkpoint exit but --max-relaunches=%d reached", self.max_relaunches)
                     return code
+                if self.external_usr2 and self.in_slurm_job and self._await_requeue():
+                    return code
+                self.external_usr2 = False
                 restart += 1
                 log.info("training checkpointed (exit %d): relaunching (%d)", code, restart)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+
+    def _await_requeue(self) -> bool:
+        """After a checkpoint asked for by SIGUSR2 from outside in a Slurm job: wait up to
+        ``requeue_wait`` s for the SIGTERM of the requeue that follows (gimbal's gate mode:
+        USR2, ``gate.preempt_grace``, ``scontrol requeuehold``).  True when it came (exit
+        75 then; the job restarts from the checkpoint, on the GPUs of its new allocation),
+        False after the wait (a checkpoint request only: relaunch here)."""
+        if self.requeue_wait <= 0:
+            return False
+        log.info("checkpointed on SIGUSR2: waiting up to %.0f s for the requeue before "
+                 "relaunching", self.requeue_wait)
+        end = time.monotonic() + self.requeue_wait
+        while self.terminated_by is None and time.monotonic() < end:
+            time.sleep(0.1)
+        return self.terminated_by is not None
 
 
 def _cleanup(run_dir: str) -> None:
@@ -518,6 +546,9 @@ def format_dry_run(plan: LaunchPlan) -> str:
 @click.option("--mps-mem-limit-mb", type=click.IntRange(min=1), default=None)
 @click.option("--stealing/--no-stealing", default=None, help="LISS input-sample stealing.")
 @click.option("--max-relaunches", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--requeue-wait", type=float, default=60.0, show_default=True,
+              help="In a Slurm job, after a checkpoint on SIGUSR2 from outside: seconds to "
+                   "wait for the requeue's SIGTERM before relaunching (0: relaunch at once).")
 @click.option("--poll-interval", type=float, default=5.0, show_default=True,
               help="Seconds between decision-file checks (0: never).")
 @click.option("--kill-timeout", type=float, default=60.0, show_default=True,
@@ -529,7 +560,8 @@ def format_dry_run(plan: LaunchPlan) -> str:
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def cli(standalone, nproc, job_id, state_dir, decision_file, checkpoint_dir, sub_batch, accum_steps,
-        global_batch, mps_thread_pct, mps_mem_limit_mb, stealing, max_relaunches, poll_interval,
+        global_batch, mps_thread_pct, mps_mem_limit_mb, stealing, max_relaunches, requeue_wait,
+        poll_interval,
         kill_timeout, torchrun_args, dry_run, as_json, verbose, script, script_args):
     """Launch SCRIPT with torchrun under gimbal's scheduling decision.
 
@@ -551,7 +583,7 @@ def cli(standalone, nproc, job_id, state_dir, decision_file, checkpoint_dir, sub
         click.echo(json.dumps(plan.to_json(), indent=2, sort_keys=True) if as_json else format_dry_run(plan))
         sys.exit(0)
     sup = Supervisor(opts, max_relaunches=max_relaunches, poll_interval=poll_interval,
-                     kill_timeout=kill_timeout)
+                     kill_timeout=kill_timeout, requeue_wait=requeue_wait)
     try:
         code = sup.run()
     except (SlurmEnvError, DecisionError, MPSConfigError, LaunchError) as exc:

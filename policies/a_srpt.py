@@ -54,6 +54,8 @@ COMM_HEAVY = 1.5
 class ASrpt(Policy):
     """A-SRPT (seed 003 Alg. 1): virtual single-machine SRPT order on predicted lengths, Heavy-Edge placement."""
 
+    pipeline_models = True  # Table I jobs timed by eq. 4-7 (asrpt_core)
+
     perfect = False  # A-SRPT-Perfect: the true length instead of the prediction
 
     def __init__(self, comm_heavy: float = COMM_HEAVY, tau: float = 1.0,

@@ -84,22 +84,27 @@ def alpha_bounds(snap: ClusterSnapshot, job, net: Network) -> tuple[float, float
 # ------------------------------------------------------------------ prediction
 def prediction(snap: ClusterSnapshot, job, perfect: bool) -> tuple[float, str, str]:
     """(value, unit, source) of ``job``'s predicted length; unit ``iterations`` or
-    ``seconds``.  ``perfect``: the true length (A-SRPT-Perfect)."""
+    ``seconds``.  ``perfect``: the true length (A-SRPT-Perfect).  A predictor that returns
+    ``None`` (an unseen group with the site's fallback rule) hands over to the exact length,
+    else the time limit; the source then names both (``unseen-group, time-limit``)."""
+    why = ""
     if not perfect:
         pred = snap.predictors.get("iterations")
         if pred is not None:
-            v = float(pred.predict(job))
+            v = pred.predict(job)
             src = pred.source(job) if hasattr(pred, "source") else getattr(pred, "kind", "model")
-            return max(v, 0.0), getattr(pred, "unit", "iterations"), src
+            if v is not None:
+                return max(float(v), 0.0), getattr(pred, "unit", "iterations"), src
+            why = f"{src}, "  # the predictor declines (an unseen group on a site): fall back
     total = getattr(job, "total_iters", None)
     if total is None:
         total = getattr(job, "iterations", None)
     if total is not None:
-        return float(total), "iterations", "exact"
+        return float(total), "iterations", why + "exact"
     est = getattr(job, "duration_estimate", None)
     if est is not None:
-        return float(est), "seconds", "time-limit"
-    return 0.0, "seconds", "none"
+        return float(est), "seconds", why + "time-limit"
+    return 0.0, "seconds", why + "none"
 
 
 def predicted_seconds(value: float, unit: str, amin: float) -> float:
@@ -156,9 +161,23 @@ def place(snap: ClusterSnapshot, job: Job, servers: Sequence[tuple[str, int]],
     workers = []
     for v in sorted(where):
         workers.append(WorkerAlloc(next(free_iter[where[v]]), 0, b, s, stage=v[0]))
-    base, extra = divmod(job.global_batch, len(workers))
-    workers = [WorkerAlloc(w.gpu, base + (1 if i < extra else 0), w.micro_batch, w.accum_steps,
-                           stage=w.stage) for i, w in enumerate(workers)]
+    # each stage's replicas share the global batch (the allocation record's contract,
+    # docs/architecture.md: per stage, the shares sum to the global batch)
+    per_stage: dict[int, int] = {}
+    for w in workers:
+        per_stage[w.stage] = per_stage.get(w.stage, 0) + 1
+    seen: dict[int, int] = {}
+    out = []
+    for w in workers:
+        i = seen.get(w.stage, 0)
+        seen[w.stage] = i + 1
+        base, extra = divmod(job.global_batch, per_stage[w.stage])
+        share = base + (1 if i < extra else 0)
+        # micro-batch x accumulation covers the share (the record's contract); a stage holds
+        # 1/S of the model, so the data-parallel sub-batch is not its memory bound
+        out.append(WorkerAlloc(w.gpu, share, max(1, -(-share // w.accum_steps)),
+                               w.accum_steps, stage=w.stage))
+    workers = out
     if gpn is None:
         gpn = {n.name: n.num_gpus for n in snap.nodes}
     alpha = iter_time(spec, _stage_counts(spec, where), gpn, net)

@@ -41,6 +41,10 @@ class Policy:
     # start a job on any number of GPUs >= 1 and resize it later; the simulator calls it
     # at every arrival and completion, even when nothing waits
     elastic = False
+    # True: the policy times jobs of a seed 003 Table I model (``policies.pipeline.MODELS``,
+    # ``Job.stages``) by eq. 4-7 and needs no throughput profile for them; the daemon keeps
+    # such a job's app (else the site's default app stands in, as for any unknown app)
+    pipeline_models = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError

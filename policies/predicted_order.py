@@ -23,6 +23,8 @@ from .plan import ReasonCode, StartJob, make_plan, reason
 class PredictedOrder(Policy):
     """Base of the §V-A baselines; subclasses set ``work_conserving`` and :meth:`key`."""
 
+    pipeline_models = True  # Table I jobs timed by eq. 4-7 (asrpt_core)
+
     work_conserving = False
 
     def __init__(self, intra_gbytes: float = 300.0, inter_gbits: float = 10.0):

@@ -18,6 +18,10 @@ Users pass gimbal metadata in the job comment (sbatch --comment, or slurm_hooks/
   gpus      integer 1..1024               GPUs the job needs; gate jobs are submitted without
                                           GRES and the daemon sets gpu:N (or shards) when it
                                           starts them
+  stages    integer 1..64                 pipeline stages of a seed 003 Table I model (app
+                                          vgg19, resnet152, ...): A-SRPT maps the stage
+                                          replicas to GPUs (Heavy-Edge) and writes the stage
+                                          of each GPU into the launcher decision
   batchrange MIN:MAX, 1 <= MIN <= batch <= MAX <= 1048576, needs batch
                                           the job allows the scheduler to change its global
                                           batch within MIN..MAX (gsbatch --allow-batch-change);
@@ -47,10 +51,12 @@ local TAG = "gimbal:v1"
 local MAX_LEN = 512
 local EINVAL = 22
 local MAX_GPUS = 1024
+local MAX_STAGES = 64
 local MAX_BATCH = 1048576
-local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate", "gpus", "batchrange" }
+local ORDER = { "app", "batch", "iters", "est", "share", "deadline", "gate", "gpus", "stages",
+                "batchrange" }
 local FORMAT = "gimbal:app=NAME[,batch=N][,iters=N][,est=SECONDS][,share=yes|no]"
-   .. "[,deadline=EPOCH][,gate=0|1][,gpus=N][,batchrange=MIN:MAX]"
+   .. "[,deadline=EPOCH][,gate=0|1][,gpus=N][,stages=N][,batchrange=MIN:MAX]"
 
 local function positive_int(v)
    if not string.match(v, "^[0-9]+$") or #v > 12 then return nil end
@@ -92,6 +98,11 @@ local CHECK = {
       local s = positive_int(v)
       if s and #s <= 4 and tonumber(s) <= MAX_GPUS then return s end
       return nil, "gpus must be an integer from 1 to " .. MAX_GPUS
+   end,
+   stages = function(v)
+      local s = positive_int(v)
+      if s and #s <= 2 and tonumber(s) <= MAX_STAGES then return s end
+      return nil, "stages must be an integer from 1 to " .. MAX_STAGES
    end,
    batchrange = function(v)
       local a, b = string.match(v, "^([0-9]+):([0-9]+)$")

@@ -128,6 +128,9 @@ def test_history_from_sacct_and_cli(tmp_path):
     bad.write_text("JobID|User\n1|x\n")
     r = CliRunner().invoke(main, ["predictor", "eval", "--sacct", str(bad)])
     assert r.exit_code != 0 and "bad.txt" in r.output and "Submit" in r.output
+    for args in ([], ["--sacct", str(path), "--slurm"]):  # exactly one source
+        r = CliRunner().invoke(main, ["predictor", "eval", *args])
+        assert r.exit_code == 2 and "exactly one of --sacct FILE and --slurm" in r.output
 
 
 def test_loaders_give_recurrence_keys(tmp_path):

@@ -10,7 +10,7 @@ import logging
 from typing import Any, Iterable, Optional, Sequence
 
 from .errors import JobNotFound, SlurmError
-from .types import Change, SlurmJob, SlurmNode
+from .types import Change, SlurmFinishedJob, SlurmJob, SlurmNode
 
 log = logging.getLogger("gimbal.slurm")
 
@@ -46,6 +46,9 @@ class Backend:
         # the job or node); the daemon records them in the cycle
         self.read_warnings: list[str] = []
         self.node_warnings: list[str] = []
+        # records the last finished_jobs() read left out, and the sacct format it used
+        self.history_warnings: list[str] = []
+        self.history_format: str = ""
 
     # ---- primitives -----------------------------------------------------
     def _version(self) -> tuple[int, int, int]:
@@ -94,6 +97,15 @@ class Backend:
     def nodes(self) -> list[SlurmNode]:
         self.node_warnings = []
         return self._load_nodes()
+
+    def finished_jobs(self, since: float, until: Optional[float] = None,
+                      max_rows: int = 100_000, timeout: Optional[float] = None
+                      ) -> list[SlurmFinishedJob]:
+        """Jobs that completed between ``since`` and ``until`` (epoch seconds; ``until``
+        None: now) from the accounting database, newest ``max_rows`` only (a message in
+        ``history_warnings`` says when rows were cut).  Raises :class:`SlurmError` when there
+        is no accounting (no slurmdbd) or it cannot be read."""
+        raise NotImplementedError
 
     # ---- mutations ------------------------------------------------------
     def change(self, job_id: str, field: str, value: Any, before: Optional[SlurmJob] = None,

@@ -11,13 +11,16 @@ import json
 import logging
 import re
 import subprocess
+import time
 from typing import Any, Callable, Optional, Sequence
 
 from .backend import Backend
 from .errors import (JobNotFound, SlurmCommandError, SlurmParseError, SlurmTimeout,
                      SlurmUnavailable, is_unavailable)
 from .parse import jobs_from_squeue_json, nodes_from_json, parse_sprio, parse_version
-from .types import SlurmJob, SlurmNode
+from .sacct import (NAME_FIELDS, SAFE_FIELDS, finished_from_sacct_json,
+                    finished_from_sacct_parsable)
+from .types import SlurmFinishedJob, SlurmJob, SlurmNode
 
 log = logging.getLogger("gimbal.slurm.cli")
 
@@ -64,8 +67,8 @@ class CliBackend(Backend):
             raise SlurmCommandError(full, cp.returncode, cp.stderr)
         return cp.stdout
 
-    def run_json(self, *argv: str) -> Any:
-        out = self.run(*argv)
+    def run_json(self, *argv: str, timeout: Optional[float] = None) -> Any:
+        out = self.run(*argv, timeout=timeout)
         try:
             # strict=False: a raw control character inside a string (a user's comment)
             # is not a reason to drop the whole document
@@ -117,6 +120,37 @@ class CliBackend(Backend):
         else:
             doc = self.run_json("sinfo", "--json")
         return nodes_from_json(doc, self.partition, warnings=self.node_warnings)
+
+    def finished_jobs(self, since: float, until: Optional[float] = None,
+                      max_rows: int = 100_000, timeout: Optional[float] = None
+                      ) -> list[SlurmFinishedJob]:
+        """``sacct --json -a -X --state=CD -S .. -E ..``; where ``--json`` is unavailable
+        (an older sacct, no serializer plugin) the two ``sacct -P`` reads of
+        :mod:`.sacct`.  An unreachable slurmdbd raises :class:`SlurmUnavailable`."""
+        self.history_warnings = []
+        fmt = "%Y-%m-%dT%H:%M:%S"
+        win = ("-S", time.strftime(fmt, time.localtime(since)),
+               "-E", time.strftime(fmt, time.localtime(until)) if until else "now")
+        base = ("sacct", "-a", "-X", "--state=CD") + win
+        try:
+            doc = self.run_json(*base, "--json", timeout=timeout)
+            jobs = finished_from_sacct_json(doc, self.history_warnings)
+            self.history_format = "json"
+        except (SlurmCommandError, SlurmParseError) as e:
+            log.info("sacct --json unusable (%s); reading sacct -P", e)
+            safe = self.run(*base, "-P", "-n", "--format=" + ",".join(SAFE_FIELDS),
+                            timeout=timeout)
+            names = self.run(*base, "-P", "-n", "--format=" + ",".join(NAME_FIELDS),
+                             timeout=timeout)
+            jobs = finished_from_sacct_parsable(safe, names, self.history_warnings)
+            self.history_format = "parsable"
+        jobs = [j for j in jobs if j.state == "COMPLETED"]
+        if len(jobs) > max_rows:
+            self.history_warnings.append(
+                f"sacct listed {len(jobs)} completed jobs; kept the newest {max_rows} "
+                f"(predictor.history_max_rows)")
+            jobs = sorted(jobs, key=lambda j: (j.end_time, j.job_id))[-max_rows:]
+        return jobs
 
     # ---- mutations --------------------------------------------------------
     def describe(self, job_id: str, field: str, value: Any) -> tuple[str, ...]:

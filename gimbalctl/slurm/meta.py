@@ -4,7 +4,7 @@
 gimbal:app=bert,batch=64,...`` (or ``gsbatch``) at submission and writes the normalized,
 versioned tag into ``AdminComment``, which users cannot set::
 
-    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1;gpus=2
+    gimbal:v1;app=bert;batch=64;iters=1000;est=3600;share=yes;gate=1;gpus=2;stages=2
 
 This is the only place gimbal reads metadata from.  The user's own ``Comment`` is free
 text the user controls (and can change after submission, even when Slurm answers
@@ -12,6 +12,8 @@ text the user controls (and can change after submission, even when Slurm answers
 a ``gimbal:`` tag there that job_submit.lua did not copy counts for nothing.  An admin may
 also write the tag (``scontrol update jobid=N admincomment=gimbal:v1;...``) or the
 unversioned ``gimbal:k=v,k=v`` form by hand.
+
+``stages`` (1..64) is the pipeline stage count of a seed 003 Table I model (A-SRPT).
 
 ``gpus`` (1..1024) is the GPU count of a job submitted without GRES (``gsbatch --gate
 --gpus N``); a job's own GRES request, when it has one, wins (see ``SlurmJob.num_gpus``).
@@ -34,7 +36,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline", "batch_range")
+KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline", "stages",
+         "batch_range")
+MAX_STAGES = 64  # upper bound of ``stages`` (as in job_submit.lua)
 MAX_BATCH = 1048576  # upper bound of a batchrange (as in job_submit.lua and gsbatch)
 MAX_LEN = 1024  # longest AdminComment read as metadata (job_submit.lua writes <= 600)
 MAX_GPUS = 1024  # upper bound of ``gpus`` (as in job_submit.lua and gsbatch)
@@ -53,6 +57,7 @@ class GimbalMeta:
     gate: bool = False
     gpus: Optional[int] = None  # GPUs wanted (gate jobs are submitted without GRES)
     deadline: Optional[float] = None  # epoch seconds
+    stages: Optional[int] = None  # pipeline stages of a seed 003 Table I model (1..64)
     # gsbatch --allow-batch-change: the (min, max) global batch the scheduler may choose
     batch_range: Optional[tuple[int, int]] = None
     source: Optional[str] = None  # "admin_comment" | "state" (kept from an earlier cycle) | None
@@ -75,7 +80,7 @@ class GimbalMeta:
     def as_dict(self) -> dict:
         return {"app": self.app, "batch": self.batch, "iters": self.iters, "est": self.est,
                 "share": self.share, "gate": self.gate, "gpus": self.gpus,
-                "deadline": self.deadline,
+                "deadline": self.deadline, "stages": self.stages,
                 "batch_range": list(self.batch_range) if self.batch_range else None,
                 "source": self.source, "warnings": list(self.warnings)}
 
@@ -141,12 +146,14 @@ def parse_meta(admin_comment: str = "") -> GimbalMeta:
                     if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
                         raise ValueError("not a name")
                     vals["app"] = v
-                elif k in ("batch", "gpus"):
+                elif k in ("batch", "gpus", "stages"):
                     b = int(v)
                     if b < 1:
                         raise ValueError("must be >= 1")
                     if k == "gpus" and b > MAX_GPUS:
                         raise ValueError(f"must be <= {MAX_GPUS}")
+                    if k == "stages" and b > MAX_STAGES:
+                        raise ValueError(f"must be <= {MAX_STAGES}")
                     vals[k] = b
                 elif k in ("iters", "est", "deadline"):
                     x = float(v)
@@ -174,7 +181,8 @@ def parse_meta(admin_comment: str = "") -> GimbalMeta:
         return GimbalMeta(app=vals.get("app"), batch=vals.get("batch"), iters=vals.get("iters"),
                           est=vals.get("est"), share=vals.get("share"),
                           gate=bool(vals.get("gate", False)), gpus=vals.get("gpus"),
-                          deadline=vals.get("deadline"), batch_range=rng,
+                          deadline=vals.get("deadline"), stages=vals.get("stages"),
+                          batch_range=rng,
                           source=source,
                           warnings=tuple(warns))
     return GimbalMeta()

@@ -55,6 +55,15 @@ class PyslurmBackend(Backend):
         return self.cli.cluster_name()
 
     # ---- reads ------------------------------------------------------------
+    def finished_jobs(self, since, until=None, max_rows=100_000, timeout=None):
+        """The accounting history through ``sacct`` (pyslurm's ``db`` API needs slurmdbd
+        headers this build does not exercise): the CLI backend's read."""
+        try:
+            return self.cli.finished_jobs(since, until, max_rows, timeout)
+        finally:
+            self.history_warnings = self.cli.history_warnings
+            self.history_format = self.cli.history_format
+
     def _load_jobs(self, job_ids: Optional[Sequence[str]] = None) -> list[SlurmJob]:
         try:
             jobs = pyslurm.Jobs.load()

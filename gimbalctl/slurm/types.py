@@ -158,3 +158,28 @@ class Change:
         return {"job_id": self.job_id, "field": self.field, "before": self.before,
                 "after": self.after, "argv": list(self.argv), "applied": self.applied,
                 "read_back": self.read_back, "error": self.error}
+
+
+@dataclass(frozen=True)
+class SlurmFinishedJob:
+    """A job from the accounting database (``sacct``): the finished-job history A-SRPT's
+    predictor trains on (seed 003 §IV-C 3).  Times are epoch seconds Slurm recorded; ``name``
+    and ``comment`` are the user's text (cleaned; the comment is only a grouping hint),
+    ``meta`` comes from the AdminComment only."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str  # COMPLETED, FAILED, ... (first word: "CANCELLED by 0" -> CANCELLED)
+    submit_time: float
+    start_time: float
+    end_time: float
+    num_gpus: int  # allocated gres/gpu TRES
+    comment: str = ""
+    admin_comment: str = ""
+    meta: GimbalMeta = field(default_factory=GimbalMeta)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end_time - self.start_time)

@@ -536,6 +536,22 @@ class Store:
                 out[row.job_id] = row.field
         return out
 
+    def last_resizes(self, job_ids: Iterable[str], reason: str) -> dict[str, float]:
+        """Job id -> unix time of gimbal's newest applied (or reconciled) requeue of the job
+        whose audit reason starts with ``reason`` (the daemon's ``plan: ResizeJob``): when the job's
+        GPU count was last changed by a resize (gate mode's ``gate.min_resize_interval``)."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return {}
+        out: dict[str, float] = {}
+        with self.tx() as s:
+            for row in s.scalars(select(AuditRow).where(
+                    AuditRow.job_id.in_(ids), AuditRow.field == "requeue_hold",
+                    AuditRow.reason.startswith(reason, autoescape=True),
+                    AuditRow.status.in_(("applied", "reconciled"))).order_by(AuditRow.id)):
+                out[row.job_id] = row.created_at.replace(tzinfo=dt.timezone.utc).timestamp()
+        return out
+
     def bump_preemptions(self, job_id: str) -> None:
         with self.tx() as s:
             row = s.get(JobRow, str(job_id))

@@ -68,6 +68,14 @@ def test_gpus_key_is_normalized(lua, raw, norm):
     assert admin == f"gimbal:v1;app=bert;gate=1;gpus={norm}"
 
 
+@pytest.mark.parametrize("lua", LUAS)
+def test_stages_key_is_normalized(lua):
+    """stages=N (1..64): pipeline stages of a seed 003 Table I model."""
+    rc, admin, msg = one("gimbal:stages=02,app=vgg19,gpus=4,gate=1", lua=lua)
+    assert (rc, msg) == (0, None)
+    assert admin == "gimbal:v1;app=vgg19;gate=1;gpus=4;stages=2"
+
+
 @pytest.mark.parametrize("comment", [None, "", "hello", "my gimbal:app=x", "x" * 5000])
 def test_non_gimbal_comments_pass_untouched(comment):
     assert one(comment) == (0, None, None)
@@ -93,6 +101,9 @@ def test_non_gimbal_comments_pass_untouched(comment):
     ("gimbal:app=x,gpus=-2", "gpus must be"),
     ("gimbal:app=x,gpus=", "gpus must be"),
     ("gimbal:app=x,gpus=2,gpus=3", "'gpus' given twice"),
+    ("gimbal:app=x,stages=0", "stages must be an integer from 1 to 64"),
+    ("gimbal:app=x,stages=65", "stages must be an integer from 1 to 64"),
+    ("gimbal:app=x,stages=two", "stages must be"),
     ("gimbal:app=x,,batch=1", "empty option"),
     ("gimbal:app=x,", "empty option"),
     ("gimbal:app=x,batch", "is not key=value"),

@@ -348,3 +348,50 @@ def test_relaunch_keeps_decision_when_file_became_invalid(tmp_path, monkeypatch)
     assert sup._launch_once(1) == 0  # no DecisionError: the training had checkpointed
     assert launched[0]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert sup.plan.decision.mps_thread_pct == 50
+
+
+def test_usr2_in_a_slurm_job_waits_for_the_requeue_instead_of_relaunching(tmp_path):
+    """Inside a Slurm job an outside SIGUSR2 is gimbal's pre-emption / resize notice: after
+    the checkpoint gimbal-run waits for the requeue's SIGTERM (``--requeue-wait``) and exits
+    75 without relaunching, so no step after the checkpoint is run and thrown away; the next
+    launch (the requeued job) resumes at the checkpoint's step."""
+    sd = str(tmp_path / "state")
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(["--standalone", "--nproc", "1", "--state-dir", sd, "--job-id", "4243",
+                     "--requeue-wait", "60", "--", EXAMPLE, "--steps", "100000",
+                     "--samples", "1024", "--step-sleep", "0.05", "--marker", marker],
+                    env={"SLURM_JOB_ID": "4243"})
+    _wait_for(marker, p)
+    p.send_signal(signal.SIGUSR2)
+    ckpt = os.path.join(sd, "checkpoints", "4243", "checkpoint.pt")
+    _wait_for(ckpt, p)
+    # torchrun has exited once gimbal-run removed the launch's run dir: it is waiting now
+    import tempfile
+    run_dir = os.path.join(tempfile.gettempdir(), f"gimbal-run.4243.0.{p.pid}.0")
+    t0 = time.time()
+    while os.path.exists(run_dir):
+        assert p.poll() is None and time.time() - t0 < 120
+        time.sleep(0.1)
+    time.sleep(1.0)  # no relaunch while it waits
+    assert p.poll() is None and not os.path.exists(run_dir[:-1] + "1")  # no launch 1
+    p.send_signal(signal.SIGTERM)  # the requeue
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 75, out
+    assert "waiting up to 60 s for the requeue" in out and "relaunching (1)" not in out
+    reps = _reports(sd, "4243")
+    assert {r["restart"] for r in reps} == {0}
+    import torch
+    assert reps[-1]["step"] == torch.load(ckpt, weights_only=False)["step"]
+
+
+def test_usr2_in_a_slurm_job_relaunches_when_no_requeue_follows(tmp_path):
+    sd = str(tmp_path / "state")
+    marker = str(tmp_path / "marker")
+    p = _gimbal_run(["--standalone", "--nproc", "1", "--state-dir", sd, "--job-id", "4244",
+                     "--requeue-wait", "1", "--", EXAMPLE, "--steps", "40", "--samples", "1024",
+                     "--step-sleep", "0.02", "--marker", marker], env={"SLURM_JOB_ID": "4244"})
+    _wait_for(marker, p)
+    p.send_signal(signal.SIGUSR2)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, out
+    assert "waiting up to 1 s for the requeue" in out and "relaunching (1)" in out

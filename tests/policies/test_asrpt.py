@@ -234,6 +234,9 @@ def test_heavy_job_consolidates_light_job_fills_fragments():
     starts = {a.job_id: a for a in pol.schedule(snap).starts()}
     assert {g.node for g in starts["h"].gpus} == {"n0001"}
     assert {w.stage for w in starts["h"].workers} == {0, 1}
+    for st in (0, 1):  # the allocation record's contract: per stage, shares sum to the batch
+        assert sum(w.share for w in starts["h"].workers if w.stage == st) == heavy.global_batch
+    assert all(w.micro_batch * w.accum_steps >= w.share for w in starts["h"].workers)
     assert {g.node for g in starts["l"].gpus} == {"n0000"}
 
 

@@ -15,6 +15,12 @@
 #                                                    # cluster "gimbalhet": h1 (gpu:k80:2), h2
 #                                                    # (gpu:v100:2) on port 6857: GPU types
 #                                                    # SLURM_CONF=/etc/slurm-gimbal-het/slurm.conf
+#   sudo VARIANT=dbd bash tests/slurm/bringup-22.05.sh
+#                                                    # cluster "gimbaldbd": d1, d2 (gpu:4 each) on
+#                                                    # port 6867 with accounting: slurmdbd on
+#                                                    # 127.0.0.1:6869 + MariaDB (unix socket only):
+#                                                    # sacct history (seed 003 A-SRPT)
+#                                                    # SLURM_CONF=/etc/slurm-gimbal-dbd/slurm.conf
 #   FRESH=1 ...                                      # forget saved jobs / node state
 #   bash tests/slurm/bringup-22.05.sh stop           # stop (VARIANT=mps: that cluster only)
 #
@@ -27,7 +33,8 @@ case "$VARIANT" in
   main) CONF=$HERE/conf-22.05; INSTANCE=gimbal ;;
   mps)  CONF=$HERE/conf-22.05-mps; INSTANCE=gimbal-mps ;;
   het)  CONF=$HERE/conf-22.05-het; INSTANCE=gimbal-het ;;
-  *) echo "bringup-22.05: unknown VARIANT=$VARIANT (main|mps|het)" >&2; exit 2 ;;
+  dbd)  CONF=$HERE/conf-22.05-dbd; INSTANCE=gimbal-dbd ;;
+  *) echo "bringup-22.05: unknown VARIANT=$VARIANT (main|mps|het|dbd)" >&2; exit 2 ;;
 esac
 export INSTANCE DEBIAN_FRONTEND=noninteractive
 T0=$SECONDS
@@ -41,6 +48,7 @@ if [ "${1:-}" = stop ]; then
 fi
 
 PKGS="munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins"
+[ "$VARIANT" = dbd ] && PKGS="$PKGS mariadb-server slurmdbd"
 missing=""
 for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -53,6 +61,7 @@ case "$release" in 22.05.*) ;; *) echo "bringup-22.05: warning: slurmctld is $re
 [ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || ls /usr/lib/*/slurm-wlm/job_submit_lua.so >/dev/null 2>&1 \
   || die "job_submit_lua.so not installed"
 id alice >/dev/null 2>&1 || useradd -m -s /bin/bash alice       # an unprivileged test user
+id bob >/dev/null 2>&1 || useradd -m -s /bin/bash bob           # a second one (A-SRPT history)
 t "install configs" bash "$HERE/lib/clusterctl.sh" install "$CONF" "$REPO/slurm_hooks" || die "config install failed"
 t "start daemons" bash "$HERE/lib/clusterctl.sh" start || die "cluster start failed"
 echo "[timing] bringup-22.05 ($VARIANT) total: $((SECONDS-T0)) s" >&2

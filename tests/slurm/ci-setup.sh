@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-time CI setup before pytest (run as root): host packages, the Slurm 22.05 test clusters
-# ("gimbal" + the mps-only variant), the Slurm 26.05 chroot cluster with pyslurm, and a
+# ("gimbal" + the mps-only, GPU-type and accounting (slurmdbd + MariaDB) variants), the Slurm 26.05 chroot cluster with pyslurm, and a
 # PostgreSQL server. Prints timings; exits non-zero if anything failed (logs are printed).
 #
 #   sudo bash tests/slurm/ci-setup.sh
@@ -25,10 +25,11 @@ export DEBIAN_FRONTEND=noninteractive
 
 # 1. host packages in one apt run: Slurm 22.05 + munge, Lua 5.1 (job_submit.lua unit tests; the
 #    interpreter Slurm links), debootstrap (26.05 chroot), PostgreSQL, util-linux + systemd
-#    (unshare and systemd-analyze verify: tests/slurm/test_install_from_etc.py)
+#    (unshare and systemd-analyze verify: tests/slurm/test_install_from_etc.py), MariaDB +
+#    slurmdbd (the accounting cluster "gimbaldbd": sacct history for A-SRPT)
 step apt bash -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
   munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins lua5.1 debootstrap postgresql \
-  util-linux systemd' \
+  util-linux systemd mariadb-server slurmdbd' \
   || { echo "[ci-setup] FAILED (apt)" >&2; exit 1; }
 
 # 2. the 26.05 chroot is the long pole: build it in the background
@@ -42,6 +43,7 @@ fi
 step bringup-22.05 env FRESH=1 bash "$HERE/bringup-22.05.sh"
 step bringup-22.05-mps env FRESH=1 VARIANT=mps bash "$HERE/bringup-22.05.sh"
 step bringup-22.05-het env FRESH=1 VARIANT=het bash "$HERE/bringup-22.05.sh"
+step bringup-22.05-dbd env FRESH=1 VARIANT=dbd bash "$HERE/bringup-22.05.sh"
 step postgres bash "$REPO/tests/services/postgres.sh"
 [ -f "$LOGS/postgres.log" ] && echo "[ci-setup] postgres URL: $(tail -1 "$LOGS/postgres.log")" >&2
 
@@ -53,6 +55,6 @@ if [ -n "${pid2605:-}" ]; then
   # the GPU-type variant in the same chroot (seconds once the chroot exists)
   [ $rc = 0 ] && step bringup-26.05-het env FRESH=1 VARIANT=het bash "$HERE/bringup-26.05.sh"
 fi
-grep -h '^\[timing\]' "$LOGS/bringup-22.05.log" "$LOGS/bringup-22.05-mps.log" >&2 2>/dev/null
+grep -h '^\[timing\]' "$LOGS/bringup-22.05.log" "$LOGS/bringup-22.05-mps.log" "$LOGS/bringup-22.05-dbd.log" >&2 2>/dev/null
 echo "[ci-setup] total: $((SECONDS-T0)) s, $([ $fail = 0 ] && echo OK || echo FAILED)" >&2
 exit $fail

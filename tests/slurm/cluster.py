@@ -1,6 +1,6 @@
 """Handles on gimbal's real Slurm test clusters (brought up by the scripts next to this file).
 
-Four clusters, all on one host, loopback only, so they can run at the same time:
+Five clusters, all on one host, loopback only, so they can run at the same time:
 
 ========== ======= ================================ ============ ==========================
 key        release SLURM_CONF                       slurmctld    nodes
@@ -11,6 +11,9 @@ key        release SLURM_CONF                       slurmctld    nodes
                                                                  shard, see docs/slurm.md)
 ``2205het``22.05   /etc/slurm-gimbal-het/slurm.conf 6857         h1 (gpu:k80:2), h2
                                                                  (gpu:v100:2): GPU types
+``2205dbd``22.05   /etc/slurm-gimbal-dbd/slurm.conf 6867         d1, d2 (gpu:4); accounting:
+                                                                 slurmdbd 127.0.0.1:6869 +
+                                                                 MariaDB (sacct history)
 ``2605``   26.05   /etc/slurm-gimbal/slurm.conf     6937         like 2205; in the Debian sid
                    (inside the chroot)                           chroot, commands run through
                                                                  ``in-chroot.sh``
@@ -75,6 +78,9 @@ SPECS: Dict[str, ClusterSpec] = {
     "2205het": ClusterSpec("2205het", "22.05", "gimbalhet", "/etc/slurm-gimbal-het/slurm.conf",
                            ("h1", "h2"), ("tests/slurm/bringup-22.05.sh",),
                            bringup_env=(("VARIANT", "het"),)),
+    "2205dbd": ClusterSpec("2205dbd", "22.05", "gimbaldbd", "/etc/slurm-gimbal-dbd/slurm.conf",
+                           ("d1", "d2"), ("tests/slurm/bringup-22.05.sh",),
+                           bringup_env=(("VARIANT", "dbd"),)),
     "2605": ClusterSpec("2605", "26.05", "gimbal26", "/etc/slurm-gimbal/slurm.conf",
                         ("gpu1", "gpu2", "gpu3", "mps1"), ("tests/slurm/bringup-26.05.sh",),
                         chroot=True, bringup_timeout=1500),

@@ -4,6 +4,8 @@ Fixtures
   slurm_2205      session: Slurm 22.05 cluster "gimbal" on the host (gpu1-3 gpu+shard, mps1 mps)
   slurm_2205_mps  session: Slurm 22.05 cluster "gimbalmps" (m1, m2: gpu+mps, no shard)
   slurm_2205_het  session: Slurm 22.05 cluster "gimbalhet" (h1: gpu:k80:2, h2: gpu:v100:2)
+  slurm_2205_dbd  session: Slurm 22.05 cluster "gimbaldbd" (d1, d2: gpu:4) with slurmdbd + MariaDB
+                  (sacct history; users alice and bob have associations)
   slurm_2605      session: Slurm 26.05 cluster "gimbal26" in the sid chroot (pyslurm available
                   there; commands run through tests/slurm/in-chroot.sh)
   slurm_2605_het  session: Slurm 26.05 cluster "gimbal26het" in the same chroot (h1: gpu:k80:2,
@@ -93,6 +95,11 @@ def slurm_2205_mps() -> SlurmCluster:
 @pytest.fixture(scope="session")
 def slurm_2205_het() -> SlurmCluster:
     return _get("2205het")
+
+
+@pytest.fixture(scope="session")
+def slurm_2205_dbd() -> SlurmCluster:
+    return _get("2205dbd")
 
 
 @pytest.fixture(scope="session")

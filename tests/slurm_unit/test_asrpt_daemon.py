@@ -44,7 +44,7 @@ def cycle(tmp_path, be, cfg):
 def order_of(res, release):
     ids = jobs_of(release)
     name = {ids["p"][0]: "p40", ids["p"][1]: "p10", ids["p"][2]: "p30", ids["p"][3]: "p20"}
-    return [name[j] for j in res.plan.order if j in name]
+    return [name[j] for j in res.queue if j in name]  # started now first, then plan.order
 
 
 def test_daemon_orders_by_predicted_length_from_sacct(release, replay, tmp_path):
@@ -81,3 +81,85 @@ def test_predictor_config_keys(tmp_path):
     from gimbalctl.config import ConfigError
     with pytest.raises(ConfigError, match="predictor.kind"):
         load(str(p))
+
+
+def sacct_json(release):
+    """The sacct --json history of the fixture's pending names through the backend: root ran
+    p40 in 5 min, p30 15, p20 30, p10 50 (4 GPUs, imagenet batch 256), three times each;
+    bob ran p40 for 10 h (another group).  Records are the recorded sacct job reshaped."""
+    import copy
+    import json
+    from tests.slurm_unit.replay import FIX
+    base = json.loads((FIX / release / "sacct.json").read_text(), strict=False)
+    tmpl = next(j for j in base["jobs"] if j["job_id"] == 5)
+    jobs, jid = [], 100
+    for rep in range(3):
+        for user, name, mins in (("root", "p40", 5), ("root", "p30", 15), ("root", "p20", 30),
+                                 ("root", "p10", 50), ("bob", "p40", 600)):
+            j = copy.deepcopy(tmpl)
+            jid += 1
+            t0 = 1_700_000_000 + jid * 10_000
+            j.update(job_id=jid, name=name, user=user)
+            j["time"].update(submission=t0, start=t0, end=t0 + mins * 60 + rep)
+            j["tres"]["allocated"] = [{"type": "gres", "name": "gpu", "id": 1001, "count": 4}]
+            j["comment"] = {"administrator": "gimbal:v1;app=imagenet;batch=256", "job": "",
+                            "system": None}
+            jobs.append(j)
+    base["jobs"] = jobs
+    return json.dumps(base)
+
+
+def test_daemon_reads_the_history_through_the_backend(release, tmp_path):
+    """[predictor] history = "slurm": sacct through the Slurm backend (no file), the snapshot
+    carries the history, the queue follows the predicted lengths, and each job's input says
+    what was predicted and from where; a name never seen falls back to its time limit."""
+    import subprocess
+    from gimbalctl import daemon
+    from gimbalctl.slurm.cli import CliBackend
+    from tests.slurm_unit.replay import Replay
+    doc = sacct_json(release)
+    rep = Replay(release)
+
+    def runner(argv, timeout):
+        if argv[0] == "sacct":
+            assert "--json" in argv and "--state=CD" in argv
+            return subprocess.CompletedProcess(argv, 0, doc, "")
+        return rep(argv, timeout)
+    be = CliBackend(runner=runner, partition="gpu")
+    daemon._SITE.clear()
+    cfg = Config(policy="a-srpt", state_dir=str(tmp_path / "s"), predictor_history="slurm")
+    res = cycle(tmp_path, be, cfg)
+    assert len(res.snapshot.snapshot.history) == 15
+    assert order_of(res, release) == ["p40", "p30", "p20", "p10"]
+    ids = jobs_of(release)
+    p10, p40 = ids["p"][1], ids["p"][0]
+    assert res.snapshot.inputs[p10]["prediction_source"] == "rf"
+    assert 2000 < res.snapshot.inputs[p10]["predicted"] < 3300  # ~50 min, seconds
+    assert res.snapshot.inputs[p40]["predicted"] < 900
+    p5 = ids["p5"]  # its name was never run: time limit, not 0 (a new name jumps nothing)
+    assert res.snapshot.inputs[p5]["prediction_source"] == "unseen-group, time-limit"
+    assert res.snapshot.inputs[p5]["predicted"] == res.snapshot.inputs[p5]["time_limit_s"]
+    assert "(unseen-group, time-limit)" in res.plan.reasons[p5].text
+    n = len([c for c in rep.calls if c[0] == "sacct"])
+    assert n == 0  # the replay never saw sacct: the backend's runner answered it
+    res2 = cycle(tmp_path, be, cfg)  # within the refit period: no second read
+    assert order_of(res2, release) == order_of(res, release)
+
+
+def test_daemon_without_accounting_warns_and_uses_time_limits(release, tmp_path):
+    import subprocess
+    from gimbalctl import daemon
+    from gimbalctl.slurm.cli import CliBackend
+    from tests.slurm_unit.replay import Replay
+    rep = Replay(release)
+
+    def runner(argv, timeout):
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 1, "", "Slurm accounting storage is disabled")
+        return rep(argv, timeout)
+    daemon._SITE.clear()
+    cfg = Config(policy="a-srpt", state_dir=str(tmp_path / "s"), predictor_history="slurm")
+    res = cycle(tmp_path, CliBackend(runner=runner, partition="gpu"), cfg)
+    assert any("sacct history not read" in w and "accounting storage is disabled" in w
+               for w in res.warnings)
+    assert order_of(res, release) == ["p10", "p20", "p30", "p40"]
