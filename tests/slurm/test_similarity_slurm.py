@@ -186,16 +186,18 @@ while true; do sleep 0.2 & wait $!; done
 """
 
 
-@pytest.mark.parametrize("release", ["22.05", "26.05"])
-def test_a_round_moves_a_job_between_gpu_types(release, request, clean_slurm):
+@pytest.mark.parametrize("release,backend", [("22.05", "cli"), ("26.05", "cli"),
+                                             ("26.05", "pyslurm")])
+def test_a_round_moves_a_job_between_gpu_types(release, backend, request, clean_slurm):
     """Alg. 2 with re-scheduling (``cd``): a job placed on the K80 node while the V100 node is
     busy is moved to the V100 node at a later round once it is free: checkpoint signal ->
     ``scontrol requeuehold`` -> started again on the other type.  26.05 changes the GRES type
     of the requeue-held job (``gpu:k80:1`` -> ``gpu:v100:1``) besides pinning the node; 22.05,
-    which cannot change a pending job's type, keeps an untyped ``gpu:1`` and pins the node."""
+    which cannot change a pending job's type, keeps an untyped ``gpu:1`` and pins the node.
+    On 26.05 also through the pyslurm backend (``gres_per_node={"gpu:v100": 1}``)."""
     c = request.getfixturevalue({"22.05": "slurm_2205_het", "26.05": "slurm_2605_het"}[release])
     c.cancel_all()
-    g = Gimbal(c)
+    g = Gimbal(c, backend)
     (g.host_dir / "move.sh").write_text(MOVE_JOB.format(inner=g.inner))
     (g.host_dir / "gimbal.toml").write_text(
         '[daemon]\npolicy = "similarity"\nmode = "gate"\n[gate]\npreempt_grace = 1\n'
