@@ -36,6 +36,7 @@ Proposition 1's first-fit-decreasing argument holds).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config, keep_running_reasons
@@ -207,6 +208,46 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
 
 
 # ---------------------------------------------------------------- placement
+class _FreeNodes:
+    """Free GPU indexes per node, with the nodes kept in buckets by free count (each bucket
+    sorted by node rank, then position), so that :func:`place` finds its node without
+    scanning the cluster per share."""
+
+    def __init__(self, snap: ClusterSnapshot):
+        rank = snap.node_rank
+        self.free: dict[str, list[int]] = {n.name: list(range(n.num_gpus)) for n in snap.nodes}
+        self.key = {x: (rank.get(x, 0), i) for i, x in enumerate(self.free)}
+        self.buckets: dict[int, list] = {}
+        self.total = 0
+        for x, idx in self.free.items():
+            self.total += len(idx)
+            if idx:
+                insort(self.buckets.setdefault(len(idx), []), (self.key[x], x))
+
+    def set(self, x: str, idx: list[int]) -> None:
+        old, new = len(self.free[x]), len(idx)
+        self.free[x] = idx
+        self.total += new - old
+        if old != new:
+            k = (self.key[x], x)
+            if old:
+                b = self.buckets[old]
+                del b[bisect_left(b, k)]
+            if new:
+                insort(self.buckets.setdefault(new, []), k)
+
+    def by_count_desc(self):
+        """Nodes with free GPUs, most free first, then rank (read-only walk)."""
+        for c in sorted((c for c, b in self.buckets.items() if b), reverse=True):
+            for _, x in self.buckets[c]:
+                yield x
+
+    def best_fit(self, k: int) -> Optional[str]:
+        """The node with the fewest free GPUs that still holds ``k``, then rank."""
+        cs = [c for c, b in self.buckets.items() if b and c >= k]
+        return self.buckets[min(cs)][0][1] if cs else None
+
+
 def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
     """GPU sets for ``shares`` (job id -> count > 0), reusing current GPUs (§4.4).
 
@@ -216,10 +257,14 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     allowed shares on equal nodes this always succeeds (Appendix E, Proposition 1).
     A share that cannot be placed (unequal nodes) is placed on as few nodes as
     possible, and left out if fewer GPUs than it needs are left.
+
+    Nodes are found through :class:`_FreeNodes` (free-count buckets) and the job's own
+    nodes, not by scanning the cluster per share; the result is the literal scan's
+    (tests/policies/test_elastic_differential.py checks it against the reference copy).
     """
     per_node = snap.max_gpus_per_node or 1
-    rank = snap.node_rank
-    free: dict[str, list[int]] = {n.name: list(range(n.num_gpus)) for n in snap.nodes}
+    fn = _FreeNodes(snap)
+    free, nkey = fn.free, fn.key
     held_now: dict[Gpu, str] = {}
     cur: dict[str, set[Gpu]] = {}
     for jid in shares:
@@ -230,56 +275,73 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
                 held_now[g] = jid
     out: dict[str, tuple[Gpu, ...]] = {}
 
-    def mine_on(jid: str, node: str) -> int:
-        return sum(1 for g in cur.get(jid, ()) if g.node == node)
+    def mine_by_node(jid: str) -> dict[str, int]:
+        m: dict[str, int] = {}
+        for g in cur.get(jid, ()):
+            if g.node in free:
+                m[g.node] = m.get(g.node, 0) + 1
+        return m
 
     def take(jid: str, node: str, n: int) -> list[Gpu]:
         idx = free[node]
         mine = cur.get(jid, set())
         idx.sort(key=lambda i: (Gpu(node, i) not in mine, Gpu(node, i) in held_now, i))
-        got, free[node] = idx[:n], idx[n:]
+        got = idx[:n]
+        fn.set(node, idx[n:])
         return [Gpu(node, i) for i in got]
+
+    def prefix(nodes, k: int, have: int, cap: Optional[int]) -> list[str]:
+        """The nodes the literal loop visits before it holds ``k`` GPUs (taking
+        min(cap or free, k - held) from each), gathered before anything is taken."""
+        picked = []
+        for x in nodes:
+            if have >= k:
+                break
+            c = len(free[x]) if cap is None else cap
+            if c:
+                picked.append(x)
+                have += min(c, k - have)
+        return picked
 
     order = sorted(shares, key=lambda j: -shares[j])  # stable: keeps priority order in ties
     for jid in order:
         k = shares[jid]
         if k < per_node:
             continue
-        nodes = sorted((x for x in free if len(free[x]) == per_node),
-                       key=lambda x: (-mine_on(jid, x), rank.get(x, 0)))
+        full = fn.buckets.get(per_node, [])
+        mine = mine_by_node(jid)
+        first = sorted((x for x, c in mine.items() if len(free[x]) == per_node),
+                       key=lambda x: (-mine[x], nkey[x]))
+        lead = set(first)
+        nodes = first + prefix((x for _, x in full if x not in lead), k,
+                               per_node * len(first), per_node)
         gpus: list[Gpu] = []
-        for x in nodes:
-            if len(gpus) >= k:
-                break
+        for x in prefix(nodes, k, 0, per_node):
             gpus += take(jid, x, min(per_node, k - len(gpus)))
         if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
-            for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
-                if len(gpus) >= k:
-                    break
-                if free[x]:
-                    gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+            for x in prefix(fn.by_count_desc(), k, len(gpus), None):
+                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
         if len(gpus) < k:  # cannot happen with allowed shares on equal nodes
             for g in gpus:
-                free[g.node].append(g.index)
+                fn.set(g.node, free[g.node] + [g.index])
             continue
         out[jid] = tuple(sorted(gpus))
     for jid in order:
         k = shares[jid]
         if k >= per_node or k <= 0:
             continue
-        fits = [x for x in free if len(free[x]) >= k]
-        if fits:
-            x = min(fits, key=lambda x: (-mine_on(jid, x), len(free[x]), rank.get(x, 0)))
+        mine = mine_by_node(jid)
+        fits = [x for x in mine if len(free[x]) >= k]
+        x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits
+             else fn.best_fit(k))
+        if x is not None:
             out[jid] = tuple(sorted(take(jid, x, k)))
             continue
-        if sum(len(v) for v in free.values()) < k:
+        if fn.total < k:
             continue
         gpus = []
-        for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
-            if len(gpus) >= k:
-                break
-            if free[x]:
-                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        for x in prefix(fn.by_count_desc(), k, 0, None):
+            gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
         out[jid] = tuple(sorted(gpus))
     return out
 

@@ -47,16 +47,13 @@ class Gandiva(PackingHost):
             j.deadline is None, j.deadline if j.deadline is not None else 0.0,
             j.submit_time, j.id))
 
-    def score(self, snap, job, host):
+    def score_from(self, progress, snap, host):
         # greedy on under-used GPUs: lower measured progress of the host first (tie: pair score)
         m = measured_progress(snap, host)
-        return super().score(snap, job, host) - 1e-3 * (1.0 if m is None else m)
+        return progress - 1e-3 * (1.0 if m is None else m)
 
-    def pair_ok(self, snap, job, host):
-        if job.preemptions:
-            return False
-        thr = self.gimbal_threshold if self.gimbal else self.threshold
-        return super().score(snap, job, host) >= thr
+    def may_pack(self, job):
+        return not job.preemptions  # a job unpacked by introspection waits for free GPUs
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
         thr = self.gimbal_threshold if self.gimbal else self.threshold

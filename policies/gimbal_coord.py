@@ -168,10 +168,16 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
     gj = {g: tuple(i for i in ids if i in jg) for g, ids in snap.gpu_jobs.items()}
     world = {j: len(g) for j, g in jg.items()}
     out = []
-    for comp in _components(gj):
+    comps = _components(gj)
+    where = {j: k for k, comp in enumerate(comps) for j in comp}
+    per_comp: dict[int, dict] = {}  # the GPUs of each component, one pass over the cluster
+    for g, ids in gj.items():
+        if ids:
+            per_comp.setdefault(where[ids[0]], {})[g] = ids
+    for k, comp in enumerate(comps):
         if len(comp) < 2:
             continue
-        sub_gj = {g: ids for g, ids in gj.items() if set(ids) & comp}
+        sub_gj = per_comp.get(k, {})
         if packing_violations(sub_gj, {j: jg[j] for j in comp}):
             continue
         since = {j: snap.jobs[j].start_time or 0.0 for j in comp}
@@ -196,21 +202,33 @@ Config = Mapping[str, tuple[WorkerAlloc, ...]]
 
 
 class RateModel:
-    """Per-worker iteration times from the snapshot's fitted models (see module doc)."""
+    """Per-worker iteration times from the snapshot's fitted models (see module doc).  The
+    model's answers are pure functions of their arguments and are memoised per instance
+    (one :func:`coordinate` call)."""
 
     def __init__(self, profiles, interference):
         self.profiles = profiles
         self.interference = interference
+        self._t: dict = {}
+        self._xi: dict = {}
 
     def worker_time(self, info: JobInfo, w: WorkerAlloc,
                     partner: Optional[tuple[str, Optional[int]]]) -> float:
-        prof = self.profiles[info.job.app]
+        app = info.job.app
         k = info.job.num_gpus
         accum = max(w.accum_steps, -(-w.share // max(w.micro_batch, 1)))
-        t = prof.iter_time(max(w.share, 0), k, info.num_nodes, accum)
-        if partner is None:
-            return t * self.interference.mps_alone(info.job.app, w.mps_pct)
-        return t * self.interference.ratio(info.job.app, partner[0], w.mps_pct, partner[1])
+        tk = (app, max(w.share, 0), k, info.num_nodes, accum)
+        t = self._t.get(tk)
+        if t is None:
+            t = self._t[tk] = self.profiles[app].iter_time(max(w.share, 0), k, info.num_nodes,
+                                                            accum)
+        xk = (app, w.mps_pct) if partner is None else (app, w.mps_pct, partner[0], partner[1])
+        xi = self._xi.get(xk)
+        if xi is None:
+            xi = self._xi[xk] = (self.interference.mps_alone(app, w.mps_pct) if partner is None
+                                 else self.interference.ratio(app, partner[0], w.mps_pct,
+                                                              partner[1]))
+        return t * xi
 
     def times(self, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, tuple[float, ...]]:
         on_gpu: dict[Gpu, list[tuple[str, Optional[int]]]] = {}
@@ -218,13 +236,34 @@ class RateModel:
             for w in ws:
                 on_gpu.setdefault(w.gpu, []).append((jid, w.mps_pct))
         out = {}
+        wt = self.worker_time
         for jid, ws in cfg.items():
+            info = infos[jid]
             ts = []
             for w in ws:
-                other = [(infos[o].job.app, p) for o, p in on_gpu[w.gpu] if o != jid]
-                ts.append(self.worker_time(infos[jid], w, other[0] if other else None))
+                partner = None
+                for o, p in on_gpu[w.gpu]:  # the first other job's worker on this GPU
+                    if o != jid:
+                        partner = (infos[o].job.app, p)
+                        break
+                ts.append(wt(info, w, partner))
             out[jid] = tuple(ts)
         return out
+
+
+    def job_times(self, infos: Mapping[str, JobInfo], cfg: Config, jid: str) -> tuple[float, ...]:
+        """``times(infos, cfg)[jid]`` without the other jobs' times."""
+        ws = cfg[jid]
+        mine = {w.gpu for w in ws}
+        first: dict[Gpu, tuple[str, Optional[int]]] = {}  # first other job on each GPU
+        for o, ows in cfg.items():
+            if o == jid:
+                continue
+            for w in ows:
+                if w.gpu in mine and w.gpu not in first:
+                    first[w.gpu] = (infos[o].job.app, w.mps_pct)
+        info = infos[jid]
+        return tuple(self.worker_time(info, w, first.get(w.gpu)) for w in ws)
 
 
 def step_times(model: RateModel, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, float]:
@@ -307,7 +346,9 @@ def _shares_by_rate(ws: tuple[WorkerAlloc, ...], times: tuple[float, ...]) -> tu
 
 
 def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
-    return replace(w, share=share, accum_steps=max(1, -(-share // max(w.micro_batch, 1))))
+    # the constructor, not dataclasses.replace (same record, a fraction of the cost)
+    return WorkerAlloc(w.gpu, share, w.micro_batch, max(1, -(-share // max(w.micro_batch, 1))),
+                       w.mps_pct, w.mem_limit_mb, w.stage)
 
 
 class _Search:
@@ -318,8 +359,8 @@ class _Search:
     def value(self, cfg) -> float:
         return local_objective(self.obj, self.infos, step_times(self.model, self.infos, cfg))
 
-    def stragglers(self, cfg, jid) -> tuple[list[int], list[int]]:
-        ts = self.model.times(self.infos, cfg)[jid]
+    def stragglers(self, cfg, jid, ts=None) -> tuple[list[int], list[int]]:
+        ts = self.model.job_times(self.infos, cfg, jid) if ts is None else ts
         fastest = min(ts)
         slow = [i for i, t in enumerate(ts) if t > fastest * (1 + self.tol)]
         return slow, [i for i in range(len(ts)) if i not in slow]
@@ -328,11 +369,12 @@ class _Search:
         """One LISS step on each job of ``jids`` with stragglers (global batch exact)."""
         cfg = dict(cfg)
         for jid in jids:
-            slow, _ = self.stragglers(cfg, jid)
+            ts = self.model.job_times(self.infos, cfg, jid)
+            slow, _ = self.stragglers(cfg, jid, ts)
             if not slow:
                 continue
             ws = cfg[jid]
-            shares = _shares_by_rate(ws, self.model.times(self.infos, cfg)[jid])
+            shares = _shares_by_rate(ws, ts)
             cfg[jid] = tuple(_with_share(w, s) for w, s in zip(ws, shares))
         return cfg
 
@@ -340,7 +382,9 @@ class _Search:
         cfg = dict(cfg)
         for jid, i in picks:
             ws = list(cfg[jid])
-            ws[i] = replace(ws[i], mps_pct=fn(ws[i].mps_pct))
+            w = ws[i]
+            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps, fn(w.mps_pct),
+                                w.mem_limit_mb, w.stage)
             cfg[jid] = tuple(ws)
         return cfg
 

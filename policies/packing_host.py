@@ -23,20 +23,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import (Policy, exclusive_config, keep_running_reasons, node_order, pick_consolidated,
-                   take_gpus)
-from .gimbal_coord import coordinate, placement_ok
-from .model import ClusterSnapshot, Gpu, Job
+from .base import FreeGpus, Policy, exclusive_config, keep_running_reasons, node_order
+from .gimbal_coord import coordinate
+from .model import ClusterSnapshot, Job
+from .pack_index import PACK_MPS, PackRound, pair_progress
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 
-PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
-
-
-def pair_progress(snap: ClusterSnapshot, a: str, b: str) -> float:
-    """Combined normalised progress of two applications packed at MPS 100/100:
-    1/ξ_a + 1/ξ_b (> 1: packing beats running one after the other)."""
-    it = snap.interference
-    return 1.0 / it.ratio(a, b, PACK_MPS, PACK_MPS) + 1.0 / it.ratio(b, a, PACK_MPS, PACK_MPS)
+__all__ = ["PACK_MPS", "PackingHost", "pair_progress"]
 
 
 class PackingHost(Policy):
@@ -64,59 +57,37 @@ class PackingHost(Policy):
     def order(self, snap: ClusterSnapshot) -> list[Job]:
         return list(snap.pending())
 
+    def score_from(self, progress: float, snap: ClusterSnapshot, host: Job) -> float:
+        """Sharing score of packing beside ``host`` given the pair's progress
+        (:func:`pair_progress`; larger = better).  The score depends on the waiting job only
+        through its application (the round's index relies on it)."""
+        return progress
+
     def score(self, snap: ClusterSnapshot, job: Job, host: Job) -> float:
         """Sharing score of packing ``job`` beside ``host`` (larger = better)."""
-        return pair_progress(snap, job.app, host.app)
+        return self.score_from(pair_progress(snap, job.app, host.app), snap, host)
+
+    def may_pack(self, job: Job) -> bool:
+        """Whether ``job`` may pack at all (a per-job gate before the pair threshold)."""
+        return True
+
+    def pair_threshold(self) -> float:
+        return self.gimbal_threshold if self.gimbal else self.threshold
 
     def pair_ok(self, snap: ClusterSnapshot, job: Job, host: Job) -> bool:
-        thr = self.gimbal_threshold if self.gimbal else self.threshold
-        return self.score(snap, job, host) >= thr
+        """The packing rule: the job may pack and the pair's progress 1/ξ_a + 1/ξ_b reaches
+        the threshold."""
+        return self.may_pack(job) and pair_progress(snap, job.app, host.app) >= self.pair_threshold()
 
     def numbers(self, snap: ClusterSnapshot, job: Job) -> dict:
         return {}
 
-    # ---- the round
-    def _pack_target(self, snap, job, taken: set, by_node) -> Optional[tuple[tuple[Gpu, ...], Job]]:
-        """GPUs of a running job to pack ``job`` on, the best-scoring host first."""
-        best = None
-        for host in snap.running():
-            if host.id == job.id or host.allocation is None:
-                continue
-            n, k = job.num_gpus, host.num_gpus
-            if n > k or (n < k and not self.unequal):
-                continue
-            alone = [g for g in host.allocation.gpus
-                     if snap.gpu_jobs.get(g, ()) == (host.id,) and g not in taken]
-            if len(alone) < n or (n == k and len(alone) < k):
-                continue
-            if not self.pair_ok(snap, job, host):
-                continue
-            gpus = self._fit(snap, job, host, alone, by_node)
-            if gpus is None or not placement_ok(snap, job, gpus):
-                continue
-            key = (-self.score(snap, job, host), host.submit_time, host.id)
-            if best is None or key < best[0]:
-                best = (key, gpus, host)
-        return None if best is None else (best[1], best[2])
-
-    def _fit(self, snap, job, host, alone, by_node) -> Optional[tuple[Gpu, ...]]:
-        """``job.num_gpus`` of ``alone`` on as few nodes as possible where memory fits."""
-        b, _ = exclusive_config(snap, job)
-        mem, hmem = snap.memory.get(job.app), snap.memory.get(host.app)
-        need = (mem.mem_mb(b) if mem else 0.0) + (
-            hmem.mem_mb(host.allocation.sub_batch) if hmem else 0.0)
-        ok = [g for g in alone if need <= snap.node(g.node).gpu_mem_mb]
-        grouped: dict[str, list[Gpu]] = {}
-        for g in ok:
-            grouped.setdefault(g.node, []).append(g)
-        return pick_consolidated((), job.num_gpus, node_order(snap), grouped)
-
     def schedule(self, snap: ClusterSnapshot) -> Plan:
-        by_node = snap.free_by_node()
-        nfree = sum(len(v) for v in by_node.values())
+        free = FreeGpus(snap.free_by_node(), node_order(snap))
+        nfree = free.total
         total = snap.total_gpus
+        rnd = PackRound(self, snap)
         actions, reasons, order, infeasible = [], {}, [], []
-        taken: set[Gpu] = set()  # running jobs' GPUs packed this round
         touched: set[str] = set()
         for job in self.order(snap):
             nums = self.numbers(snap, job)
@@ -125,16 +96,15 @@ class PackingHost(Policy):
                 reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                          f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
                 continue
-            gpus = pick_consolidated((), job.num_gpus, node_order(snap), by_node) \
-                if job.num_gpus <= nfree else None
+            gpus = free.pick(job.num_gpus) if job.num_gpus <= nfree else None
             if gpus is not None:
-                take_gpus(by_node, gpus)
+                free.take(gpus)
                 nfree -= len(gpus)
                 b, s = exclusive_config(snap, job)
                 actions.append(StartJob(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
                 continue
-            target = self._pack_target(snap, job, taken, by_node)
+            target = rnd.target(job)
             if target is None:
                 order.append(job.id)
                 reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
@@ -142,12 +112,12 @@ class PackingHost(Policy):
                                          "passes the packing rule", free_gpus=nfree, **nums)
                 continue
             gpus, host = target
-            taken.update(gpus)
+            rnd.take(host, gpus)
             touched.update((job.id, host.id))
             b, s = exclusive_config(snap, job)
             actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,), mps_pct=PACK_MPS))
             reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
-                                     score=self.score(snap, job, host), **nums)
+                                     score=rnd.score(job, host), **nums)
         if self.gimbal:
             for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
                                 skip=touched):

@@ -234,8 +234,9 @@ class Similarity(Policy):
             for jid, gs in placed.items():
                 for g in gs:
                     on_gpu.setdefault(g, []).append(jid)
+            pool = _Pool(self, queued)
             for sj in [j for j in queue if j.id in placed and len(placed[j.id]) == 1]:
-                if not queued:
+                if not pool.left:
                     break
                 g = placed[sj.id][0]
                 if len(on_gpu.get(g, ())) != 1:
@@ -243,11 +244,11 @@ class Similarity(Policy):
                 started_now = sj.id in preempted or any(x.job_id == sj.id for x in starts)
                 kept = sj.allocation if sj.running and not started_now else None
                 best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
-                                     mem_of_node[g.node], queued, ref_for, kept)
+                                     mem_of_node[g.node], pool, ref_for, kept)
                 if best is None:
                     continue
                 job, b, score = best
-                queued.remove(job)
+                pool.take(job)
                 placed[job.id] = (g,)
                 on_gpu[g].append(job.id)
                 nums = dict(batch=b, host_tput=score[0], combined_tput=score[1])
@@ -261,6 +262,7 @@ class Similarity(Policy):
                 starts.append(start_on(snap, job, (g,), b, (sj.id,)))
                 reasons[job.id] = reason(ReasonCode.STARTED_SHARED,
                                          f"packed beside {sj.id} on {g.node}:{g.index} (Alg. 3)", **nums)
+            queued = [j for j in queued if j.id not in pool.gone]
         actions = list(preempted.values()) + starts
         order = []
         for j in queued:
@@ -280,44 +282,127 @@ class Similarity(Policy):
             out.update(ngpu=opt.ngpu, batch=opt.batch, est_samples_per_s=opt.tput)
         return out
 
-    def _mem(self, snap, job: Job, ngpu: int, batch: int) -> float:
+    def _mem(self, snap, job: Job, ngpu: int, batch: int, memo: Optional[dict] = None) -> float:
         prof = snap.memory.get(job.app)
         if prof is None:
             return 0.0
+        key = (job.app, ngpu, batch)
+        if memo is not None and key in memo:
+            return memo[key]
         view = dataclasses.replace(job, num_gpus=ngpu, global_batch=batch)
         b, _ = exclusive_config(snap, view)
-        return prof.mem_mb(b)
+        v = prof.mem_mb(b)
+        if memo is not None:
+            memo[key] = v
+        return v
+
+    def _candidate(self, snap, job: Job, used: float, gpu_mem: float, gtype: str, r_sj: str,
+                   base_sj: float, ref_for, memo: dict):
+        """(batch, key) of ``job`` as a partner (Alg. 3 line 6), ``None`` if nothing fits."""
+        m = ref_for(job.app)
+        r = m[0] if m else job.app
+        fits = [b for b in sorted(self._batches(job), reverse=True)
+                if used + self._mem(snap, job, 1, b, memo) <= gpu_mem]
+        if not fits:
+            return None
+        b = job.global_batch if job.global_batch in fits else fits[0]
+        mine = base_sj / snap.interference.ratio(r_sj, r)
+        theirs = self._tput(snap, r, gtype, 1, b, 1) / snap.interference.ratio(r, r_sj)
+        return b, (mine, mine + theirs)
 
     def _partner(self, snap, sj: Job, sj_batch: int, gtype: str, gpu_mem: float,
-                 queued: list[Job], ref_for, kept=None):
+                 pool: "_Pool", ref_for, kept=None):
         """Alg. 3 line 6: the queued job that maximises (packed throughput of ``sj``,
         combined throughput), memory permitting; ties by arrival.  ``kept``: the allocation
-        ``sj`` keeps running with (its memory is that of its micro-batch in force)."""
+        ``sj`` keeps running with (its memory is that of its micro-batch in force).
+
+        Queued jobs of one class (application, batch, batch range) give the same
+        candidate, so each class is evaluated once, for its earliest job.  When the classes'
+        scores are apart by more than the 1e-12 tie tolerance (or exactly equal) the
+        comparison is a strict order and the earliest job of the best class is the answer
+        of the walk over the queue; otherwise the queue is walked as written."""
         m_sj = ref_for(sj.app)
         r_sj = m_sj[0] if m_sj else sj.app
         base_sj = self._tput(snap, r_sj, gtype, 1, sj_batch, 1)
-        used = self._mem(snap, sj, 1, sj_batch)
+        memo = pool.mem_memo
+        used = self._mem(snap, sj, 1, sj_batch, memo)
         prof = snap.memory.get(sj.app)
         if kept is not None and prof is not None:  # sub_batch: the largest micro-batch
             used = max(used, prof.mem_mb(kept.sub_batch))
+        by_class = {}
+        firsts = []
+        for ck, (pos, job) in pool.firsts():
+            c = self._candidate(snap, job, used, gpu_mem, gtype, r_sj, base_sj, ref_for, memo)
+            by_class[ck] = c
+            if c is not None:
+                firsts.append((pos, job, c))
+        keys = [c[1] for _, _, c in firsts]
+        if all(_apart(x, y) for i, x in enumerate(keys) for y in keys[i + 1:]):
+            best = None
+            for pos, job, (b, key) in firsts:
+                if best is None or key > best[2] or (key == best[2] and pos < best[0]):
+                    best = (pos, job, key, b)
+            return None if best is None else (best[1], best[3], best[2])
         best, best_key = None, None
-        for job in queued:
-            if self.decide == "gpu" or job.gpu_range is None:
-                if job.num_gpus != 1:
-                    continue
-            elif not job.gpu_range[0] <= 1:
+        for ck, job in pool.walk():
+            c = by_class[ck]
+            if c is None:
                 continue
-            m = ref_for(job.app)
-            r = m[0] if m else job.app
-            fits = [b for b in sorted(self._batches(job), reverse=True)
-                    if used + self._mem(snap, job, 1, b) <= gpu_mem]
-            if not fits:
-                continue
-            b = job.global_batch if job.global_batch in fits else fits[0]
-            mine = base_sj / snap.interference.ratio(r_sj, r)
-            theirs = self._tput(snap, r, gtype, 1, b, 1) / snap.interference.ratio(r, r_sj)
-            key = (mine, mine + theirs)
+            b, key = c
             if best_key is None or key[0] > best_key[0] + 1e-12 or (
                     abs(key[0] - best_key[0]) <= 1e-12 and key[1] > best_key[1] + 1e-12):
                 best, best_key = (job, b, key), key
         return best
+
+
+def _apart(x: tuple, y: tuple) -> bool:
+    """The tolerant comparison of :meth:`Similarity._partner` orders ``x`` and ``y`` as the
+    exact lexicographic one does (no pair within the 1e-12 tolerance but unequal)."""
+    if abs(x[0] - y[0]) > 1e-12:
+        return True
+    return x[0] == y[0] and (abs(x[1] - y[1]) > 1e-12 or x[1] == y[1])
+
+
+class _Pool:
+    """The queued jobs Algorithm 3 may pack, by class (application, batch, batch range) in
+    queue order; taken jobs leave it."""
+
+    def __init__(self, policy: Similarity, queued: list[Job]):
+        self.classes: dict[tuple, list[tuple[int, Job]]] = {}
+        self.cls_of: dict[str, tuple] = {}
+        for pos, job in enumerate(queued):
+            if policy.decide == "gpu" or job.gpu_range is None:
+                if job.num_gpus != 1:
+                    continue
+            elif not job.gpu_range[0] <= 1:
+                continue
+            ck = (job.app, job.global_batch, job.batch_range)
+            self.classes.setdefault(ck, []).append((pos, job))
+            self.cls_of[job.id] = ck
+        self.head = dict.fromkeys(self.classes, 0)
+        self.gone: set[str] = set()
+        self.left = len(queued)
+        self.mem_memo: dict = {}
+
+    def firsts(self) -> list[tuple[tuple, tuple[int, Job]]]:
+        """(class, (queue position, job)) of each class's earliest remaining job."""
+        out = []
+        for ck, lst in self.classes.items():
+            i = self.head[ck]
+            while i < len(lst) and lst[i][1].id in self.gone:
+                i += 1
+            self.head[ck] = i
+            if i < len(lst):
+                out.append((ck, lst[i]))
+        return out
+
+    def walk(self):
+        """(class, job) of every remaining candidate in queue order."""
+        rest = [(pos, ck, job) for ck, lst in self.classes.items()
+                for pos, job in lst[self.head[ck]:] if job.id not in self.gone]
+        for _, ck, job in sorted(rest, key=lambda e: e[0]):
+            yield ck, job
+
+    def take(self, job: Job) -> None:
+        self.gone.add(job.id)
+        self.left -= 1

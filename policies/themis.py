@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from typing import Optional
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, useful_share
@@ -30,6 +31,21 @@ def _draw(seed: int, jid: str, k: int) -> bytes:
     return hashlib.blake2b(f"{seed}|{jid}|{k}".encode(), digest_size=8).digest()
 
 
+def _comm_bound(rates: Rates, job):
+    """For a profiled job whose model has non-negative parameters, ``k -> t_comm(k)`` on
+    two or more nodes: a lower bound on the eq. 7 iteration time at *every* count >= k
+    beyond one node (t_iter >= (t_comp^δ + t_comm^δ)^(1/δ) >= t_comm, and t_comm grows
+    with k), so 1/t_comm(k) bounds every later rate; the walk stops once that bound
+    (with a 1e-6 relative margin, far above float error) cannot beat the best rate.
+    ``None`` when the conditions do not hold (the walk then goes to the limit)."""
+    if not rates.profiled(job):
+        return None
+    p = rates.snap.profiles[job.app]
+    if min(p.alpha_comp, p.beta_comp, p.alpha_inter, p.beta_inter) < 0 or not p.delta > 0:
+        return None
+    return lambda k: p.t_comm(k, 2)
+
+
 @register("themis")
 class Themis(Policy):
     """Themis: finish-time fairness target speedup m/n, random leftovers (seed 001 subset)."""
@@ -40,9 +56,24 @@ class Themis(Policy):
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
 
-    def peak(self, rates: Rates, job, limit: int) -> int:
+    def peak(self, rates: Rates, job, limit: int, memo: Optional[dict] = None) -> int:
+        """``m``: the GPU count up to ``limit`` with the highest modelled throughput.  A
+        profiled job's rates depend only on (application, global batch), so with ``memo``
+        the walk is done once per (application, batch, limit) in a call."""
+        key = (job.app, job.global_batch, limit)
+        if memo is not None and rates.profiled(job):
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = self.peak(rates, job, limit)
+            return hit
         best, best_k = rates.rate(job, 1), 1
+        bound = _comm_bound(rates, job)
         for k in range(2, limit + 1):
+            if bound is not None and k > rates.per_node:
+                # no count from k on can beat ``best`` (see _comm_bound): the walk's answer
+                tm = bound(k)
+                if tm > 0 and (1.0 / tm) * (1 + 1e-6) <= best * (1 + 1e-9):
+                    break
             r = rates.rate(job, k)
             if r > best * (1 + 1e-9):
                 best, best_k = r, k
@@ -55,9 +86,9 @@ class Themis(Policy):
         n = len(jobs)
         shares = {j.id: 0 for j in jobs}
         front = jobs[:M]  # with more jobs than GPUs only the oldest M can get one
-        target, one = {}, {}
+        target, one, memo = {}, {}, {}
         for j in front:
-            m = self.peak(rates, j, min(M, rates.cap(j, n)))
+            m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
             target[j.id] = m / n
             one[j.id] = rates.rate(j, 1)
 

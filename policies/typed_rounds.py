@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional, Protocol
 
-from .base import exclusive_config, pick_consolidated
+from .base import FreeGpus, exclusive_config
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import PreemptJob, Reason, ReasonCode, StartJob, reason
 
@@ -32,8 +32,11 @@ def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
 
 def start_on(snap: ClusterSnapshot, job: Job, gpus, batch: int, share_with=()) -> StartJob:
     """StartJob on ``gpus`` with global batch ``batch`` (an override when it differs)."""
-    view = dataclasses.replace(job, num_gpus=len(gpus), global_batch=batch)
-    b, s = exclusive_config(snap, view)
+    if batch == job.global_batch and gpus:  # no copy of the job needed (same numbers)
+        b, s = exclusive_config(snap, job, num_gpus=len(gpus))
+    else:
+        view = dataclasses.replace(job, num_gpus=len(gpus), global_batch=batch)
+        b, s = exclusive_config(snap, view)
     return StartJob(job.id, tuple(gpus), b, s, share_with=tuple(share_with),
                     global_batch=None if batch == job.global_batch else batch)
 
@@ -80,21 +83,19 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     rank = snap.node_rank
     placed: dict[str, tuple[Gpu, ...]] = dict(kept)
     starts: list[StartJob] = []
+    free: dict[str, FreeGpus] = {}  # per GPU type, indexed by free count (policies.base)
     for job in queue:
         opt: Optional[Choice] = decided.get(job.id)
         if opt is None or job.id in kept:
             continue
-        pool = by_type.get(opt.gpu_type, {})
-        gpus = pick_consolidated((), opt.ngpu, rank, pool)
+        pool = free.get(opt.gpu_type)
+        if pool is None:
+            pool = free[opt.gpu_type] = FreeGpus(by_type.get(opt.gpu_type, {}), rank)
+        gpus = pool.pick(opt.ngpu)  # = pick_consolidated over the type's free GPUs
         if gpus is None:
             raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}: "
                                  "the caller counted capacity wrongly")
-        for g in gpus:
-            rest = tuple(x for x in pool[g.node] if x != g)
-            if rest:
-                pool[g.node] = rest
-            else:
-                del pool[g.node]
+        pool.take(gpus)
         placed[job.id] = gpus
         batch_of[job.id] = opt.batch
         starts.append(start_on(snap, job, gpus, opt.batch))

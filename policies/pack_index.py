@@ -1,0 +1,257 @@
+"""Round state of the packing hosts (``policies/packing_host.py``) kept as indexes.
+
+Done literally, a packing host's round walks every running job for every waiting job that
+finds no free GPUs (sharing score, memory fit, and §5.1's :func:`~policies.gimbal_coord.
+placement_ok`, which rebuilds the whole cluster's GPU -> jobs map and its packing sets per
+candidate).  That is O(cluster) per candidate pair.  This module computes the same answer
+from indexes built once per call:
+
+* **candidate order.**  The best host is the one with the smallest key
+  (-score, submit time, id) among those that pass every test.  A host's score depends on the
+  waiting job only through its application (:meth:`PackingHost.score_from`), and the pair
+  threshold likewise (:meth:`PackingHost.pair_ok`: a per-job gate plus the pair progress),
+  so per application of the waiting job and per host GPU count the hosts that pass the
+  threshold are sorted by that key once; a waiting job walks these lists in key order
+  (merged over the GPU counts it may pack beside) and stops at the **first** host that
+  passes the remaining tests — the same host the literal minimum over all hosts picks.
+* **alone GPUs.**  The GPUs of a host that hold it alone in the snapshot are computed once;
+  GPUs packed earlier in the round are removed from them as they are taken.  A host with
+  none left is dropped from the lists (it can never pass again this round).
+* **§5.1 check.**  Placing a job on GPUs that hold one host alone changes only the host's
+  packing component (the job joins it) and the per-GPU worker counts of those GPUs.  The
+  snapshot's components, GPUs with more than two workers and components that already break
+  §5.1 are found once; a candidate is then checked on its own component only
+  (:meth:`Placement.ok`), exactly as :func:`~policies.gimbal_coord.packing_violations` judges
+  the whole cluster with the job added (a violation elsewhere in the cluster still fails
+  every placement, as before).
+
+The snapshot's ``gpu_jobs`` must agree with the running jobs' allocations (the snapshot
+contract).  The Plans are identical to the literal implementation kept in
+``tests/policies/reference_packing.py`` (tests/policies/test_pack_differential.py).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .base import exclusive_config, pick_consolidated
+from .model import ClusterSnapshot, Gpu, Job
+
+PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
+
+
+def pair_progress(snap: ClusterSnapshot, a: str, b: str) -> float:
+    """Combined normalised progress of two applications packed at MPS 100/100:
+    1/ξ_a + 1/ξ_b (> 1: packing beats running one after the other)."""
+    it = snap.interference
+    return 1.0 / it.ratio(a, b, PACK_MPS, PACK_MPS) + 1.0 / it.ratio(b, a, PACK_MPS, PACK_MPS)
+
+
+class Placement:
+    """§5.1 over the snapshot with one job added, answered per packing component."""
+
+    def __init__(self, snap: ClusterSnapshot, running: tuple[Job, ...]):
+        gj = snap.gpu_jobs
+        self.gj = gj
+        self.jg = {j.id: (j.allocation.gpus if j.allocation is not None else ())
+                   for j in running}
+        parent: dict[str, str] = {}
+
+        def find(x):
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        self.over = False  # some GPU already holds more than two workers
+        for ids in gj.values():
+            if len(ids) > 2:
+                self.over = True
+            for a in ids:
+                find(a)
+            for a, b in zip(ids, ids[1:]):
+                parent[find(a)] = find(b)
+        comps: dict[str, list[str]] = {}
+        for x in list(parent):
+            comps.setdefault(find(x), []).append(x)
+        self.root = {x: find(x) for x in parent}
+        self.members = comps
+        self.bad = {r for r, m in comps.items()
+                    if len(m) >= 2 and not self._set_ok(m, None, ())}
+
+    def _set_ok(self, comp, job_id: Optional[str], gpus) -> bool:
+        """No §5.1 violation inside ``comp`` (``job_id`` placed on ``gpus`` added)."""
+        jg, gj = self.jg, self.gj
+        added = set(gpus)
+
+        def job_gpus(j):
+            return gpus if j == job_id else jg[j]
+
+        def on(g):
+            ids = gj.get(g, ())
+            return ids + (job_id,) if g in added else ids
+
+        jm = min(comp, key=lambda j: (-len(job_gpus(j)), 0.0, j))  # gimbal_coord._jmax
+        mine = set(job_gpus(jm))
+        for j in comp:
+            if j == jm:
+                continue
+            mg = job_gpus(j)
+            if not set(mg) <= mine:
+                return False
+            if len(mg) == len(mine) and set(mg) != mine:
+                return False
+            for g in mg:
+                if set(on(g)) - {j, jm}:
+                    return False
+        return True
+
+    def ok(self, job: Job, gpus: tuple[Gpu, ...]) -> bool:
+        """Same as :func:`policies.gimbal_coord.placement_ok` (``gpus`` non-empty)."""
+        if self.over:
+            return False
+        gj, root = self.gj, self.root
+        touched = set()
+        for g in gpus:
+            ids = gj.get(g, ())
+            if len(ids) >= 2:
+                return False
+            touched.update(root[i] for i in ids)
+        if not self.bad <= touched:
+            return False
+        comp = [job.id]
+        for r in touched:
+            comp.extend(self.members[r])
+        return self._set_ok(comp, job.id, tuple(gpus))
+
+
+class PackRound:
+    """Candidate hosts of one packing round (see module doc)."""
+
+    def __init__(self, policy, snap: ClusterSnapshot):
+        self.policy, self.snap = policy, snap
+        running = snap.running()
+        gj = snap.gpu_jobs
+        self.hosts = [h for h in running if h.allocation is not None]
+        self.alone: dict[str, list[Gpu]] = {
+            h.id: [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
+        self.owner: dict[Gpu, str] = {g: hid for hid, gs in self.alone.items() for g in gs}
+        self.placement = Placement(snap, running)
+        self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        self.rank = snap.node_rank
+        self._pp: dict[tuple[str, str], float] = {}
+        self._sorted: dict[str, list] = {}
+        self._lists: dict[tuple[str, float], dict[int, list]] = {}
+        self._heads: dict[tuple, int] = {}
+        self._host_mb: dict[str, float] = {}
+
+    def pair_progress(self, a: str, b: str) -> float:
+        key = (a, b)
+        v = self._pp.get(key)
+        if v is None:
+            v = self._pp[key] = pair_progress(self.snap, a, b)
+        return v
+
+    def score(self, job: Job, host: Job) -> float:
+        return self.policy.score_from(self.pair_progress(job.app, host.app), self.snap, host)
+
+    def _sorted_for(self, app: str) -> list:
+        """Hosts whose pair with ``app`` passes the threshold, by (-score, submit, id)."""
+        out = self._sorted.get(app)
+        if out is None:
+            pol, snap = self.policy, self.snap
+            thr = pol.pair_threshold()
+            out = []
+            for h in self.hosts:
+                al = self.alone[h.id]
+                # equal packing needs all k GPUs alone; alone GPUs only get fewer
+                if not al or (not pol.unequal and len(al) < h.num_gpus):
+                    continue
+                pp = self.pair_progress(app, h.app)
+                if pp >= thr:
+                    out.append(((-pol.score_from(pp, snap, h), h.submit_time, h.id), h))
+            out.sort(key=lambda e: e[0])
+            self._sorted[app] = out
+        return out
+
+    def _lists_for(self, app: str, job_mb: float) -> dict[int, list]:
+        """:meth:`_sorted_for` by host GPU count, without the hosts on none of whose alone
+        GPUs a worker of ``job_mb`` fits (the memory test of :meth:`_fit`, which stays
+        false as alone GPUs are taken)."""
+        key = (app, job_mb)
+        lists = self._lists.get(key)
+        if lists is None:
+            lists = {}
+            mem = self.node_mem
+            for e in self._sorted_for(app):
+                h = e[1]
+                need = job_mb + self.host_mb(h)
+                if any(need <= mem[g.node] for g in self.alone[h.id]):
+                    lists.setdefault(h.num_gpus, []).append(e)
+            self._lists[key] = lists
+        return lists
+
+    def host_mb(self, host: Job) -> float:
+        hmb = self._host_mb.get(host.id)
+        if hmb is None:
+            hmem = self.snap.memory.get(host.app)
+            hmb = self._host_mb[host.id] = hmem.mem_mb(host.allocation.sub_batch) if hmem else 0.0
+        return hmb
+
+    def take(self, host: Job, gpus) -> None:
+        gs = set(gpus)
+        self.alone[host.id] = [g for g in self.alone[host.id] if g not in gs]
+
+    def _fit(self, job: Job, host: Job, alone: list, job_mb: float) -> Optional[tuple[Gpu, ...]]:
+        need = job_mb + self.host_mb(host)
+        mem = self.node_mem
+        grouped: dict[str, list[Gpu]] = {}
+        for g in alone:
+            if need <= mem[g.node]:
+                grouped.setdefault(g.node, []).append(g)
+        return pick_consolidated((), job.num_gpus, self.rank, grouped)
+
+    def target(self, job: Job) -> Optional[tuple[tuple[Gpu, ...], Job]]:
+        """The reference ``_pack_target``: GPUs of the best-scoring host ``job`` may pack on."""
+        pol = self.policy
+        if not pol.may_pack(job):
+            return None
+        n = job.num_gpus
+        b, _ = exclusive_config(self.snap, job)
+        mem = self.snap.memory.get(job.app)
+        job_mb = mem.mem_mb(b) if mem else 0.0
+        lists = self._lists_for(job.app, job_mb)
+        ks = [k for k in lists if k >= n] if pol.unequal else ([n] if n in lists else [])
+        if not ks:
+            return None
+        alone = self.alone
+        pos = {}
+        for k in ks:  # skip hosts with no alone GPU left at the head of each list
+            lst, hk = lists[k], (job.app, job_mb, k)
+            i = self._heads.get(hk, 0)
+            while i < len(lst) and not alone[lst[i][1].id]:
+                i += 1
+            self._heads[hk] = i
+            pos[k] = i
+        while True:
+            best_k, best = None, None
+            for k in ks:
+                lst, i = lists[k], pos[k]
+                while i < len(lst) and not alone[lst[i][1].id]:
+                    i += 1
+                pos[k] = i
+                if i < len(lst) and (best is None or lst[i][0] < best[0]):
+                    best_k, best = k, lst[i]
+            if best is None:
+                return None
+            pos[best_k] += 1
+            host = best[1]
+            if host.id == job.id:
+                continue
+            al = alone[host.id]
+            k = host.num_gpus
+            if len(al) < n or (n == k and len(al) < k):
+                continue
+            gpus = self._fit(job, host, al, job_mb)
+            if gpus is None or not self.placement.ok(job, gpus):
+                continue
+            return gpus, host

@@ -1,0 +1,96 @@
+"""Reference copy (test oracle) of the straightforward elastic placement
+(policies/elastic.py ``place``) and Themis's peak search (policies/themis.py
+``Themis.peak``) as they were before the indexed versions.  Do not edit:
+tests/policies/test_elastic_differential.py compares the package's results with these."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from policies.model import ClusterSnapshot, Gpu
+
+
+def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
+    """GPU sets for ``shares`` (job id -> count > 0), reusing current GPUs (§4.4).
+
+    Multi-node shares (>= GPUs per node) take whole nodes, preferring the nodes the
+    job is on; the rest are placed largest first, each on the node holding most of
+    its current GPUs if it has room, else the fullest node that fits (best fit).  With
+    allowed shares on equal nodes this always succeeds (Appendix E, Proposition 1).
+    A share that cannot be placed (unequal nodes) is placed on as few nodes as
+    possible, and left out if fewer GPUs than it needs are left.
+    """
+    per_node = snap.max_gpus_per_node or 1
+    rank = snap.node_rank
+    free: dict[str, list[int]] = {n.name: list(range(n.num_gpus)) for n in snap.nodes}
+    held_now: dict[Gpu, str] = {}
+    cur: dict[str, set[Gpu]] = {}
+    for jid in shares:
+        job = snap.jobs[jid]
+        if job.running and job.allocation is not None:
+            cur[jid] = set(job.allocation.gpus)
+            for g in job.allocation.gpus:
+                held_now[g] = jid
+    out: dict[str, tuple[Gpu, ...]] = {}
+
+    def mine_on(jid: str, node: str) -> int:
+        return sum(1 for g in cur.get(jid, ()) if g.node == node)
+
+    def take(jid: str, node: str, n: int) -> list[Gpu]:
+        idx = free[node]
+        mine = cur.get(jid, set())
+        idx.sort(key=lambda i: (Gpu(node, i) not in mine, Gpu(node, i) in held_now, i))
+        got, free[node] = idx[:n], idx[n:]
+        return [Gpu(node, i) for i in got]
+
+    order = sorted(shares, key=lambda j: -shares[j])  # stable: keeps priority order in ties
+    for jid in order:
+        k = shares[jid]
+        if k < per_node:
+            continue
+        nodes = sorted((x for x in free if len(free[x]) == per_node),
+                       key=lambda x: (-mine_on(jid, x), rank.get(x, 0)))
+        gpus: list[Gpu] = []
+        for x in nodes:
+            if len(gpus) >= k:
+                break
+            gpus += take(jid, x, min(per_node, k - len(gpus)))
+        if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
+            for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
+                if len(gpus) >= k:
+                    break
+                if free[x]:
+                    gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        if len(gpus) < k:  # cannot happen with allowed shares on equal nodes
+            for g in gpus:
+                free[g.node].append(g.index)
+            continue
+        out[jid] = tuple(sorted(gpus))
+    for jid in order:
+        k = shares[jid]
+        if k >= per_node or k <= 0:
+            continue
+        fits = [x for x in free if len(free[x]) >= k]
+        if fits:
+            x = min(fits, key=lambda x: (-mine_on(jid, x), len(free[x]), rank.get(x, 0)))
+            out[jid] = tuple(sorted(take(jid, x, k)))
+            continue
+        if sum(len(v) for v in free.values()) < k:
+            continue
+        gpus = []
+        for x in sorted(free, key=lambda x: (-len(free[x]), rank.get(x, 0))):
+            if len(gpus) >= k:
+                break
+            if free[x]:
+                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        out[jid] = tuple(sorted(gpus))
+    return out
+
+
+class RefPeak:
+    def peak(self, rates: Rates, job, limit: int) -> int:
+        best, best_k = rates.rate(job, 1), 1
+        for k in range(2, limit + 1):
+            r = rates.rate(job, k)
+            if r > best * (1 + 1e-9):
+                best, best_k = r, k
+        return best_k

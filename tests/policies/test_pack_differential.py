@@ -1,0 +1,216 @@
+"""The packing hosts (lucid, gandiva, gavel and their +gimbal variants, index-based round of
+policies/pack_index.py) return exactly the Plans of the literal implementation kept in
+reference_packing.py: same actions (incl. GIMBAL's resizes), order, infeasible list and
+every reason's code, text and numbers.
+
+Snapshots: recorded from the simulator at every policy call of several runs (fitted MPS
+interference, the Gavel per-pair table without MPS, a flat ξ, deadlines), random hand-built
+ones (hypothesis: packed sets that keep §5.1 and ones that break it, pre-empted jobs,
+measured speeds for Gandiva's profile, GPU memory that rules pairs out), and the daemon
+benchmark's state at a small size."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import policies
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.profiles import APPS, default_models
+from gimbalctl.sim import SimConfig, simulate
+from policies.gimbal_coord import placement_ok
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.pack_index import Placement
+from policies.throughput import InterferenceTable
+from reference_packing import REFS
+from test_sjf_differential import assert_same
+
+MODELS = default_models()
+NAMES = sorted(REFS)
+GAVEL_ONLY = dataclasses.replace(MODELS.interference, mps=None)
+
+
+class Differential:
+    """Runs the package's policy and the reference on every snapshot the simulator makes."""
+
+    def __init__(self, name, **kw):
+        self.inner, self.ref = policies.get_policy(name, **kw), REFS[name](**kw)
+        self.name = name
+        for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
+            setattr(self, flag, getattr(self.inner, flag))
+        self.calls = 0
+        self.codes = Counter()
+
+    def schedule(self, snap):
+        plan = self.inner.schedule(snap)
+        assert_same(plan, self.ref.schedule(snap))
+        self.calls += 1
+        self.codes.update(r.code.value for r in plan.reasons.values())
+        return plan
+
+
+def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        app = APPS[int(rng.integers(len(APPS)))]
+        g = int(gpus[int(rng.integers(len(gpus)))])
+        t = float(rng.uniform(0, 3000))
+        it = float(rng.uniform(50, 5000))
+        out.append(Job(id=f"j{i}", submit_time=t, num_gpus=g, app=app,
+                       global_batch=MODELS.iters_table[app][0][0] * g, total_iters=it,
+                       deadline=(t + float(rng.uniform(1, 4)) * it) if i % 3 else None))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("xi,cluster,mps", [(None, "4x4", True), (None, "3x8", False),
+                                            (1.1, "2x8", True)])
+def test_recorded_simulator_snapshots(name, xi, cluster, mps):
+    pol = Differential(name)
+    models = MODELS if mps else dataclasses.replace(MODELS, interference=GAVEL_ONLY)
+    simulate(_jobs(40, seed=len(cluster) + int(10 * (xi or 0))), parse_cluster(cluster), pol,
+             models, SimConfig(interval=60.0, xi=xi, seed=1))
+    assert pol.calls > 10
+    if mps:  # the fitted MPS table lets every pair pass: the packing path is exercised
+        assert pol.codes["started_shared"] > 0
+
+
+def _random_snapshot(draw):
+    nodes = draw(st.integers(1, 3))
+    per = draw(st.sampled_from([2, 4, 8]))
+    mem = draw(st.sampled_from([8000, 16384, 80000]))
+    node_objs = tuple(Node(f"n{i}", per, gpu_mem_mb=mem) for i in range(nodes))
+    gpus = [g for n in node_objs for g in n.gpus()]
+    occ: dict[Gpu, tuple[str, ...]] = {}
+    jobs = []
+    legal = draw(st.booleans())  # only §5.1-conforming packing, or anything up to ``cap``/GPU
+    cap = draw(st.sampled_from([2, 2, 2, 3]))
+    for k in range(draw(st.integers(0, 16))):  # up to a full cluster: packing is needed
+        want = draw(st.sampled_from([1, 1, 2, 4, 8]))
+        if legal:
+            # alone on free GPUs, or inside a running job that holds its GPUs alone
+            free = [g for g in gpus if g not in occ]
+            hosts = [j for j in jobs if j.num_gpus >= want and all(
+                occ[g] == (j.id,) for g in j.allocation.gpus)]
+            if draw(st.booleans()) and hosts:
+                h = draw(st.sampled_from(hosts))
+                chosen = list(h.allocation.gpus[:want])
+            elif len(free) >= want:
+                start = draw(st.integers(0, len(free) - want))
+                chosen = free[start:start + want]
+            else:
+                break
+        else:  # anything, now and then a third worker on a GPU
+            avail = [g for g in gpus if len(occ.get(g, ())) < cap]
+            if len(avail) < want:
+                break
+            start = draw(st.integers(0, len(avail) - want))
+            chosen = avail[start:start + want]
+        app = draw(st.sampled_from(APPS))
+        batch = MODELS.iters_table[app][0][0] * want
+        total = draw(st.floats(100, 1e5))
+        jid = f"R{k}"
+        jobs.append(Job(jid, draw(st.floats(0, 50)), want, app, batch, total_iters=total,
+                        state=JobState.RUNNING,
+                        allocation=Allocation(tuple(chosen), -(-batch // want)),
+                        start_time=draw(st.sampled_from([0.0, 10.0, 20.0])),
+                        completed_iters=draw(st.floats(0, 0.9)) * total,
+                        deadline=draw(st.one_of(st.none(), st.floats(10, 1e5)))))
+        for g in chosen:
+            occ[g] = occ.get(g, ()) + (jid,)
+    if draw(st.booleans()):  # fill the free GPUs with small jobs: many candidate hosts
+        size = draw(st.sampled_from([1, 2]))
+        free = [g for g in gpus if g not in occ]
+        for k in range(len(free) // size):
+            chosen = tuple(free[k * size:(k + 1) * size])
+            app = draw(st.sampled_from(APPS[:3]))
+            batch = MODELS.iters_table[app][0][0] * size
+            jid = f"F{k}"
+            jobs.append(Job(jid, float(k % 3), size, app, batch, total_iters=1e4,
+                            state=JobState.RUNNING, allocation=Allocation(chosen, -(-batch // size)),
+                            start_time=0.0))
+            for g in chosen:
+                occ[g] = (jid,)
+    for k in range(draw(st.integers(1, 12))):
+        n = draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4, 8, 32]))
+        app = draw(st.sampled_from(APPS))
+        jobs.append(Job(f"P{k}", draw(st.floats(0, 100)), n, app,
+                        MODELS.iters_table[app][0][0] * n * draw(st.sampled_from([1, 2, 8])),
+                        total_iters=draw(st.floats(10, 1e5)),
+                        deadline=draw(st.one_of(st.none(), st.floats(10, 1e5))),
+                        preemptions=draw(st.sampled_from([0, 0, 0, 1])),
+                        state=draw(st.sampled_from([JobState.PENDING, JobState.SUSPENDED]))))
+    table = draw(st.sampled_from(["fitted", "gavel", "flat"]))
+    interference = {"fitted": MODELS.interference, "gavel": GAVEL_ONLY,
+                    "flat": InterferenceTable(MappingProxyType({}),
+                                              draw(st.sampled_from([0.9, 1.5, 1.7, 2.2])))}[table]
+    snap = ClusterSnapshot(draw(st.floats(50, 500)), node_objs,
+                           MappingProxyType({j.id: j for j in jobs}), MappingProxyType(occ),
+                           tuple(g for g in gpus if g not in occ), MODELS.profiles,
+                           MODELS.memory, interference)
+    # measured speeds (Gandiva's runtime profile): some jobs unmeasured, some slowed
+    rates = {}
+    for j in jobs:
+        if j.running and draw(st.booleans()):
+            rates[j.id] = dataclasses.replace(
+                j, iter_rate=draw(st.sampled_from([0.3, 0.6, 0.8, 0.9, 1.0]))
+                / snap.exclusive_iter_time(j))
+    return dataclasses.replace(snap, jobs=MappingProxyType({**snap.jobs, **rates}))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_snapshots(name, data):
+    snap = _random_snapshot(data.draw)
+    assert_same(policies.get_policy(name).schedule(snap), REFS[name]().schedule(snap))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_daemon_state(name):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from daemon_pass import apply_plan, build
+    finally:
+        sys.path.pop(0)
+    snap, _ = build(12, 8, 60, 150, seed=1)
+    plan = policies.get_policy(name).schedule(snap)
+    assert_same(plan, REFS[name]().schedule(snap))
+    assert any(a.share_with for a in plan.starts())
+    # one cycle later, the plan applied: packed sets to coordinate (+gimbal: resizes)
+    after = apply_plan(snap, plan)
+    plan2 = policies.get_policy(name).schedule(after)
+    assert_same(plan2, REFS[name]().schedule(after))
+    # (the bench jobs have no deadlines: Gandiva's deadline objective has nothing to gain)
+    assert bool(plan2.resizes()) == (name in ("lucid+gimbal", "gavel+gimbal"))
+    # the same state under the Gavel table (pairs below the thresholds exist)
+    snap2 = dataclasses.replace(snap, interference=GAVEL_ONLY)
+    assert_same(policies.get_policy(name).schedule(snap2), REFS[name]().schedule(snap2))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_placement_index_matches_placement_ok(data):
+    """The per-component §5.1 check answers placement_ok for any GPUs of a waiting job."""
+    snap = _random_snapshot(data.draw)
+    waiting = [j for j in snap.jobs.values() if j.waiting]
+    index = Placement(snap, snap.running())
+    gpus = [g for n in snap.nodes for g in n.gpus()]
+    for host in snap.running():  # the GPUs a host round proposes: some of one job's GPUs
+        hg = host.allocation.gpus
+        for job in waiting[:3]:
+            pick = tuple(hg[:data.draw(st.integers(1, len(hg)))])
+            assert index.ok(job, pick) == placement_ok(snap, job, pick), (job.id, pick)
+    for _ in range(5):  # and anything at all
+        pick = tuple(data.draw(st.lists(st.sampled_from(gpus), min_size=1, max_size=4,
+                                        unique=True)))
+        job = waiting[0]
+        assert index.ok(job, pick) == placement_ok(snap, job, pick), (job.id, pick)
