@@ -437,14 +437,16 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
 
     if prio(subset2) < prio(subset1):  # lines 3-4
         subset1, subset2 = subset2, subset1
-    before = s.value(start)
+    before = local_objective(objective, infos, st)  # = s.value(start)
     cur = dict(start)
     attempts: list[Attempt] = []
+    best_v = before
     if lgrr:  # line 5: swell(subset2), applied as the pseudo-code does (no gain test)
         cur = s.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))], lgrr_swell)
         if cur != start:
-            attempts.append(Attempt(f"swell({','.join(subset2)}) by LGRR", s.value(cur), True))
-    best, best_v = dict(cur), s.value(cur)
+            best_v = s.value(cur)
+            attempts.append(Attempt(f"swell({','.join(subset2)}) by LGRR", best_v, True))
+    best = dict(cur)
     fails = 0
     exit_ = "limit"
     while len(attempts) < max_attempts:  # line 6

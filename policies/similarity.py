@@ -235,13 +235,16 @@ class Similarity(Policy):
                 for g in gs:
                     on_gpu.setdefault(g, []).append(jid)
             pool = _Pool(self, queued)
+            # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
+            # queue, never from the hosts it walks)
+            started_before = {x.job_id for x in starts}
             for sj in [j for j in queue if j.id in placed and len(placed[j.id]) == 1]:
                 if not pool.left:
                     break
                 g = placed[sj.id][0]
                 if len(on_gpu.get(g, ())) != 1:
                     continue
-                started_now = sj.id in preempted or any(x.job_id == sj.id for x in starts)
+                started_now = sj.id in preempted or sj.id in started_before
                 kept = sj.allocation if sj.running and not started_now else None
                 best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
                                      mem_of_node[g.node], pool, ref_for, kept)
