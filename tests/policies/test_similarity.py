@@ -301,3 +301,20 @@ def test_rounds_with_running_jobs_and_rescheduling(nv, nk, per, specs, decide, j
     for t, (cap, _, _) in type_capacity(sn).items():
         assert by_type.get(t, 0) <= cap
     assert set(plan.reasons) == set(sn.jobs)
+
+
+def test_packing_counts_a_kept_hosts_micro_batch_in_force():
+    """Alg. 3 beside a running job that keeps its GPU: the host's memory is that of the
+    micro-batch it runs with, which may be larger than the one a fresh start would pick."""
+    from dataclasses import replace
+    node = (Node("v0", 1, "v100"),)
+    mem = M.memory
+    host = job(0, app="yolov3", batch=32)
+    partner = job(1, app="cifar10", batch=32)
+    big = max(b for b in range(1, 33) if mem["yolov3"].mem_mb(b) <= 16384)
+    room = 16384 - mem["yolov3"].mem_mb(big)
+    assert mem["cifar10"].mem_mb(32) > room  # the partner does not fit beside the real host
+    running = replace(host, state=JobState.RUNNING, start_time=0.0,
+                      allocation=Allocation((Gpu("v0", 0),), big, -(-32 // big), None))
+    plan = Similarity(decide="gpu", jp=True, cd=True).schedule(snap(node, [running, partner], now=360.0))
+    assert not [s for s in plan.starts() if s.job_id == "j1"]

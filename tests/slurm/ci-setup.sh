@@ -52,6 +52,8 @@ if [ -n "${pid2605:-}" ]; then
   echo "[ci-setup] bringup-26.05: rc=$rc, $((SECONDS-s2605)) s" >&2
   grep '^\[timing\]' "$LOGS/bringup-26.05.log" >&2
   if [ $rc != 0 ]; then fail=1; tail -n 60 "$LOGS/bringup-26.05.log" >&2; fi
+  # the GPU-type variant in the same chroot (seconds once the chroot exists)
+  [ $rc = 0 ] && step bringup-26.05-het env FRESH=1 VARIANT=het bash "$HERE/bringup-26.05.sh"
 fi
 grep -h '^\[timing\]' "$LOGS/bringup-22.05.log" "$LOGS/bringup-22.05-mps.log" "$LOGS/bringup-22.05-dbd.log" >&2 2>/dev/null
 echo "[ci-setup] total: $((SECONDS-T0)) s, $([ $fail = 0 ] && echo OK || echo FAILED)" >&2

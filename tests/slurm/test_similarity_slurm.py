@@ -136,6 +136,15 @@ def test_batch_permission_cannot_be_forged_in_the_comment(slurm_2205_het, clean_
                        "--comment=x gimbal:app=cifar10,batch=64,batchrange=32:512"],
                       script=(g.host_dir / "train.sh").read_text())
     assert c.show_job(forged).get("AdminComment") in (None, "", "(null)")
+    # the same from the unprivileged user, and a range job_submit.lua refuses (no batch)
+    by_attacker = c.submit(["--hold", "--gres=gpu:1",
+                            "--comment=x gimbal:app=cifar10,batch=64,batchrange=1:65536"],
+                           user=ATTACKER)
+    assert c.show_job(by_attacker).get("AdminComment") in (None, "", "(null)")
+    import subprocess
+    with pytest.raises(subprocess.CalledProcessError) as ei:
+        c.submit(["--hold", "--comment=gimbal:app=cifar10,gate=1,batchrange=1:65536"], user=ATTACKER)
+    assert "batchrange needs batch" in ei.value.stderr
     # the attacker's own, valid, fixed-batch gate job; then the metadata change after submission
     own = c.submit(["--hold", "--output=/dev/null", "--comment=gimbal:app=cifar10,batch=64,gate=1,gpus=1"],
                    user=ATTACKER)
@@ -151,13 +160,14 @@ def test_batch_permission_cannot_be_forged_in_the_comment(slurm_2205_het, clean_
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     acts = {a["job_id"]: a for a in res["plan"]["actions"]}
-    for j in (str(forged), str(own)):  # no permission: the plan keeps each job's batch
+    for j in (str(forged), str(own), str(by_attacker)):  # no permission: batch kept
         assert acts.get(j, {}).get("global_batch") in (None, 64, 128), acts.get(j)
     import sqlite3
     con = sqlite3.connect(g.host_db)
     inputs = json.loads(con.execute("select inputs from decisions order by id desc").fetchone()[0])
     con.close()
-    assert inputs[str(forged)]["batch_range"] is None and inputs[str(own)]["batch_range"] is None
+    for j in (str(forged), str(own), str(by_attacker)):
+        assert inputs[j]["batch_range"] is None
     # an override for the forged job anyway: gimbal-run refuses it
     from launcher.decision import LauncherDecision, decision_path, write_decision
     write_decision(decision_path(str(forged), str(g.host_dir / "state")),
@@ -176,16 +186,18 @@ while true; do sleep 0.2 & wait $!; done
 """
 
 
-@pytest.mark.parametrize("release", ["22.05", "26.05"])
-def test_a_round_moves_a_job_between_gpu_types(release, request, clean_slurm):
+@pytest.mark.parametrize("release,backend", [("22.05", "cli"), ("26.05", "cli"),
+                                             ("26.05", "pyslurm")])
+def test_a_round_moves_a_job_between_gpu_types(release, backend, request, clean_slurm):
     """Alg. 2 with re-scheduling (``cd``): a job placed on the K80 node while the V100 node is
     busy is moved to the V100 node at a later round once it is free: checkpoint signal ->
     ``scontrol requeuehold`` -> started again on the other type.  26.05 changes the GRES type
     of the requeue-held job (``gpu:k80:1`` -> ``gpu:v100:1``) besides pinning the node; 22.05,
-    which cannot change a pending job's type, keeps an untyped ``gpu:1`` and pins the node."""
+    which cannot change a pending job's type, keeps an untyped ``gpu:1`` and pins the node.
+    On 26.05 also through the pyslurm backend (``gres_per_node={"gpu:v100": 1}``)."""
     c = request.getfixturevalue({"22.05": "slurm_2205_het", "26.05": "slurm_2605_het"}[release])
     c.cancel_all()
-    g = Gimbal(c)
+    g = Gimbal(c, backend)
     (g.host_dir / "move.sh").write_text(MOVE_JOB.format(inner=g.inner))
     (g.host_dir / "gimbal.toml").write_text(
         '[daemon]\npolicy = "similarity"\nmode = "gate"\n[gate]\npreempt_grace = 1\n'
