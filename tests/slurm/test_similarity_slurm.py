@@ -3,9 +3,11 @@ gpu) places a gate job on the type its closest reference says is fastest."""
 from __future__ import annotations
 
 import json
+from time import sleep
 
 import pytest
 
+from gimbalctl.daemon import REQUEUE_SETTLE_S
 from tests.slurm.test_daemon_gate import gsbatch
 from tests.slurm.test_daemon_ordering import Gimbal
 
@@ -232,6 +234,7 @@ def test_a_round_moves_a_job_between_gpu_types(release, backend, request, clean_
     assert [(ch["field"]) for ch in res["changes"] if ch["job_id"] == job] == \
         ["signal", "requeue_hold"]
     c.wait_state(job, "PENDING", timeout=30)
+    sleep(REQUEUE_SETTLE_S + 0.5)  # the daemon restarts a requeued job only after this
     res = cycle()  # round 3: the requeue-held job starts on the V100 node
     changed = {ch["field"]: ch for ch in res["changes"] if ch["job_id"] == job}
     assert ("gres" in changed) == typed, changed
