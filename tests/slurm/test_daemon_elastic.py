@@ -241,6 +241,8 @@ def _flow(c, g, real, backend):
         # every launch ran only in its own Slurm run: gimbal-run waited for the requeue
         assert {r["restart"] for L in ls for r in L} == {0}
     else:
+        # RUNNING comes before the stand-in script has written its line: wait for it
+        wait_for(lambda: len(starts(long_)) >= 3, 60, "the stand-in's third start line")
         lines = starts(long_)
         assert lines == ["start restart=0 gpus=2", "start restart=1 gpus=1",
                          "start restart=2 gpus=2"], lines
