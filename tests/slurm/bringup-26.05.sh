@@ -36,6 +36,10 @@ C=(chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LAN
    INSTANCE=$INSTANCE DEBIAN_FRONTEND=noninteractive)
 
 mount_all() {
+  # bind mounts whose source directory was deleted (old checkouts, e.g. an earlier CI run at the
+  # same path) are dropped: in-chroot.sh would otherwise cd into a dead directory
+  { awk -v r="$R/" '$4 ~ /\/\/deleted$/ && index($5, r) == 1 {print $5}' /proc/self/mountinfo || true; } \
+    | sort -r | while read -r m; do umount -l "$m" || true; done
   mountpoint -q "$R/proc"    || mount -t proc proc "$R/proc"
   mountpoint -q "$R/dev"     || mount --bind /dev "$R/dev"
   mountpoint -q "$R/dev/pts" || mount --bind /dev/pts "$R/dev/pts"

@@ -21,7 +21,12 @@ INST=${GIMBAL_CHROOT_INSTANCE:-gimbal}
 mountpoint -q "$R/proc"    || mount -t proc proc "$R/proc"
 mountpoint -q "$R/dev"     || mount --bind /dev "$R/dev"
 mountpoint -q "$R/dev/pts" || mount --bind /dev/pts "$R/dev/pts"
-if ! mountpoint -q "$R$REPO"; then mkdir -p "$R$REPO"; mount --bind "$REPO" "$R$REPO"; fi
+# a mount left by an earlier checkout at the same path (deleted since) would keep the chroot in a
+# dead directory ("getcwd failed"): bind only when the mount there is not this repo
+if ! mountpoint -q "$R$REPO" || [ "$(stat -c %d:%i "$REPO")" != "$(stat -c %d:%i "$R$REPO" 2>/dev/null)" ]; then
+  if mountpoint -q "$R$REPO"; then umount -l "$R$REPO"; fi
+  mkdir -p "$R$REPO"; mount --bind "$REPO" "$R$REPO"
+fi
 CWD=$REPO
 case "$PWD/" in "$REPO"/*) CWD=$PWD ;; esac
 PASS=()
