@@ -62,6 +62,8 @@ class AfsP(Policy):
         rates = Rates(snap)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         M = snap.total_gpus
+        if len(jobs) > M:
+            return self._sharing(snap, rates, jobs, M)
         cands = candidates(snap, rates, jobs, lambda j: INF)
         by_id = {c.id: c for c in cands}
         base = numbers_of(by_id)
@@ -69,18 +71,44 @@ class AfsP(Policy):
         def numbers(job):
             return dict(base(job), counter=float(self.counter(snap, job)))
 
-        if len(jobs) <= M:
-            afs_p_shares(cands, M, snap.seed)
-            shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
-        else:
-            keep = [j for j in jobs if j.running and not self.unit_done(snap, j)]
-            keep_ids = {j.id for j in keep}
-            rest = sorted((j for j in jobs if j.id not in keep_ids),
-                          key=lambda j: (self.counter(snap, j), j.submit_time, j.id))
-            chosen = keep[:M] + rest[:max(0, M - len(keep))]
-            shares = {j.id: 1 for j in chosen}
-            shares.update({j.id: 0 for j in jobs if j.id not in shares})
-            for c in cands:
-                c.cnt = shares[c.id]
+        afs_p_shares(cands, M, snap.seed)
+        shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
+        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers,
+                            packing=self.packing)
+
+    def _sharing(self, snap, rates, jobs, M):
+        """Processor sharing beyond M jobs: one GPU each to the running jobs inside their
+        unit, then to the others by (counter, submit time, id).
+
+        A call costs a few dictionary look-ups per queued job: each counter is computed
+        once, and the explain numbers (ineq. (3) sides at the job's count 0 or 1, and its
+        counter) are one shared mapping per distinct (p, p', counter), which
+        :func:`~policies.elastic.elastic_plan` turns into one shared Reason for the
+        waiting jobs (the Plan is the one a Cand per job gives:
+        tests/policies/test_afs_speed_differential.py)."""
+        unit = self.unit_s
+        counter = {j.id: int(snap.executed_time(j) // unit) for j in jobs}
+        keep = [j for j in jobs if j.running and not self.unit_done(snap, j)]
+        keep_ids = {j.id for j in keep}
+        rest = sorted((j for j in jobs if j.id not in keep_ids),
+                      key=lambda j: (counter[j.id], j.submit_time, j.id))
+        chosen = keep[:M] + rest[:max(0, M - len(keep))]
+        shares = {j.id: 1 for j in chosen}
+        shares.update({j.id: 0 for j in jobs if j.id not in shares})
+        memo: dict = {}
+        rate = rates.rate
+
+        def numbers(job):
+            # numbers_of() for a job at count ``cnt`` (0 or 1), length unknown, + counter
+            cnt = shares[job.id]
+            p, p1 = rate(job, cnt), rate(job, cnt + 1)
+            c = counter[job.id]
+            key = (p, p1, c)
+            d = memo.get(key)
+            if d is None:
+                d = memo[key] = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
+                                 "ineq3_right": (p1 - p) / p if p > 0 else INF,
+                                 "counter": float(c)}
+            return d
         return elastic_plan(snap, self.name, shares, rates, list(shares), numbers,
                             packing=self.packing)

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config, keep_running_reasons
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job, JobState
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
 
 MEASURED_RATES = "measured_rates"  # predictors key: job id -> {gpus: iterations/s}
@@ -347,13 +348,29 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
 
 
 # ---------------------------------------------------------------- plan
+_NO_NUMBERS: Mapping[str, float] = MappingProxyType({})
+_WAIT_TEXT = "its share is 0 GPUs (higher-priority jobs hold them)"
+
+
+def no_numbers(job: Job) -> Mapping[str, float]:
+    """The ``numbers`` of a policy that reports none (one shared empty mapping)."""
+    return _NO_NUMBERS
+
+
 def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], rates: Rates,
-                 order: list[str], numbers: Callable[[Job], dict] = lambda j: {},
+                 order: list[str], numbers: Callable[[Job], Mapping] = no_numbers,
                  packing: bool = True) -> Plan:
     """Plan that gives every job in ``shares`` its share (0 = wait / pre-empt).
 
     ``order`` is the policy's priority order (the waiting jobs' queue order comes from
     it).  With ``packing`` the shares are regulated by network packing first.
+
+    ``numbers(job)`` gives a job's explain numbers; it may return the *same* mapping
+    for several jobs (and must then not change it): the waiting jobs that get no GPU
+    and return the same mapping with the same decided share share one
+    :class:`~policies.plan.Reason` object, so a queue of hundreds of jobs costs one
+    dictionary entry per job rather than one Reason each (the Plan is the one the
+    per-job construction gives: tests/policies/test_afs_speed_differential.py).
     """
     per_node = snap.max_gpus_per_node or 1
     total = snap.total_gpus
@@ -372,20 +389,30 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     actions: list = []
     reasons: dict = {}
     waiting: list[str] = []
+    jobs = snap.jobs
+    running_state = JobState.RUNNING
+    # (id of a numbers mapping, decided share) -> (that mapping, its WAIT_RESOURCES reason);
+    # the mapping is held, so its id names it for the whole call
+    idle: dict = {}
     for jid in order:
-        job = snap.jobs[jid]
+        job = jobs[jid]
         gpus = placed.get(jid)
+        if not gpus and job.state is not running_state:
+            waiting.append(jid)
+            base = numbers(job)
+            decided = float(shares.get(jid, 0))
+            key = (id(base), decided)
+            hit = idle.get(key)
+            if hit is None or hit[0] is not base:
+                hit = idle[key] = (base, reason(ReasonCode.WAIT_RESOURCES, _WAIT_TEXT,
+                                                **dict(base, share=0.0, decided_share=decided)))
+            reasons[jid] = hit[1]
+            continue
         nums = dict(numbers(job), share=float(len(gpus) if gpus else 0),
                     decided_share=float(shares.get(jid, 0)))
         if not gpus:
-            if job.running:
-                actions.append(PreemptJob(jid))
-                reasons[jid] = reason(ReasonCode.PREEMPTED, "its share is 0 GPUs", **nums)
-            else:
-                waiting.append(jid)
-                reasons[jid] = reason(ReasonCode.WAIT_RESOURCES,
-                                      "its share is 0 GPUs (higher-priority jobs hold them)",
-                                      **nums)
+            actions.append(PreemptJob(jid))
+            reasons[jid] = reason(ReasonCode.PREEMPTED, "its share is 0 GPUs", **nums)
             continue
         b, s = rates.config(job, len(gpus))
         if job.running:
@@ -403,13 +430,15 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
             actions.append(StartJob(jid, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
             reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
-    for jid in snap.jobs:
-        if jid not in reasons and snap.jobs[jid].running:
-            job = snap.jobs[jid]
-            reasons[jid] = reason(ReasonCode.KEEP_RUNNING,
-                                  f"keeps its share of {len(job.allocation.gpus)} GPUs",
-                                  **numbers(job), share=float(len(job.allocation.gpus)),
-                                  decided_share=float(shares.get(jid, 0)))
+    missing = jobs.keys() - reasons.keys()
+    if missing:
+        for jid in jobs:  # in the snapshot's order
+            if jid in missing and jobs[jid].running:
+                job = jobs[jid]
+                reasons[jid] = reason(ReasonCode.KEEP_RUNNING,
+                                      f"keeps its share of {len(job.allocation.gpus)} GPUs",
+                                      **numbers(job), share=float(len(job.allocation.gpus)),
+                                      decided_share=float(shares.get(jid, 0)))
     keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, waiting, reasons)
 

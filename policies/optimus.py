@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 from .base import Policy
-from .elastic import Rates, elastic_plan
+from .elastic import Rates, elastic_plan, no_numbers
 from .registry import register
 
 
@@ -63,6 +63,7 @@ class Optimus(Policy):
 
         def numbers(j):
             k = shares.get(j.id, 0)
-            return {"marginal_gain_s": gain(j, k)} if j.id in rem and k > 0 else {}
+            # no numbers: one shared empty mapping (waiting jobs then share a Reason)
+            return {"marginal_gain_s": gain(j, k)} if j.id in rem and k > 0 else no_numbers(j)
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
                             packing=self.packing)

@@ -21,7 +21,7 @@ import heapq
 from typing import Optional
 
 from .base import Policy
-from .elastic import Rates, elastic_plan, useful_share
+from .elastic import Rates, elastic_plan, no_numbers, useful_share
 from .registry import register
 
 INF = float("inf")
@@ -120,8 +120,8 @@ class Themis(Policy):
             left -= 1
 
         def numbers(j):
-            if j.id not in target:
-                return {}
+            if j.id not in target:  # beyond the first M jobs: one shared empty mapping,
+                return no_numbers(j)  # so the waiting queue shares one Reason (elastic_plan)
             return {"target_speedup": target[j.id], "rho": rho(j, shares[j.id])}
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
                             packing=self.packing)

@@ -3,7 +3,8 @@ own nodes) and Themis's peak search (memo per application and batch, communicati
 give exactly the literal versions kept in reference_elastic.py: on hypothesis-random
 clusters, allocations and shares; on random throughput profiles; and for the five elastic
 policies' whole Plans on every snapshot of simulator runs and on the daemon benchmark's
-state at a small size."""
+state at a small size.  The reference Plans also come from the per-job Reason
+construction and the former AFS-P/Themis/Optimus ``schedule`` (reference_afs_speed.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,11 +25,16 @@ from policies.elastic import Rates
 from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
 from policies.themis import Themis
 from policies.throughput import ThroughputProfile
+import policies.afs_l
+import policies.max_min
+import reference_afs_speed as ref_speed
 from reference_elastic import RefPeak, place as ref_place
 from test_sjf_differential import assert_same
 
 MODELS = default_models()
 ELASTIC = ("afs-l", "afs-p", "max-min", "optimus", "themis")
+REF_SCHEDULE = {"afs-p": ref_speed.RefAfsP.schedule, "themis": ref_speed.RefThemis.schedule,
+                "optimus": ref_speed.RefOptimus.schedule}
 
 
 @st.composite
@@ -119,11 +125,16 @@ def test_themis_peak_fitted_profiles():
 
 
 def _reference_plan(pol, snap):
+    """The Plan of the reference copies: literal placement and peak search, per-job
+    Reasons (reference_afs_speed.py), AFS-P/Themis/Optimus ``schedule`` as they were."""
     def ref_peak(self, rates, job, limit, memo=None):
         return RefPeak.peak(self, rates, job, limit)
     with mock.patch.object(elastic, "place", ref_place), \
-            mock.patch.object(Themis, "peak", ref_peak):
-        return pol.schedule(snap)
+            mock.patch.object(Themis, "peak", ref_peak), \
+            mock.patch.object(policies.afs_l, "elastic_plan", ref_speed.elastic_plan), \
+            mock.patch.object(policies.max_min, "elastic_plan", ref_speed.elastic_plan):
+        ref = REF_SCHEDULE.get(pol.name)
+        return ref(pol, snap) if ref is not None else pol.schedule(snap)
 
 
 class Differential:
