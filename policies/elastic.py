@@ -286,7 +286,8 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     def take(jid: str, node: str, n: int) -> list[Gpu]:
         idx = free[node]
         mine = cur.get(jid, set())
-        idx.sort(key=lambda i: (Gpu(node, i) not in mine, Gpu(node, i) in held_now, i))
+        # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without building one
+        idx.sort(key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
         got = idx[:n]
         fn.set(node, idx[n:])
         return [Gpu(node, i) for i in got]
