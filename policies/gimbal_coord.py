@@ -352,46 +352,15 @@ def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
 
 
 class _Search:
-    def __init__(self, objective, infos, model, jmax, straggler_tol, lgrr, liss, start):
+    def __init__(self, objective, infos, model, jmax, straggler_tol, lgrr, liss):
         self.obj, self.infos, self.model, self.jmax = objective, infos, model, jmax
         self.tol, self.use_lgrr, self.use_liss = straggler_tol, lgrr, liss
-        # Who shares each worker's GPU is fixed for the whole search: the primitives change
-        # shares and MPS limits, never GPUs, and keep the configuration's job order.  So each
-        # worker's partner (the first other job's worker on its GPU, in configuration order, as
-        # RateModel.times / job_times pick it) is found once here, as (job, worker index).
-        on_gpu: dict[Gpu, list[tuple[str, int]]] = {}
-        for jid, ws in start.items():
-            for i, w in enumerate(ws):
-                on_gpu.setdefault(w.gpu, []).append((jid, i))
-        self.partners = {jid: tuple(next(((o, k) for o, k in on_gpu[w.gpu] if o != jid), None)
-                                    for w in ws) for jid, ws in start.items()}
-        self.apps = {jid: info.job.app for jid, info in infos.items()}
-        self._jt: dict = {}
-
-    def job_times(self, cfg, jid) -> tuple[float, ...]:
-        """``model.job_times(infos, cfg, jid)`` with the partners found once, memoised per
-        (job, worker records, partners' MPS limits): the walk asks for the same job's times
-        several times per attempt (stragglers, steal, value).  The record tuple is kept in the
-        memo, so its ``id`` names that very tuple while the search lives."""
-        ws, parts = cfg[jid], self.partners[jid]
-        pm = tuple(None if p is None else cfg[p[0]][p[1]].mps_pct for p in parts)
-        key = (jid, id(ws), pm)
-        hit = self._jt.get(key)
-        if hit is not None:
-            return hit[1]
-        wt, info, app = self.model.worker_time, self.infos[jid], self.apps
-        out = tuple(wt(info, w, None if p is None else (app[p[0]], m))
-                    for w, p, m in zip(ws, parts, pm))
-        self._jt[key] = (ws, out)
-        return out
 
     def value(self, cfg) -> float:
-        """The local objective of ``cfg`` (= local_objective over step_times(model, ...))."""
-        jt = self.job_times
-        return local_objective(self.obj, self.infos, {j: max(jt(cfg, j)) for j in cfg})
+        return local_objective(self.obj, self.infos, step_times(self.model, self.infos, cfg))
 
     def stragglers(self, cfg, jid, ts=None) -> tuple[list[int], list[int]]:
-        ts = self.job_times(cfg, jid) if ts is None else ts
+        ts = self.model.job_times(self.infos, cfg, jid) if ts is None else ts
         fastest = min(ts)
         slow = [i for i, t in enumerate(ts) if t > fastest * (1 + self.tol)]
         return slow, [i for i in range(len(ts)) if i not in slow]
@@ -400,7 +369,7 @@ class _Search:
         """One LISS step on each job of ``jids`` with stragglers (global batch exact)."""
         cfg = dict(cfg)
         for jid in jids:
-            ts = self.job_times(cfg, jid)
+            ts = self.model.job_times(self.infos, cfg, jid)
             slow, _ = self.stragglers(cfg, jid, ts)
             if not slow:
                 continue
@@ -459,7 +428,7 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
     world = {j: len(start[j]) for j in infos}
     since = {j: infos[j].job.start_time or 0.0 for j in infos}
     jm = _jmax(infos, world, since)  # line 1
-    s = _Search(objective, infos, model, jm, straggler_tol, lgrr, liss, start)
+    s = _Search(objective, infos, model, jm, straggler_tol, lgrr, liss)
     st = step_times(model, infos, start)
     subset1, subset2 = [jm], sorted(j for j in infos if j != jm)  # line 2
 
