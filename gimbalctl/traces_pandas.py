@@ -1,52 +1,12 @@
-"""Trace loaders (pandas) → lists of pending :class:`~policies.model.Job`.
+"""The pandas trace loader: reads every trace kind with ``pandas.read_csv``.
 
-Formats (``kind``; auto-detected from the header when omitted):
-
-* ``pollux`` — ``name,time,application,num_replicas,batch_size``.  Length:
-  iterations for the app to reach its target at that batch
-  (:meth:`Models.iterations_for`, from Pollux's validation profiles).
-* ``philly`` — ``timestamp,duration,num_gpus,gpu_time,cluster``.
-* ``tiresias`` — ``job_id,num_gpu,submit_time,iterations,model_name,duration,...``
-  (seconds); ``muri`` — the same columns with times in milliseconds.
-* ``sacct`` — a cluster's own history: ``sacct -a -X -P --format=JobID,User,
-  Submit,Start,End,AllocTRES,Comment,AdminComment`` (pipe-separated; ``Comment``
-  and ``AdminComment`` optional).  GPUs from ``AllocTRES`` ``gres/gpu[:type]=N``
-  (``ReqTRES`` if no AllocTRES); jobs that never started or hold no GPU are
-  left out (they say nothing about GPU scheduling), job steps (``123.batch``)
-  too.  Run time = End − Start.  gimbal metadata in the comments
-  (``gimbal:app=..,batch=..``) gives the application and batch.
-* ``generic`` — ``id,submit_time,num_gpus`` plus ``duration`` or
-  ``iterations``; optional ``app``, ``batch_size``, ``user``, ``deadline``,
-  ``group``.  Times in seconds.  Other names map with ``columns={"mine": "id"}``.
-
-Where a trace has no Pollux application (seed 000 §VI-A annotates the Philly
-trace with Pollux's six applications), one is drawn uniformly with
-``numpy.random.default_rng(seed)`` in row order (model names that clearly
-match an application are mapped instead, ``MODEL_TO_APP``).  The global batch
-is the app's base batch (smallest batch Pollux profiled) × GPUs, capped at the
-largest profiled batch, and the iteration count is chosen so the job's
-exclusive run time on its requested GPUs equals the trace's duration on the
-cluster it is simulated on (``nodes``: consolidated placement, the memory
-limit's accumulation steps), so a job alone runs exactly as long as it did.
-Submit times are shifted so the first job arrives at 0.
-
-Recurrence key (``Job.group_id``, seed 003's ``group id``): a trace's own ``group`` column
-(generic), else :func:`gimbalctl.predictor.group_key` of the fields the trace has that
-identify a recurring job — never of the drawn application or the length:
-
-* pollux: application + GPUs + batch (no user);
-* philly: VC (``cluster``, standing in for the user) + GPUs (no user, name or batch);
-* tiresias / muri: ``model_name`` + GPUs (no user);
-* generic: ``user`` + ``app`` + GPUs + ``batch_size``, each when the trace has the column;
-* sacct: user + ``JobName`` (else gimbal's ``app``) + GPUs + gimbal ``batch``.
-
-Malformed input raises :class:`TraceError` naming file, line and column;
-nothing is returned half-loaded.
+:func:`gimbalctl.traces.load_trace` hands ``philly`` and ``sacct`` traces (timestamps)
+to :func:`load_trace_pandas` and reads the other kinds with the standard library;
+this loader is also the reference that reader is tested against
+(tests/test_traces_stdlib.py).  The formats are documented in :mod:`gimbalctl.traces`.
 """
 from __future__ import annotations
 
-import math
-import re
 import warnings
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -54,31 +14,13 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from policies.base import exclusive_steps
 from policies.model import Job, Node
 
 from .predictor import group_key
-from .profiles import APPS, Models, default_models
-from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
-
-BASE_BATCH = {"bert": 12, "cifar10": 128, "deepspeech2": 20, "imagenet": 200, "ncf": 256,
-              "yolov3": 8}
-MODEL_TO_APP = [(re.compile(p, re.I), app) for p, app in (
-    (r"bert|transformer", "bert"), (r"cifar|resnet-?18\b", "cifar10"),
-    (r"deepspeech|lstm|rnn|speech", "deepspeech2"), (r"imagenet|resnet|vgg|inception|alexnet",
-                                                    "imagenet"),
-    (r"ncf|recommend", "ncf"), (r"yolo", "yolov3"))]
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
-
-
-def detect_kind(columns) -> str:
-    cols = set(columns)
-    if {"iteration_time", "resource_time_0"} <= cols:
-        return "muri"
-    for kind in ("pollux", "philly", "tiresias", "generic", "sacct"):
-        if set(REQUIRED[kind]) <= cols:
-            return kind
-    raise ValueError("unrecognised trace header " + ",".join(columns))
+from .profiles import Models, default_models
+from .trace_kinds import REQUIRED, TraceError
+from .traces import (_GPU_TRES, ID_COLUMN, _assign_app, _at_line, _batch_for, _from_durations,
+                     _shape, detect_kind)
 
 
 def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) -> pd.Series:
@@ -98,12 +40,11 @@ def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) ->
     return vals
 
 
-def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional[Models] = None,
-               columns: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
-               nodes: Optional[Sequence[Node]] = None) -> list[Job]:
-    """Load a trace.  ``nodes``: the cluster it will be simulated on; a trace duration
-    becomes the iterations the job runs in that time alone there (see
-    :func:`_iters_for_duration`).  Without ``nodes``: 4-GPU nodes, no memory limit."""
+def load_trace_pandas(path, kind: Optional[str] = None, seed: int = 0,
+                      models: Optional[Models] = None, columns: Optional[Mapping[str, str]] = None,
+                      limit: Optional[int] = None,
+                      nodes: Optional[Sequence[Node]] = None) -> list[Job]:
+    """:func:`gimbalctl.traces.load_trace` (same arguments, same jobs) read with pandas."""
     path = Path(path)
     models = models or default_models()
     try:
@@ -151,10 +92,6 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
     return jobs
 
 
-ID_COLUMN = {"pollux": "name", "tiresias": "job_id", "muri": "job_id", "generic": "id",
-             "sacct": "JobID"}
-
-
 def _check_ids(df: pd.DataFrame, path, kind: str) -> None:
     """Job ids must be present and unique (the simulator and reports key on them)."""
     col = ID_COLUMN.get(kind)
@@ -170,74 +107,6 @@ def _check_ids(df: pd.DataFrame, path, kind: str) -> None:
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise TraceError(path, i + 2, col, f"duplicate job id {ids.iloc[i]!r} "
                          "(an earlier row has it)")
-
-
-def _at_line(e: TraceError) -> TraceError:
-    """Loaders count data rows as lines 2, 3, …; pandas skips blank lines, so
-    map that row number to the file's physical line (read only on error)."""
-    if e.line is None or e.line < 2:
-        return e
-    try:
-        with open(e.path, encoding="utf-8", errors="replace") as fh:
-            filled = [n for n, text in enumerate(fh, 1) if text.strip()]
-    except OSError:
-        return e
-    row = e.line - 1  # 1 = header
-    if row >= len(filled) or filled[row] == e.line:
-        return e
-    return TraceError(e.path, filled[row], e.column, e.problem)
-
-
-def _assign_app(model_name: str, rng) -> str:
-    for pat, app in MODEL_TO_APP:
-        if model_name and pat.search(model_name):
-            return app
-    return APPS[int(rng.integers(len(APPS)))]
-
-
-def _batch_for(app: str, gpus: int, models: Models) -> int:
-    table = models.iters_table[app]
-    return int(min(BASE_BATCH[app] * gpus, table[-1][0]))
-
-
-def _shape(nodes: Optional[Sequence[Node]]) -> tuple[int, Optional[float]]:
-    """(GPUs of the largest node, smallest GPU memory) of the simulated cluster."""
-    if not nodes:
-        return 4, None
-    return max(n.num_gpus for n in nodes), min(n.gpu_mem_mb for n in nodes)
-
-
-def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
-                        shape: tuple[int, Optional[float]] = (4, None)) -> float:
-    """Iterations that take ``duration`` seconds for the job alone on the cluster of
-    ``shape`` (:func:`_shape`): consolidated on ⌈gpus / GPUs per node⌉ nodes (what
-    :func:`policies.base.pick_consolidated` gives on an idle cluster) with the
-    exclusive micro-batch and accumulation steps a policy starts it with
-    (:func:`policies.base.exclusive_steps`), at the simulator's eq. 7 rate."""
-    gpus_per_node, mem_limit = shape
-    prof = models.profiles[app]
-    _, s = exclusive_steps(-(-batch // gpus), prof, models.memory.get(app), mem_limit)
-    t = prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
-    return max(duration / t, 1.0)
-
-
-def _from_durations(ids, submits, gpus, durations, model_names, rng, models, shape, users=None,
-                    apps=None, batches=None, extra=None, groups=None) -> list[Job]:
-    jobs = []
-    t0 = float(np.min(submits))
-    for k in range(len(ids)):
-        g = int(gpus[k])
-        app = apps[k] if apps is not None and apps[k] else _assign_app(
-            model_names[k] if model_names is not None else "", rng)
-        batch = int(batches[k]) if batches is not None and batches[k] else _batch_for(app, g, models)
-        iters = _iters_for_duration(app, g, batch, float(durations[k]), models, shape)
-        kw = dict(extra[k]) if extra else {}
-        if groups is not None and not kw.get("group_id"):
-            kw["group_id"] = groups[k]
-        jobs.append(Job(id=str(ids[k]), submit_time=float(submits[k]) - t0, num_gpus=g, app=app,
-                        global_batch=batch, total_iters=iters,
-                        user=str(users[k]) if users is not None else "user", **kw))
-    return jobs
 
 
 def _pollux(df, path, rng, models, shape) -> list[Job]:
