@@ -145,10 +145,22 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
     if limit is not None:
         table.head(limit)
     _check_ids(table, kind)
-    jobs = _LOADERS[kind](table, np.random.default_rng(seed), models or default_models(),
-                          _shape(nodes))
+    jobs = _LOADERS[kind](table, _Draws(seed), models or default_models(), _shape(nodes))
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     return jobs
+
+
+class _Draws:
+    """``numpy.random.default_rng(seed)``, made on the first draw: a trace that names
+    every job's application draws nothing and need not import ``numpy.random``."""
+
+    def __init__(self, seed: int):
+        self.seed, self.rng = seed, None
+
+    def integers(self, *args, **kw):
+        if self.rng is None:
+            self.rng = np.random.default_rng(self.seed)
+        return self.rng.integers(*args, **kw)
 
 
 def _with_pandas(path, kind, seed, models, columns, limit, nodes) -> list[Job]:
