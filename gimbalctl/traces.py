@@ -46,7 +46,8 @@ nothing is returned half-loaded.
 Reading.  The ``pollux``, ``tiresias``, ``muri`` and ``generic`` kinds are read here
 with the standard library's :mod:`csv` (no pandas: ``gimbalctl simulate`` of such a
 CSV starts without importing pandas, docs/scale.md §6).  ``philly`` and ``sacct``
-(timestamps) are handed to the pandas loader :mod:`gimbalctl.traces_pandas`, which
+(timestamps: pandas' date parsing is not re-implemented here) are handed to the
+pandas loader :mod:`gimbalctl.traces_pandas`, which
 also reads every kind and is the reference this reader is tested against
 (tests/test_traces_stdlib.py: same jobs, same rejected inputs).  The reader
 follows pandas' ``read_csv(dtype=str, keep_default_na=False,
