@@ -124,6 +124,8 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
         raise TraceError(path, None, None, "file not found") from None
     except OSError as e:
         raise TraceError(path, None, None, f"cannot read the file ({e.strerror or e})") from None
+    if kind is None and _peek_kind(path, sep, columns) in PANDAS_KINDS:
+        return _with_pandas(path, None, seed, models, columns, limit, nodes)
     table = read_table(path, sep)
     if columns:
         table.rename(columns)
@@ -149,6 +151,18 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
     jobs = _LOADERS[kind](table, _Draws(seed), models or default_models(), _shape(nodes))
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     return jobs
+
+
+def _peek_kind(path: Path, sep: str, columns: Optional[Mapping[str, str]]) -> Optional[str]:
+    """The kind detected from the first non-blank line alone (None when that says
+    nothing): a Philly or sacct trace goes to pandas without being read here first."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            line = next((ln for ln in fh if not _blank(ln)), "")
+        names = _header_names(next(csv.reader([line], delimiter=sep, skipinitialspace=True), []))
+        return detect_kind([(columns or {}).get(n, n) for n in names])
+    except (ValueError, csv.Error):
+        return None
 
 
 class _Draws:

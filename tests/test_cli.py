@@ -1,3 +1,4 @@
+import ast
 import json
 
 import pandas as pd
@@ -115,7 +116,7 @@ def _simulate_imports(args: list[str]) -> list[str]:
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    return eval(out.stdout)
+    return ast.literal_eval(out.stdout.strip())
 
 
 def test_simulate_loads_no_slurm_side_and_builds_frames_on_demand():

@@ -265,6 +265,7 @@ def test_median_and_p99_jct_are_numpys(n):
 def test_get_policy_builds_any_registered_name_alone():
     """get_policy finds a policy by importing only its own module when named after it,
     and every registered name (whatever its module) still resolves."""
+    import ast
     import subprocess
     import sys
 
@@ -272,7 +273,7 @@ def test_get_policy_builds_any_registered_name_alone():
             "print(sorted(m for m in sys.modules if m.startswith('policies.') and "
             "m.count('.') == 1))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = eval(out.stdout)
+    loaded = ast.literal_eval(out.stdout.strip())
     assert "policies.tiresias" in loaded and "policies.gandiva" not in loaded, loaded
     import policies
     for name in policies.names():

@@ -227,3 +227,19 @@ def test_ambiguous_column_after_renaming(tmp_path):
     p.write_text("id,jid,submit_time,num_gpus,duration\na,b,0,1,5\n")
     with pytest.raises(TraceError, match=r":1: column 'id': more than one column"):
         load_trace(p, columns={"jid": "id"})
+
+
+def test_philly_and_sacct_go_to_pandas_alike(tmp_path):
+    """Philly and sacct traces (timestamps) are read by the pandas reader on both paths,
+    found from the header alone, also after renaming columns."""
+    from test_traces import SACCT
+
+    philly = tmp_path / "p.csv"
+    philly.write_text("ts,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,600.0,1,600,a\n"
+                      "2017-10-09 06:13:03,3600,8,28800,b\n")
+    sacct = tmp_path / "s.txt"
+    sacct.write_text(SACCT)
+    kw = dict(columns={"ts": "timestamp"}, seed=2)
+    assert len(assert_same(philly, **kw)) == 2
+    assert len(assert_same(sacct)) == 2
+    assert "timestamp" in str(both(philly)[0])  # without the mapping: no timestamp column
