@@ -18,6 +18,14 @@ whole processes (start-up, imports and trace loading included):
 * gimbal: ``python -m gimbalctl.cli simulate --trace workload-K.csv --policy
   tiresias --cluster 16x4 --interval 60 --json``.
 
+Before timing, each simulator's own source is byte-compiled (``python -m compileall``
+on gimbal's ``gimbalctl/`` and ``policies/`` and on the Pollux ``simulator/`` folder,
+each with its own Python), as an installed package is: otherwise, where
+``PYTHONDONTWRITEBYTECODE`` is set or the folder is read-only, every process compiles
+its modules from source again (for gimbal about 0.2 CPU-s of a 0.5 CPU-s process;
+docs/scale.md §7).  The libraries of both (numpy, pandas, …) come compiled with their
+installs.
+
 Reported: per-workload wall seconds and CPU seconds (user + system of the child
 process, from ``getrusage(RUSAGE_CHILDREN)``, which a loaded machine disturbs far
 less than wall time) of each process, their ratios, the ratios of the sums
@@ -89,6 +97,14 @@ def run_gimbal(workload: Path, cluster: str, interval: int):
     return wall, cpu, json.loads(out.stdout)["results"]["tiresias"]["avg_jct"]
 
 
+def precompile(py: str, *dirs: Path, recurse: bool = True) -> None:
+    """Byte-compile ``dirs`` with ``py`` (``-l``: the folder only, not its sub-folders)."""
+    cmd = [py, "-m", "compileall", "-q"] + ([] if recurse else ["-l"]) + [str(d) for d in dirs]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"compileall failed: {out.stdout.strip()[-300:]} {out.stderr.strip()[-300:]}")
+
+
 def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -109,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
               "checkout of petuum/adaptdl's simulator/ with simulator.py and workloads/)")
         return 0
     cluster = f"{a.nodes}x{a.gpus}"
-    print(f"Tiresias, {cluster}, interval {a.interval} s, whole processes, interleaved; "
-          f"{os.cpu_count()} CPUs, {_load()} before")
+    precompile(sys.executable, ROOT / "gimbalctl", ROOT / "policies")
+    precompile(a.pollux_python, sim, recurse=False)
+    print(f"Tiresias, {cluster}, interval {a.interval} s, whole processes, interleaved, "
+          f"sources byte-compiled first; {os.cpu_count()} CPUs, {_load()} before")
     print("| workload | Pollux wall (s) | gimbal wall (s) | wall ratio | Pollux CPU (s) | "
           "gimbal CPU (s) | CPU ratio | Pollux avg JCT (s) | gimbal avg JCT (s) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""Trace loaders (pandas) → lists of pending :class:`~policies.model.Job`.
+"""Trace loaders → lists of pending :class:`~policies.model.Job`.
 
 Formats (``kind``; auto-detected from the header when omitted):
 
@@ -42,17 +42,35 @@ identify a recurring job — never of the drawn application or the length:
 
 Malformed input raises :class:`TraceError` naming file, line and column;
 nothing is returned half-loaded.
+
+Reading.  The ``pollux``, ``tiresias``, ``muri`` and ``generic`` kinds are read here
+with the standard library's :mod:`csv` (no pandas: ``gimbalctl simulate`` of such a
+CSV starts without importing pandas, docs/scale.md §6).  ``philly`` and ``sacct``
+(timestamps: pandas' date parsing is not re-implemented here) are handed to the
+pandas loader :mod:`gimbalctl.traces_pandas`, which
+also reads every kind and is the reference this reader is tested against
+(tests/test_traces_stdlib.py: same jobs, same rejected inputs).  The reader
+follows pandas' ``read_csv(dtype=str, keep_default_na=False,
+skipinitialspace=True)``: lines holding only spaces/tabs are skipped, short rows
+are padded with empty fields, empty and repeated header names become
+``Unnamed: i`` / ``name.1``; numbers are what ``pandas.to_numeric`` accepts
+(ASCII decimal, optional exponent, ``inf``; surrounding whitespace ignored).
+Where the two differ, this reader is stricter or more exact: a row with more
+fields than the header and a quoted field left open at the end of the file are
+errors naming that row's line, line numbers count the file's own lines (blank,
+form-feed and multi-line quoted ones included), and a column name that a
+``columns`` mapping makes ambiguous is an error when the loader reads it.
 """
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
-import warnings
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 from policies.base import exclusive_steps
 from policies.model import Job, Node
@@ -69,6 +87,9 @@ MODEL_TO_APP = [(re.compile(p, re.I), app) for p, app in (
                                                     "imagenet"),
     (r"ncf|recommend", "ncf"), (r"yolo", "yolov3"))]
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+ID_COLUMN = {"pollux": "name", "tiresias": "job_id", "muri": "job_id", "generic": "id",
+             "sacct": "JobID"}
+PANDAS_KINDS = ("philly", "sacct")  # read by gimbalctl.traces_pandas (timestamps)
 
 
 def detect_kind(columns) -> str:
@@ -81,21 +102,11 @@ def detect_kind(columns) -> str:
     raise ValueError("unrecognised trace header " + ",".join(columns))
 
 
-def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) -> pd.Series:
-    vals = pd.to_numeric(df[col], errors="coerce")
-    bad = vals.isna() | ~np.isfinite(vals.fillna(0))
-    if positive:
-        bad |= vals <= 0
-    elif not bad.all():
-        bad |= vals < 0
-    if integer:
-        bad |= (vals.fillna(0) % 1) != 0
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        want = "a positive " if positive else "a non-negative "
-        want += "integer" if integer else "number"
-        raise TraceError(path, i + 2, col, f"expected {want}, got {df[col].iloc[i]!r}")
-    return vals
+def _separator(path: Path, kind: Optional[str]) -> str:
+    """``|`` for sacct output (given, or a ``|`` in the file's first line), else ``,``."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        head = fh.readline()
+    return "|" if (kind == "sacct" or (kind is None and "|" in head)) else ","
 
 
 def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional[Models] = None,
@@ -105,76 +116,258 @@ def load_trace(path, kind: Optional[str] = None, seed: int = 0, models: Optional
     becomes the iterations the job runs in that time alone there (see
     :func:`_iters_for_duration`).  Without ``nodes``: 4-GPU nodes, no memory limit."""
     path = Path(path)
-    models = models or default_models()
+    if kind in PANDAS_KINDS:
+        return _with_pandas(path, kind, seed, models, columns, limit, nodes)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            head = fh.readline()
-        sep = "|" if (kind == "sacct" or (kind is None and "|" in head)) else ","
-        with warnings.catch_warnings():
-            # index_col=False: a first row with more fields than the header is an
-            # error, not silently read as an index column (every column shifted)
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
-                             sep=sep, index_col=False)
-    except pd.errors.ParserWarning:
-        raise _at_line(TraceError(path, 2, None, "more fields than the header")) from None
+        sep = _separator(path, kind)
     except FileNotFoundError:
         raise TraceError(path, None, None, "file not found") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise TraceError(path, None, None, f"not a readable CSV ({e})") from None
-    except pd.errors.EmptyDataError:
-        raise TraceError(path, None, None, "empty file") from None
+    except OSError as e:
+        raise TraceError(path, None, None, f"cannot read the file ({e.strerror or e})") from None
+    if kind is None and _peek_kind(path, sep, columns) in PANDAS_KINDS:
+        return _with_pandas(path, None, seed, models, columns, limit, nodes)
+    table = read_table(path, sep)
     if columns:
-        df = df.rename(columns=dict(columns))
+        table.rename(columns)
+    given = kind
     if kind is None:
         try:
-            kind = detect_kind(df.columns)
+            kind = detect_kind(table.names)
         except ValueError as e:
-            raise TraceError(path, 1, None, f"{e}; expected one of: " + "; ".join(
+            raise TraceError(path, table.header_line, None, f"{e}; expected one of: " + "; ".join(
                 f"{k}: {','.join(v)}" for k, v in REQUIRED.items())) from None
     if kind not in REQUIRED:
         raise TraceError(path, None, None, f"unknown trace kind {kind!r}; valid: {', '.join(REQUIRED)}")
-    missing = [c for c in REQUIRED[kind] if c not in df.columns]
+    if kind in PANDAS_KINDS:
+        return _with_pandas(path, given, seed, models, columns, limit, nodes)
+    missing = [c for c in REQUIRED[kind] if c not in table]
     if missing:
-        raise TraceError(path, 1, missing[0], f"missing column for a {kind} trace")
-    if len(df) == 0:
+        raise TraceError(path, table.header_line, missing[0], f"missing column for a {kind} trace")
+    if len(table) == 0:
         raise TraceError(path, None, None, "no jobs in trace")
     if limit is not None:
-        df = df.iloc[:limit]
-    try:
-        _check_ids(df, path, kind)
-        jobs = _LOADERS[kind](df, path, np.random.default_rng(seed), models,
-                              _shape(nodes))
-    except TraceError as e:
-        raise _at_line(e) from None
+        table.head(limit)
+    _check_ids(table, kind)
+    jobs = _LOADERS[kind](table, _Draws(seed), models or default_models(), _shape(nodes))
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     return jobs
 
 
-ID_COLUMN = {"pollux": "name", "tiresias": "job_id", "muri": "job_id", "generic": "id",
-             "sacct": "JobID"}
+def _peek_kind(path: Path, sep: str, columns: Optional[Mapping[str, str]]) -> Optional[str]:
+    """The kind detected from the first non-blank line alone (None when that says
+    nothing): a Philly or sacct trace goes to pandas without being read here first."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            line = next((ln for ln in fh if not _blank(ln)), "")
+        names = _header_names(next(csv.reader([line], delimiter=sep, skipinitialspace=True), []))
+        return detect_kind([(columns or {}).get(n, n) for n in names])
+    except (ValueError, csv.Error):
+        return None
 
 
-def _check_ids(df: pd.DataFrame, path, kind: str) -> None:
+class _Draws:
+    """``numpy.random.default_rng(seed)``, made on the first draw: a trace that names
+    every job's application draws nothing and need not import ``numpy.random``."""
+
+    def __init__(self, seed: int):
+        self.seed, self.rng = seed, None
+
+    def integers(self, *args, **kw):
+        if self.rng is None:
+            self.rng = np.random.default_rng(self.seed)
+        return self.rng.integers(*args, **kw)
+
+
+def _with_pandas(path, kind, seed, models, columns, limit, nodes) -> list[Job]:
+    from .traces_pandas import load_trace_pandas
+
+    return load_trace_pandas(path, kind=kind, seed=seed, models=models, columns=columns,
+                             limit=limit, nodes=nodes)
+
+
+# ---------------------------------------------------------------- reading (stdlib csv)
+
+class Table:
+    """A trace read as text: header names and, per data row, its fields and the
+    file line it starts on (1-based)."""
+
+    def __init__(self, path: Path, names: list[str], rows: list[list[str]], lines: list[int],
+                 header_line: int):
+        self.path, self.names, self.rows, self.lines = path, names, rows, lines
+        self.header_line = header_line
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def rename(self, mapping: Mapping[str, str]) -> None:
+        self.names = [mapping.get(n, n) for n in self.names]
+
+    def head(self, n: int) -> None:
+        self.rows, self.lines = self.rows[:n], self.lines[:n]
+
+    def col(self, name: str) -> list[str]:
+        idx = [k for k, n in enumerate(self.names) if n == name]
+        if len(idx) != 1:
+            raise TraceError(self.path, self.header_line, name,
+                             "more than one column has this name (after renaming)")
+        k = idx[0]
+        return [r[k] for r in self.rows]
+
+    def error(self, i: int, column: Optional[str], problem: str) -> TraceError:
+        """An error about data row ``i`` (0-based), naming the file line it starts on."""
+        return TraceError(self.path, self.lines[i], column, problem)
+
+
+def _blank(line: str) -> bool:
+    return not line.rstrip("\r\n").strip(" \t")
+
+
+def read_table(path: Path, sep: str = ",") -> Table:
+    """Read a CSV as pandas' ``read_csv(dtype=str, keep_default_na=False,
+    skipinitialspace=True, index_col=False)`` does (see the module docstring)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise TraceError(path, None, None, "file not found") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, None, None, f"not a readable CSV ({e})") from None
+    except OSError as e:
+        raise TraceError(path, None, None, f"cannot read the file ({e.strerror or e})") from None
+    phys = io.StringIO(text, newline="").readlines()
+    reader = csv.reader(phys, delimiter=sep, skipinitialspace=True)
+    names: Optional[list[str]] = None
+    header_line = 1
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start = 1
+    try:
+        for rec in reader:
+            end = reader.line_num
+            if end == start and _blank(phys[start - 1]):
+                start = end + 1
+                continue
+            if names is None:
+                names, header_line = _header_names(rec), start
+            elif len(rec) > len(names):
+                raise TraceError(path, start, None, f"more fields than the header "
+                                 f"({len(rec)} against {len(names)})")
+            else:
+                rows.append(rec + [""] * (len(names) - len(rec)))
+                lines.append(start)
+            last, start = start, end + 1
+    except csv.Error as e:
+        raise TraceError(path, start, None, f"not a readable CSV ({e})") from None
+    if names is None:
+        raise TraceError(path, None, None, "empty file")
+    if '"' in text and _open_quote("".join(phys[last - 1:]), sep):
+        raise TraceError(path, last, None, "a quoted field is not closed before the end of the file")
+    return Table(path, names, rows, lines, header_line)
+
+
+def _open_quote(record: str, sep: str) -> bool:
+    """Whether the csv module's reader (non-strict, skipinitialspace) ends ``record``
+    inside a quoted field: pandas rejects that ("EOF inside string"), csv does not."""
+    state = 0  # 0 field start, 1 in a field, 2 in quotes, 3 a quote in quotes
+    for c in record:
+        if state == 0:
+            if c == '"':
+                state = 2
+            elif c not in (sep, "\r", "\n", " "):
+                state = 1
+        elif state == 1:
+            if c in (sep, "\r", "\n"):
+                state = 0
+        elif state == 2:
+            if c == '"':
+                state = 3
+        elif c == '"':
+            state = 2
+        else:
+            state = 0 if c in (sep, "\r", "\n") else 1
+    return state == 2
+
+
+def _header_names(rec: list[str]) -> list[str]:
+    """pandas' C reader's header names: ``Unnamed: i`` for empty ones, then repeated
+    names numbered ``name.1``, ``name.2``, … (given names first, skipping taken ones)."""
+    names = [n if n else f"Unnamed: {i}" for i, n in enumerate(rec)]
+    unnamed = {names[i] for i, n in enumerate(rec) if not n}
+    order = [i for i in range(len(names)) if names[i] not in unnamed] + \
+            [i for i in range(len(names)) if names[i] in unnamed]
+    counts: dict[str, int] = {}
+    for i in order:
+        col = old = names[i]
+        cur = counts.get(col, 0)
+        if cur > 0:
+            while cur > 0:
+                counts[old] = cur + 1
+                col = f"{old}.{cur}"
+                cur = cur + 1 if col in names else counts.get(col, 0)
+            names[i] = col
+        counts[col] = cur + 1
+    return names
+
+
+_SPACE = " \t\n\r\x0b\x0c"
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
+                    r"|[+-]?inf(?:inity)?\Z", re.I)
+_I64, _U64 = 2 ** 63, 2 ** 64
+
+
+def _number(s: str):
+    """``pandas.to_numeric`` of one string: an int, a float, or None (not a number)."""
+    s = s.strip(_SPACE)
+    if _INT.match(s):
+        return int(s)
+    if _FLOAT.match(s):
+        return float(s)
+    return None
+
+
+def _numeric(t: Table, col: str, positive=False, integer=False) -> list:
+    """The column as numbers, checked as pandas' loader checks them; ints when every
+    value is an int pandas keeps as int64/uint64, else floats (pandas' column dtype)."""
+    raw = t.col(col)
+    vals = [_number(s) for s in raw]
+    for i, v in enumerate(vals):
+        bad = v is None or not math.isfinite(v) or (v <= 0 if positive else v < 0)
+        if not bad and integer and v % 1 != 0:
+            bad = True
+        if bad:
+            want = "a positive " if positive else "a non-negative "
+            want += "integer" if integer else "number"
+            raise t.error(i, col, f"expected {want}, got {raw[i]!r}")
+    if all(type(v) is int for v in vals) and (all(-_I64 <= v < _I64 for v in vals)
+                                             or all(0 <= v < _U64 for v in vals)):
+        return vals
+    return [float(v) for v in vals]
+
+
+def _check_ids(t: Table, kind: str) -> None:
     """Job ids must be present and unique (the simulator and reports key on them)."""
     col = ID_COLUMN.get(kind)
     if col is None:
         return
-    ids = df[col].fillna("").astype(str).str.strip()
-    empty = ids.eq("")
-    if empty.any():
-        i = int(np.flatnonzero(empty.to_numpy())[0])
-        raise TraceError(path, i + 2, col, "empty job id")
-    dup = ids.duplicated()
-    if dup.any():
-        i = int(np.flatnonzero(dup.to_numpy())[0])
-        raise TraceError(path, i + 2, col, f"duplicate job id {ids.iloc[i]!r} "
-                         "(an earlier row has it)")
+    ids = [raw.strip() for raw in t.col(col)]
+    if "" in ids:
+        raise t.error(ids.index(""), col, "empty job id")
+    seen = set()
+    for i, jid in enumerate(ids):
+        if jid in seen:
+            raise t.error(i, col, f"duplicate job id {jid!r} (an earlier row has it)")
+        seen.add(jid)
 
+
+# ---------------------------------------------------------------- shared with traces_pandas
 
 def _at_line(e: TraceError) -> TraceError:
-    """Loaders count data rows as lines 2, 3, …; pandas skips blank lines, so
-    map that row number to the file's physical line (read only on error)."""
+    """The pandas loader counts data rows as lines 2, 3, …; pandas skips blank lines,
+    so map that row number to the file's physical line (read only on error)."""
     if e.line is None or e.line < 2:
         return e
     try:
@@ -224,7 +417,7 @@ def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models
 def _from_durations(ids, submits, gpus, durations, model_names, rng, models, shape, users=None,
                     apps=None, batches=None, extra=None, groups=None) -> list[Job]:
     jobs = []
-    t0 = float(np.min(submits))
+    t0 = float(min(submits))
     for k in range(len(ids)):
         g = int(gpus[k])
         app = apps[k] if apps is not None and apps[k] else _assign_app(
@@ -240,148 +433,87 @@ def _from_durations(ids, submits, gpus, durations, model_names, rng, models, sha
     return jobs
 
 
-def _pollux(df, path, rng, models, shape) -> list[Job]:
-    t = _numeric(df, path, "time")
-    g = _numeric(df, path, "num_replicas", positive=True, integer=True)
-    b = _numeric(df, path, "batch_size", positive=True, integer=True)
+# ---------------------------------------------------------------- loaders (stdlib)
+
+def _pollux(t: Table, rng, models, shape) -> list[Job]:
+    tm = _numeric(t, "time")
+    g = _numeric(t, "num_replicas", positive=True, integer=True)
+    b = _numeric(t, "batch_size", positive=True, integer=True)
+    names = t.col("name")
     jobs = []
-    for i, app in enumerate(df.application):
+    for i, app in enumerate(t.col("application")):
         if app not in models.iters_table:
-            raise TraceError(path, i + 2, "application",
-                             f"unknown application {app!r}; known: {', '.join(sorted(models.iters_table))}")
-        jobs.append(Job(id=str(df.name.iloc[i]), submit_time=float(t.iloc[i]), num_gpus=int(g.iloc[i]),
-                        app=app, global_batch=int(b.iloc[i]),
-                        total_iters=models.iterations_for(app, int(b.iloc[i])),
-                        group_id=group_key("", app, int(g.iloc[i]), int(b.iloc[i]))))
-    return jobs
-
-
-def _philly(df, path, rng, models, shape) -> list[Job]:
-    ts = pd.to_datetime(df.timestamp, errors="coerce", format="%Y-%m-%d %H:%M:%S")
-    if ts.isna().any():
-        i = int(np.flatnonzero(ts.isna().to_numpy())[0])
-        raise TraceError(path, i + 2, "timestamp",
-                         f"expected YYYY-MM-DD HH:MM:SS, got {df.timestamp.iloc[i]!r}")
-    dur = _numeric(df, path, "duration", positive=True)
-    g = _numeric(df, path, "num_gpus", positive=True, integer=True)
-    submits = (ts - ts.min()).dt.total_seconds().to_numpy()
-    order = np.argsort(submits, kind="stable")  # apps are drawn in submit order
-    ids = [f"philly-{i}" for i in range(len(df))]
-    vcs = df.cluster.to_numpy() if "cluster" in df else np.full(len(df), "")
-    groups = [group_key(vcs[i], "", int(g.iloc[i]), None) for i in order]
-    jobs = _from_durations([ids[i] for i in order], submits[order], g.to_numpy()[order],
-                           dur.to_numpy()[order], None, rng, models, shape,
-                           users=df.cluster.to_numpy()[order] if "cluster" in df else None,
-                           groups=groups)
+            raise t.error(i, "application", f"unknown application {app!r}; known: "
+                          f"{', '.join(sorted(models.iters_table))}")
+        gi, bi = int(g[i]), int(b[i])
+        jobs.append(Job(id=names[i], submit_time=float(tm[i]), num_gpus=gi, app=app,
+                        global_batch=bi, total_iters=models.iterations_for(app, bi),
+                        group_id=group_key("", app, gi, bi)))
     return jobs
 
 
 def _tiresias_like(scale: float):
-    def load(df, path, rng, models, shape) -> list[Job]:
-        sub = _numeric(df, path, "submit_time") / scale
-        dur = _numeric(df, path, "duration", positive=True) / scale
-        g = _numeric(df, path, "num_gpu", positive=True, integer=True)
-        names = df.model_name.to_numpy() if "model_name" in df else None
-        groups = [group_key("", names[i] if names is not None else "", int(g.iloc[i]), None)
-                  for i in range(len(df))]
-        return _from_durations(df.job_id.to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(),
-                               names, rng, models, shape, groups=groups)
+    def load(t: Table, rng, models, shape) -> list[Job]:
+        sub = [float(v) / scale for v in _numeric(t, "submit_time")]
+        dur = [float(v) / scale for v in _numeric(t, "duration", positive=True)]
+        g = _numeric(t, "num_gpu", positive=True, integer=True)
+        names = t.col("model_name") if "model_name" in t else None
+        groups = [group_key("", names[i] if names is not None else "", int(g[i]), None)
+                  for i in range(len(t))]
+        return _from_durations(t.col("job_id"), sub, g, dur, names, rng, models, shape,
+                               groups=groups)
     return load
 
 
-def _generic(df, path, rng, models, shape) -> list[Job]:
-    sub = _numeric(df, path, "submit_time")
-    g = _numeric(df, path, "num_gpus", positive=True, integer=True)
-    apps = df.app.to_numpy() if "app" in df else None
+def _generic(t: Table, rng, models, shape) -> list[Job]:
+    sub = _numeric(t, "submit_time")
+    g = _numeric(t, "num_gpus", positive=True, integer=True)
+    n = len(t)
+    apps = t.col("app") if "app" in t else None
     if apps is not None:
         for i, a in enumerate(apps):
             if a and a not in models.profiles:
-                raise TraceError(path, i + 2, "app", f"unknown application {a!r}; known: "
-                                 + ", ".join(sorted(models.profiles)))
-    batches = _numeric(df, path, "batch_size", positive=True, integer=True).to_numpy() \
-        if "batch_size" in df else None
-    extra = [{} for _ in range(len(df))]
-    if "deadline" in df:
-        given = df.deadline.fillna("").astype(str).str.strip().ne("")
-        dl = pd.to_numeric(df.deadline.where(given), errors="coerce")
-        bad = given & ~np.isfinite(dl.fillna(np.inf))
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise TraceError(path, i + 2, "deadline",
-                             f"expected a number or nothing, got {df.deadline.iloc[i]!r}")
-        for i, v in enumerate(dl):
-            if given.iloc[i]:
-                extra[i]["deadline"] = float(v) - float(sub.min())
-    if "group" in df:
-        for i, v in enumerate(df.group):
+                raise t.error(i, "app", f"unknown application {a!r}; known: "
+                              + ", ".join(sorted(models.profiles)))
+    batches = _numeric(t, "batch_size", positive=True, integer=True) if "batch_size" in t else None
+    extra: list[dict] = [{} for _ in range(n)]
+    t0 = float(min(sub))
+    if "deadline" in t:
+        for i, raw in enumerate(t.col("deadline")):
+            if not raw.strip():
+                continue
+            v = _number(raw)
+            if v is None or not math.isfinite(v):
+                raise t.error(i, "deadline", f"expected a number or nothing, got {raw!r}")
+            extra[i]["deadline"] = float(v) - t0
+    if "group" in t:
+        for i, v in enumerate(t.col("group")):
             extra[i]["group_id"] = v or None
-    users = df.user.to_numpy() if "user" in df else None
-    for i in range(len(df)):
+    users = t.col("user") if "user" in t else None
+    for i in range(n):
         if not extra[i].get("group_id"):
             extra[i]["group_id"] = group_key(users[i] if users is not None else "",
-                                             apps[i] if apps is not None else "", int(g.iloc[i]),
+                                             apps[i] if apps is not None else "", int(g[i]),
                                              int(batches[i]) if batches is not None else None)
-    if "iterations" in df:
-        it = _numeric(df, path, "iterations", positive=True)
-        t0 = float(sub.min())
+    if "iterations" in t:
+        it = _numeric(t, "iterations", positive=True)
+        ids = t.col("id")
         jobs = []
-        for i in range(len(df)):
-            app = (apps[i] if apps is not None and apps[i] else _assign_app("", rng))
-            gi = int(g.iloc[i])
+        for i in range(n):
+            app = apps[i] if apps is not None and apps[i] else _assign_app("", rng)
+            gi = int(g[i])
             batch = int(batches[i]) if batches is not None else _batch_for(app, gi, models)
-            jobs.append(Job(id=str(df["id"].iloc[i]), submit_time=float(sub.iloc[i]) - t0,
-                            num_gpus=gi, app=app, global_batch=batch,
-                            total_iters=float(it.iloc[i]),
-                            user=str(users[i]) if users is not None else "user", **extra[i]))
+            jobs.append(Job(id=ids[i], submit_time=float(sub[i]) - t0, num_gpus=gi, app=app,
+                            global_batch=batch, total_iters=float(it[i]),
+                            user=users[i] if users is not None else "user", **extra[i]))
         return jobs
-    if "duration" not in df:
-        raise TraceError(path, 1, "duration", "a generic trace needs 'duration' or 'iterations'")
-    dur = _numeric(df, path, "duration", positive=True)
-    return _from_durations(df["id"].to_numpy(), sub.to_numpy(), g.to_numpy(), dur.to_numpy(), None,
-                           rng, models, shape, users=users, apps=apps, batches=batches, extra=extra)
+    if "duration" not in t:
+        raise TraceError(t.path, t.header_line, "duration",
+                         "a generic trace needs 'duration' or 'iterations'")
+    dur = _numeric(t, "duration", positive=True)
+    return _from_durations(t.col("id"), sub, g, dur, None, rng, models, shape, users=users,
+                           apps=apps, batches=batches, extra=extra)
 
 
-def _sacct(df, path, rng, models, shape) -> list[Job]:
-    from .slurm.meta import parse_meta
-
-    times = {}
-    for col in ("Submit", "Start", "End"):
-        times[col] = pd.to_datetime(df[col].where(~df[col].isin(["Unknown", "None", ""])),
-                                    errors="coerce", format="%Y-%m-%dT%H:%M:%S")
-    bad = df["Submit"].ne("") & times["Submit"].isna()
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TraceError(path, i + 2, "Submit", f"expected YYYY-MM-DDTHH:MM:SS, got {df.Submit.iloc[i]!r}")
-    tres_col = "AllocTRES" if "AllocTRES" in df else ("ReqTRES" if "ReqTRES" in df else None)
-    if tres_col is None:
-        raise TraceError(path, 1, "AllocTRES", "an sacct trace needs AllocTRES or ReqTRES")
-    rows = []
-    for i in range(len(df)):
-        jid = str(df.JobID.iloc[i])
-        if "." in jid:
-            continue  # a job step
-        m = _GPU_TRES.search(str(df[tres_col].iloc[i]))
-        gpus = int(m.group(1)) if m else 0
-        st, en, sub = times["Start"].iloc[i], times["End"].iloc[i], times["Submit"].iloc[i]
-        if gpus <= 0 or pd.isna(st) or pd.isna(en) or pd.isna(sub):
-            continue
-        # offline workload modelling only (never a scheduling input): the user Comment's
-        # tag is accepted here when the AdminComment has none
-        meta = parse_meta(str(df.AdminComment.iloc[i]) if "AdminComment" in df else "")
-        if not meta.tagged and "Comment" in df:
-            meta = parse_meta(str(df.Comment.iloc[i]))
-        app = meta.app if meta.app in models.profiles else None
-        user = str(df.User.iloc[i]) if "User" in df else "user"
-        name = str(df.JobName.iloc[i]) if "JobName" in df else ""
-        rows.append((jid, sub.timestamp(), gpus, max((en - st).total_seconds(), 1.0),
-                     user, app, meta.batch, group_key(user, name or meta.app or "", gpus, meta.batch)))
-    if not rows:
-        raise TraceError(path, None, None, "no finished GPU jobs in the sacct output")
-    ids, sub, g, dur, users, apps, batches, groups = map(list, zip(*rows))
-    return _from_durations(ids, np.array(sub), g, dur, None, rng, models, shape, users=users,
-                           apps=apps, batches=batches, groups=groups)
-
-
-_LOADERS = {"pollux": _pollux, "philly": _philly, "tiresias": _tiresias_like(1.0),
-            "muri": _tiresias_like(1000.0), "generic": _generic,
-            "sacct": _sacct}
+_LOADERS = {"pollux": _pollux, "tiresias": _tiresias_like(1.0), "muri": _tiresias_like(1000.0),
+            "generic": _generic}

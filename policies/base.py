@@ -11,7 +11,7 @@ the two generic disciplines most baselines are made of.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
@@ -143,16 +143,26 @@ class FreeGpus:
     ``snapshot.free_by_node()``) is taken over and kept current by :meth:`take` and
     :meth:`give`."""
 
-    def __init__(self, by_node: dict, node_order: Mapping[str, int]):
+    def __init__(self, by_node: dict, node_order: Mapping[str, int],
+                 buckets: Optional[Mapping[int, Sequence[tuple[int, str]]]] = None):
         self.by_node = by_node
         self.rank = node_order
         self.big = len(node_order)
-        self.total = 0
-        self.buckets: dict[int, list] = {}
-        for x, gs in by_node.items():
-            self.total += len(gs)
+        if buckets is not None:  # precomputed for this very by_node (snapshot.free_buckets)
+            self.buckets = {c: list(b) for c, b in buckets.items() if b}
+            self.total = sum(c * len(b) for c, b in self.buckets.items())
+            return
+        total = 0
+        buckets: dict[int, list] = {}
+        rank, big = node_order, self.big
+        for x, gs in by_node.items():  # one append per node, then one sort per bucket
             if gs:
-                insort(self.buckets.setdefault(len(gs), []), self._key(x))
+                total += len(gs)
+                buckets.setdefault(len(gs), []).append((rank.get(x, big), x))
+        for b in buckets.values():
+            b.sort()
+        self.total = total
+        self.buckets = buckets
 
     def _key(self, x: str) -> tuple:
         return (self.rank.get(x, self.big), x)
@@ -205,6 +215,12 @@ class FreeGpus:
             self.total += 1
 
 
+def free_gpus_of(snap: ClusterSnapshot) -> FreeGpus:
+    """A :class:`FreeGpus` over the snapshot's free GPUs (its precomputed buckets when the
+    snapshot carries them)."""
+    return FreeGpus(snap.free_by_node(), snap.node_rank, snap.free_buckets)
+
+
 def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
     """Remove ``gpus`` from a node -> free GPUs index (in place)."""
     for g in gpus:
@@ -250,7 +266,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     Without ``backfill`` the first job that does not fit blocks all behind it
     (strict order); with it, later jobs that fit may start.
     """
-    free = FreeGpus(snap.free_by_node(), node_order(snap))
+    free = free_gpus_of(snap)
     nfree = free.total
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
@@ -375,7 +391,7 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             admitted.add(job.id)
             capacity -= job.num_gpus
     actions: list = []
-    free = FreeGpus(snap.free_by_node(), node_order(snap))
+    free = free_gpus_of(snap)
     for job in () if all_fit else snap.running():
         if job.id not in admitted:
             actions.append(PreemptJob(job.id))

@@ -264,6 +264,10 @@ class ClusterSnapshot:
     # optional precomputed node -> free GPUs (same content as free_gpus); the
     # simulator fills it so policies need not regroup thousands of GPUs
     free_index: Optional[Mapping[str, tuple[Gpu, ...]]] = None
+    # optional precomputed free count -> ((node rank, node name), ...) ascending, nodes with
+    # no free GPU left out: what policies.base.FreeGpus builds from free_index (the
+    # simulator keeps it up to date per change instead of per call)
+    free_buckets: Optional[Mapping[int, tuple[tuple[int, str], ...]]] = None
     # optional precomputed ids of the waiting jobs (same as scanning ``jobs``)
     waiting_ids: Optional[tuple[str, ...]] = None
     # relative speed of each application on each GPU type (Node.gpu_type)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import FreeGpus, Policy, exclusive_config, keep_running_reasons, node_order
+from .base import FreeGpus, Policy, exclusive_config, free_gpus_of, keep_running_reasons, node_order
 from .gimbal_coord import coordinate
 from .model import ClusterSnapshot, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress
@@ -83,7 +83,7 @@ class PackingHost(Policy):
         return {}
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
-        free = FreeGpus(snap.free_by_node(), node_order(snap))
+        free = free_gpus_of(snap)
         nfree = free.total
         total = snap.total_gpus
         rnd = PackRound(self, snap)

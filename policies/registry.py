@@ -45,11 +45,7 @@ class PolicyImportError(ImportError):
 
 def _load_all() -> None:
     for mod in _MODULES:
-        try:
-            importlib.import_module(mod)
-        except Exception as e:  # never skipped: a listed module must load
-            raise PolicyImportError(f"policy module {mod} failed to import: "
-                                    f"{type(e).__name__}: {e}") from e
+        _import(mod)
 
 
 def names() -> list[str]:
@@ -63,9 +59,26 @@ def describe() -> dict[str, str]:
     return {n: (c.__doc__ or "").strip().splitlines()[0] for n, c in sorted(_REGISTRY.items())}
 
 
+def _import(mod: str) -> None:
+    try:
+        importlib.import_module(mod)
+    except Exception as e:  # never skipped: a listed module must load
+        raise PolicyImportError(f"policy module {mod} failed to import: "
+                                f"{type(e).__name__}: {e}") from e
+
+
 def get_policy(name: str, **options):
-    _load_all()
+    """The policy ``name`` built with ``options``.  A policy whose module is named after
+    it (``sjf-ffs`` in ``policies.sjf_ffs``) is found by importing that module only (the
+    CLI's start-up, docs/scale.md §6); any other name loads every policy module."""
     cls = _REGISTRY.get(name)
+    mod = "policies." + name.replace("-", "_")
+    if cls is None and mod in _MODULES:
+        _import(mod)
+        cls = _REGISTRY.get(name)
+    if cls is None:
+        _load_all()
+        cls = _REGISTRY.get(name)
     if cls is None:
         raise UnknownPolicyError(name, sorted(_REGISTRY))
     return cls(**options)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Optional
 
-from .base import FreeGpus, exclusive_config
+from .base import FreeGpus, exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
 
@@ -187,7 +187,7 @@ class Round:
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
         self.mem_of = {n.name: n.gpu_mem_mb for n in nodes}
-        self.free = FreeGpus(snap.free_by_node(), snap.node_rank)
+        self.free = free_gpus_of(snap)
         self.n_free = self.free.total
         self.iter_cache: dict = {}
         self._excl: dict = {}

@@ -76,3 +76,7 @@ def test_relative_checkout_path_runs_both_sides(tmp_path, monkeypatch, capsys):
     assert float(cells[7]) == 1160.0          # the fake's final line: 1000 + 160 jobs
     assert 0 < float(cells[8]) < 1e6          # gimbal's Tiresias average JCT, seconds
     assert "wall: gimbal" in out and "CPU: gimbal" in out and "load average" in out
+    # both sides' own source byte-compiled before timing (as installed packages are)
+    assert list((tmp_path / "pollux" / "simulator" / "__pycache__").glob("simulator.*.pyc"))
+    assert list((ROOT / "gimbalctl" / "__pycache__").glob("traces.*.pyc"))
+    assert "byte-compiled first" in out

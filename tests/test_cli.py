@@ -1,3 +1,4 @@
+import ast
 import json
 
 import pandas as pd
@@ -100,20 +101,29 @@ def test_listing_policies_imports_no_pandas():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def test_simulate_loads_no_slurm_side_and_builds_frames_on_demand():
-    """Start-up (issue: CLI imports only what the command needs): a plain ``simulate`` does not
-    import the daemon, the Slurm backend, the store (SQLAlchemy) or matplotlib; its results
-    still give pandas frames when a caller asks for them."""
+HEAVY = ('gimbalctl.daemon', 'gimbalctl.slurm', 'gimbalctl.store', 'sqlalchemy', 'matplotlib',
+         'sklearn', 'scipy', 'pandas', 'gimbalctl.traces_pandas')
+
+
+def _simulate_imports(args: list[str]) -> list[str]:
+    """The heavy modules a ``gimbalctl simulate ARGS`` process has imported when it ends."""
     import subprocess
     import sys
 
     code = ("import sys; from click.testing import CliRunner; from gimbalctl.cli import main; "
-            "r = CliRunner().invoke(main, ['simulate', '--policy', 'fifo', '--limit', '20', "
-            "'--json']); assert r.exit_code == 0, r.output; "
-            "print(sorted(m for m in ('gimbalctl.daemon', 'gimbalctl.slurm', 'gimbalctl.store', "
-            "'sqlalchemy', 'matplotlib', 'sklearn') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+            f"r = CliRunner().invoke(main, ['simulate', *{args!r}]); "
+            "assert r.exit_code == 0, r.output; "
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return ast.literal_eval(out.stdout.strip())
+
+
+def test_simulate_loads_no_slurm_side_and_builds_frames_on_demand():
+    """Start-up (issue: CLI imports only what the command needs): a plain ``simulate`` does not
+    import the daemon, the Slurm backend, the store (SQLAlchemy), matplotlib or pandas; its
+    results still give pandas frames when a caller asks for them."""
+    assert _simulate_imports(['--policy', 'fifo', '--limit', '20', '--json']) == []
     from gimbalctl.cluster import parse_cluster
     from gimbalctl.profiles import default_models
     from gimbalctl.sim import SimConfig, simulate
@@ -125,3 +135,17 @@ def test_simulate_loads_no_slurm_side_and_builds_frames_on_demand():
     assert len(res.jobs) == 30 and res.summary["avg_jct"] == pytest.approx(res.jobs.jct.mean())
     assert res.summary["avg_wait_total"] == pytest.approx(res.jobs.wait_total.mean())
     assert list(res.timeline.columns)[:2] == ["t", "queue_length"]
+
+
+@pytest.mark.parametrize("header,rows", [
+    ("job_id,num_gpu,submit_time,iterations,model_name,duration,interval",
+     ["0,1,0,606,vgg19,164,30", "1,8,30,133,bert,147,23"]),
+    ("id,submit_time,num_gpus,duration,app,user,deadline",
+     ["a,0,2,600,cifar10,u1,", "b,30,1,60,,u2,9000"]),
+])
+def test_simulate_of_a_csv_imports_no_pandas(tmp_path, header, rows):
+    """The stdlib trace reader: a plain simulate of a tiresias or generic CSV imports no
+    pandas (nor matplotlib/sklearn); ``--out`` (per-job CSV and plots) still may."""
+    p = tmp_path / "t.csv"
+    p.write_text("\n".join([header, *rows]) + "\n")
+    assert _simulate_imports(['--trace', str(p), '--policy', 'tiresias', '--policy', 'fifo']) == []

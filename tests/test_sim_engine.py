@@ -243,3 +243,38 @@ def test_timeline_averages_are_time_weighted():
     s = summarize(jobs, tl, 100.0, 100.0, 1)
     assert s["avg_ql"] == pytest.approx(9.0)  # 10 for 90 s, 0 for 10 s (a plain mean says 5)
     assert s["avg_ce"] == pytest.approx(0.55)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 160, 161])
+def test_median_and_p99_jct_are_numpys(n):
+    """summarize's median and percentiles (kept off np.median/np.percentile, which import
+    numpy.ma at start-up) are numpy's values, bit for bit."""
+    import numpy as np
+    from gimbalctl.sim.result import _median, _percentile
+
+    rng = np.random.default_rng(n)
+    for scale in (1e-3, 1.0, 3.7e4):
+        for x in (rng.uniform(0, 1e6, n) * scale, rng.integers(0, 50, n).astype(float)):
+            assert _median(x) == float(np.median(x))
+            for q in (99, 50, 90, 1, 0, 100):
+                assert _percentile(x, q) == float(np.percentile(x, q)), (q, x)
+    nan = np.array(([1.0, 2.0] * n)[:n] + [np.nan])
+    assert np.isnan(_median(nan)) and np.isnan(_percentile(nan, 99))
+
+
+def test_get_policy_builds_any_registered_name_alone():
+    """get_policy finds a policy by importing only its own module when named after it,
+    and every registered name (whatever its module) still resolves."""
+    import ast
+    import subprocess
+    import sys
+
+    code = ("import sys; from policies import get_policy; get_policy('tiresias'); "
+            "print(sorted(m for m in sys.modules if m.startswith('policies.') and "
+            "m.count('.') == 1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(out.stdout.strip())
+    assert "policies.tiresias" in loaded and "policies.gandiva" not in loaded, loaded
+    import policies
+    for name in policies.names():
+        assert get_policy(name).name == name

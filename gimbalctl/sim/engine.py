@@ -47,6 +47,7 @@ import dataclasses
 import heapq
 import math
 import sys
+from bisect import bisect_left, insort
 from itertools import chain
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -163,6 +164,9 @@ class Simulator:
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
         self.gpu_obj = {n.name: n.gpus() for n in self.nodes}
         self.free_tuples: dict[str, tuple[Gpu, ...]] = {}
+        # free count -> sorted (node rank, node): ClusterSnapshot.free_buckets, kept per change
+        self.node_rank = {n.name: i for i, n in enumerate(self.nodes)}
+        self.buckets: dict[int, list[tuple[int, str]]] = {}
         self.dirty_nodes = {n.name for n in self.nodes}
         self.free_cache = None
         self.active: dict[str, _Rec] = {}
@@ -454,14 +458,24 @@ class Simulator:
         self.snap_jobs = jobs
         self.changed_views.clear()
         if self.free_cache is None:
+            buckets = self.buckets
             for name in self.dirty_nodes:
-                self.free_tuples[name] = tuple(
+                old = len(self.free_tuples.get(name, ()))
+                t = self.free_tuples[name] = tuple(
                     self.gpu_obj[name][i] for i in sorted(self.free_by_node[name]))
+                if old != len(t):
+                    key = (self.node_rank[name], name)
+                    if old:
+                        b = buckets[old]
+                        del b[bisect_left(b, key)]
+                    if t:
+                        insort(buckets.setdefault(len(t), []), key)
             self.dirty_nodes.clear()
             index = {n: t for n, t in self.free_tuples.items() if t}
             self.free_cache = (tuple(chain.from_iterable(index.values())),
-                               MappingProxyType(index))
-        free, index = self.free_cache
+                               MappingProxyType(index),
+                               MappingProxyType({c: tuple(b) for c, b in buckets.items() if b}))
+        free, index, buckets = self.free_cache
         if self.history_view is None:  # one copy per completion, not per call
             self.history_view = tuple(self.history)
         if self.refit is not None and (self.last_fit is None
@@ -474,7 +488,7 @@ class Simulator:
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
-            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index,
+            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
             waiting_ids=tuple(self.waiting_ids), gpu_types=self.models.gpu_types,
             history=self.history_view, predictors=self.predictors)
 

@@ -7,6 +7,8 @@ and the deadline-met ratio where jobs have deadlines.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
@@ -100,6 +102,33 @@ def _arr(frame, col: str) -> np.ndarray:
     return np.asarray(frame[col], dtype=float)
 
 
+def _median(x: np.ndarray) -> float:
+    """``np.median`` of a non-empty array, the same value (the middle one, or the mean of
+    the middle two, NaN if any is NaN) without the import of ``numpy.ma`` it costs the
+    CLI's start-up (docs/scale.md §6)."""
+    s = np.sort(x)
+    m = len(s) // 2
+    if np.isnan(s[-1]):
+        return float("nan")
+    return float(s[m]) if len(s) % 2 else float((s[m - 1] + s[m]) / 2)
+
+
+def _percentile(x: np.ndarray, q: float) -> float:
+    """``np.percentile(x, q)`` (method "linear") of a non-empty array, the same value:
+    virtual index (n - 1)·q/100 and numpy's two-sided ``_lerp``; no ``numpy.ma``."""
+    s = np.sort(x)
+    if np.isnan(s[-1]):
+        return float("nan")
+    v = (len(s) - 1) * (q / 100)
+    if v >= len(s) - 1:
+        return float(s[-1])
+    lo = math.floor(v)
+    g = v - lo
+    a, b = s[lo], s[lo + 1]
+    d = b - a
+    return float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g)
+
+
 def summarize(jobs, timeline, makespan: float, busy_gpu_seconds: float, total_gpus: int) -> dict:
     """Summary metrics from per-job and timeline columns (a DataFrame or a mapping of column
     name to array; a missing deadline is None or NaN)."""
@@ -109,8 +138,8 @@ def summarize(jobs, timeline, makespan: float, busy_gpu_seconds: float, total_gp
     out = {
         "jobs": int(n),
         "avg_jct": float(jct.mean()) if n else 0.0,
-        "median_jct": float(np.median(jct)) if n else 0.0,
-        "p99_jct": float(np.percentile(jct, 99)) if n else 0.0,
+        "median_jct": _median(jct) if n else 0.0,
+        "p99_jct": _percentile(jct, 99) if n else 0.0,
         "avg_queueing": float(_arr(jobs, "queueing").mean()) if n else 0.0,
         "avg_wait_total": float(_arr(jobs, "wait_total").mean()) if n else 0.0,
         "makespan": makespan,

@@ -40,3 +40,38 @@ def test_pick_take_give_match_pick_consolidated(data):
             idx.take(want)
             held.append(want)
         assert idx.by_node == ref
+
+
+class _Check:
+    """Wraps a policy: at every simulator call, the snapshot's precomputed buckets give the
+    FreeGpus that building from its free GPUs gives (buckets and total)."""
+
+    def __init__(self, name):
+        import policies
+
+        self.inner = policies.get_policy(name)
+        for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
+            setattr(self, flag, getattr(self.inner, flag))
+        self.name = self.inner.name
+        self.calls = 0
+
+    def schedule(self, snap):
+        assert snap.free_buckets is not None
+        fast = FreeGpus(snap.free_by_node(), snap.node_rank, snap.free_buckets)
+        slow = FreeGpus(snap.free_by_node(), snap.node_rank)
+        assert fast.buckets == slow.buckets and fast.total == slow.total == len(snap.free_gpus)
+        self.calls += 1
+        return self.inner.schedule(snap)
+
+
+def test_simulator_buckets_equal_a_fresh_build_at_every_call():
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from gimbalctl.sim import SimConfig, simulate
+    from test_pack_differential import _jobs
+
+    for name, cluster in (("fifo", "4x4"), ("tiresias", "3x8"), ("sjf-bsbf", "2x8,2x4"),
+                          ("lucid+gimbal", "4x4")):
+        pol = _Check(name)
+        simulate(_jobs(60, seed=3), parse_cluster(cluster), pol, default_models(), SimConfig(interval=60.0, seed=1))
+        assert pol.calls > 20
