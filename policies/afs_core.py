@@ -196,7 +196,10 @@ def _walk_p(st: list, ids: list, seed: int) -> int:
 
 def _hand_out(jobs: Sequence[Cand], m: int, step: int, pick) -> None:
     """Lines 18-21: ``m`` GPUs, one at a time, to the job ``pick(states, ids)`` names among
-    the jobs one more GPU helps."""
+    the jobs one more GPU helps.  With no GPU left (more jobs than GPUs after stage one)
+    nothing is handed out, so the states are not built."""
+    if m <= 0:
+        return
     live = [c for c in jobs if c.can_grow()]
     st = [_state(c) for c in live]
     ids = [c.id for c in live]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .afs_core import Cand, INF, afs_l_shares
 from .base import Policy
-from .elastic import Rates, elastic_plan
+from .elastic import Rates, elastic_plan, no_numbers
 from .registry import register
 
 
@@ -38,15 +38,27 @@ def candidates(snap, rates: Rates, jobs, rem_of) -> list[Cand]:
 
 
 def numbers_of(cands: dict[str, Cand]):
-    def numbers(job) -> dict:
+    """``explain`` numbers of each job at its count: (3)'s two sides and, when its length
+    is known, ``len_s``.  Jobs with equal (p, p', length) get the same mapping (not to be
+    changed), so :func:`~policies.elastic.elastic_plan` gives the waiting ones one shared
+    Reason (a zero length is not shared: its sign is kept as computed)."""
+    memo: dict = {}
+
+    def numbers(job):
         c = cands.get(job.id)
         if c is None:
-            return {}
+            return no_numbers(job)
         p, p1 = c.p(c.cnt), c.p(c.cnt + 1)
-        d = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
-             "ineq3_right": (p1 - p) / p if p > 0 else INF}
-        if c.rem != INF:
-            d["len_s"] = c.length(c.cnt)
+        ln = c.length(c.cnt) if c.rem != INF else None
+        key = (p, p1, ln)
+        d = memo.get(key)
+        if d is None:
+            d = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
+                 "ineq3_right": (p1 - p) / p if p > 0 else INF}
+            if ln is not None:
+                d["len_s"] = ln
+            if ln != 0:
+                memo[key] = d
         return d
     return numbers
 

@@ -1,22 +1,58 @@
 """Reference copy (test oracle) of the elastic Plan construction (policies/elastic.py
-``elastic_plan``) and of AFS-P's, Themis's and Optimus's ``schedule`` as they were before
-waiting jobs shared their Reason and AFS-P's processor sharing stopped building a Cand
-per job.  Do not edit: tests/policies/test_afs_speed_differential.py and
+``elastic_plan``), of AFS-P's, Themis's and Optimus's ``schedule``, of AFS-L's explain
+numbers (policies/afs_l.py ``numbers_of``) and of Algorithm 1's hand-out loop
+(policies/afs_core.py ``_hand_out``) as they were before waiting jobs shared their Reason,
+AFS-P's processor sharing stopped building a Cand per job and the hand-out stopped building
+states with no GPU left.  Do not edit: tests/policies/test_afs_speed_differential.py and
 tests/policies/test_elastic_differential.py compare the package's Plans with these.
 The placement these call is the literal one of reference_elastic.py."""
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
-from policies.afs_core import INF, afs_p_shares
-from policies.afs_l import candidates, numbers_of
+from policies.afs_core import Cand, INF, _state, afs_p_shares
+from policies.afs_l import candidates
 from policies.base import keep_running_reasons
 from policies.elastic import Rates, allowed, regulate, round_down, useful_share
 from policies.model import ClusterSnapshot, Job
 from policies.plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
 from policies.themis import _draw
 from reference_elastic import place
+
+
+def numbers_of(cands: dict[str, Cand]):
+    def numbers(job) -> dict:
+        c = cands.get(job.id)
+        if c is None:
+            return {}
+        p, p1 = c.p(c.cnt), c.p(c.cnt + 1)
+        d = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
+             "ineq3_right": (p1 - p) / p if p > 0 else INF}
+        if c.rem != INF:
+            d["len_s"] = c.length(c.cnt)
+        return d
+    return numbers
+
+
+def _hand_out(jobs: Sequence[Cand], m: int, step: int, pick) -> None:
+    """Lines 18-21: ``m`` GPUs, one at a time, to the job ``pick(states, ids)`` names among
+    the jobs one more GPU helps."""
+    live = [c for c in jobs if c.can_grow()]
+    st = [_state(c) for c in live]
+    ids = [c.id for c in live]
+    while m > 0 and live:
+        k = pick(st, ids)  # line 19
+        c = live[k]
+        c.cnt += 1  # line 20
+        if c.pick < 0:
+            c.pick = step
+        step += 1
+        m -= 1  # line 21
+        if c.can_grow():
+            st[k] = _state(c)
+        else:
+            del live[k], st[k], ids[k]
 
 
 def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], rates: Rates,

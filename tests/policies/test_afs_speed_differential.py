@@ -1,6 +1,7 @@
 """The cheaper elastic Plan construction (waiting jobs with the same explain numbers share
 one Reason; AFS-P's processor sharing without a Cand per job, its numbers memoised per
-distinct (p, p', counter); Themis's and Optimus's shared empty numbers) gives exactly the
+distinct (p, p', counter); AFS-L's numbers memoised per (p, p', length); Algorithm 1's
+hand-out skipped with no GPU left; Themis's and Optimus's shared empty numbers) gives exactly the
 Plans of the reference copies in reference_afs_speed.py: same actions, order, infeasible
 list and every reason's code, text and numbers, for the five elastic policies on
 hypothesis-random snapshots (both AFS-P branches, unit boundaries, unprofiled jobs with
@@ -139,10 +140,10 @@ class Differential:
 @pytest.mark.parametrize("name", ELASTIC)
 def test_crowded_simulator_runs_match_reference(name):
     """60 jobs on 8 GPUs: most calls have far more jobs than GPUs (AFS-P's processor
-    sharing, with a 300 s unit so counters and evictions vary); except for AFS-L (fresh
-    numbers per job), the shared Reasons are used on some of those calls."""
+    sharing, with a 300 s unit so counters and evictions vary); the shared Reasons are
+    used on some of those calls."""
     pol = Differential(name, 300.0)
     simulate(_jobs(60, seed=5), parse_cluster("2x4"), pol, MODELS,
              SimConfig(interval=60.0, seed=3, reveal_lengths=pol.needs_lengths))
     assert pol.calls > 30 and pol.crowded > 20
-    assert pol.shared > 0 or name == "afs-l"
+    assert pol.shared > 0

@@ -25,6 +25,7 @@ from policies.elastic import Rates
 from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
 from policies.themis import Themis
 from policies.throughput import ThroughputProfile
+import policies.afs_core
 import policies.afs_l
 import policies.max_min
 import reference_afs_speed as ref_speed
@@ -126,13 +127,16 @@ def test_themis_peak_fitted_profiles():
 
 def _reference_plan(pol, snap):
     """The Plan of the reference copies: literal placement and peak search, per-job
-    Reasons (reference_afs_speed.py), AFS-P/Themis/Optimus ``schedule`` as they were."""
+    Reasons, AFS-L's numbers and Algorithm 1's hand-out, AFS-P/Themis/Optimus ``schedule``
+    as they were (reference_afs_speed.py)."""
     def ref_peak(self, rates, job, limit, memo=None):
         return RefPeak.peak(self, rates, job, limit)
     with mock.patch.object(elastic, "place", ref_place), \
             mock.patch.object(Themis, "peak", ref_peak), \
             mock.patch.object(policies.afs_l, "elastic_plan", ref_speed.elastic_plan), \
-            mock.patch.object(policies.max_min, "elastic_plan", ref_speed.elastic_plan):
+            mock.patch.object(policies.max_min, "elastic_plan", ref_speed.elastic_plan), \
+            mock.patch.object(policies.afs_l, "numbers_of", ref_speed.numbers_of), \
+            mock.patch.object(policies.afs_core, "_hand_out", ref_speed._hand_out):
         ref = REF_SCHEDULE.get(pol.name)
         return ref(pol, snap) if ref is not None else pol.schedule(snap)
 
