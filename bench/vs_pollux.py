@@ -22,7 +22,7 @@ Before timing, each simulator's own source is byte-compiled (``python -m compile
 on gimbal's ``gimbalctl/`` and ``policies/`` and on the Pollux ``simulator/`` folder,
 each with its own Python), as an installed package is: otherwise, where
 ``PYTHONDONTWRITEBYTECODE`` is set or the folder is read-only, every process compiles
-its modules from source again (for gimbal about 0.2 CPU-s of a 0.5 CPU-s process;
+its modules from source again (for gimbal 0.01–0.06 CPU-s of a 0.4–0.5 CPU-s process here;
 docs/scale.md §7).  The libraries of both (numpy, pandas, …) come compiled with their
 installs.
 

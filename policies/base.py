@@ -217,8 +217,10 @@ class FreeGpus:
 
 def free_gpus_of(snap: ClusterSnapshot) -> FreeGpus:
     """A :class:`FreeGpus` over the snapshot's free GPUs (its precomputed buckets when the
-    snapshot carries them)."""
-    return FreeGpus(snap.free_by_node(), snap.node_rank, snap.free_buckets)
+    snapshot carries them with its free_index: a copy that dropped the index, e.g.
+    ``dataclasses.replace(snap, free_gpus=..., free_index=None)``, is built afresh)."""
+    buckets = snap.free_buckets if snap.free_index is not None else None
+    return FreeGpus(snap.free_by_node(), snap.node_rank, buckets)
 
 
 def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
