@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import FreeGpus, Policy, exclusive_config, free_gpus_of, keep_running_reasons, node_order
+from .base import Policy, exclusive_config, free_gpus_of, keep_running_reasons
 from .gimbal_coord import coordinate
 from .model import ClusterSnapshot, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress

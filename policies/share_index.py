@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Optional
 
-from .base import FreeGpus, exclusive_config, free_gpus_of
+from .base import exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
 
