@@ -152,7 +152,7 @@ job_st = st.tuples(st.floats(0, 2000), st.sampled_from([1, 1, 2, 4, 8]), st.floa
                    st.sampled_from(APPS))
 
 
-@pytest.mark.parametrize("name", [f"{h}+gimbal" for h in HOSTS])
+@pytest.mark.parametrize("name", [f"{h}+gimbal" for h in HOSTS] + list(HOSTS))
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(job_st, min_size=2, max_size=14), nodes=st.sampled_from(["2x4", "3x4", "1x8"]))
 def test_packing_constraints_never_violated(name, specs, nodes):
