@@ -80,3 +80,40 @@ def test_bad_workload_rows_name_the_line(tmp_path):
     (tmp_path / "h.csv").write_text("a,b\n")
     with pytest.raises(WorkloadError, match="header"):
         load_csv(tmp_path / "h.csv")
+
+
+def test_the_cli_trace_reader_keeps_the_ranges_of_a_workload_csv(tmp_path):
+    """A §5.1 workload CSV given to ``gimbalctl simulate --trace`` (a generic trace) keeps
+    each job's GPU-count and batch ranges: both trace readers give load_csv's jobs."""
+    from gimbalctl.traces import load_trace
+    from gimbalctl.traces_pandas import load_trace_pandas
+    p = tmp_path / "w.csv"
+    write_csv(generate(40, NODES, span_s=420, seed=5), p)
+    want = [(j.id, j.submit_time, j.app, j.num_gpus, j.global_batch, j.gpu_range,
+             j.batch_range) for j in load_csv(p)]
+    for read in (load_trace, load_trace_pandas):
+        jobs = read(p, nodes=NODES)
+        assert [(j.id, j.submit_time, j.app, j.num_gpus, j.global_batch, j.gpu_range,
+                 j.batch_range) for j in jobs] == want
+        assert [j.total_iters for j in jobs] == pytest.approx([j.total_iters for j in load_csv(p)])
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("id,submit_time,num_gpus,iterations,min_gpus\nj0,0,2,100,1\n", "min_gpus and max_gpus go together"),
+    ("id,submit_time,num_gpus,iterations,min_gpus,max_gpus\nj0,0,2,100,3,2\n",
+     r"w.csv:2: column 'max_gpus': max_gpus 2 is below min_gpus 3"),
+    ("id,submit_time,num_gpus,iterations,min_gpus,max_gpus\nj0,0,2,100,1,2\nj1,0,8,100,1,4\n",
+     r"w.csv:3: column 'min_gpus': the job's GPU count 8 is outside"),
+    ("id,submit_time,num_gpus,iterations,batch_size,min_batch,max_batch\nj0,0,2,100,64,128,512\n",
+     "the job's batch 64 is outside min_batch..max_batch = 128..512"),
+    ("id,submit_time,num_gpus,iterations,min_batch,max_batch\nj0,0,2,100,,512\n",
+     "column 'min_batch': expected a positive integer"),
+])
+def test_bad_ranges_in_a_trace_name_the_line(tmp_path, body, needle):
+    from gimbalctl.traces import TraceError, load_trace
+    from gimbalctl.traces_pandas import load_trace_pandas
+    p = tmp_path / "w.csv"
+    p.write_text(body)
+    for read in (load_trace, load_trace_pandas):
+        with pytest.raises(TraceError, match=needle):
+            read(p)
