@@ -13,7 +13,7 @@ from gimbalctl.similarity_db import load_features
 from policies.similarity import FEATURES
 
 
-@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0"])
+@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0", "efficientnetb7"])
 def test_shipped_features_match_the_torch_models(model):
     torch = pytest.importorskip("torch")
     from gimbalctl.zoo.features import measure
@@ -33,12 +33,26 @@ def test_published_parameter_counts():
     assert f["efficientnetb0"]["activation"] > f["mobilenetv2"]["activation"]  # SiLU + SE gates
 
 
-def test_efficientnet_b0_has_the_published_parameter_count():
-    """EfficientNet-B0 (Tan & Le 2019; Table 2 of seed 002): 5,288,548 parameters with the
-    ImageNet head, the count of torchvision's efficientnet_b0."""
+# torchvision's efficientnet_b0..b7 (ImageNet head), the counts its weights' metadata gives
+EFFICIENTNET_PARAMS = {0: 5_288_548, 1: 7_794_184, 2: 9_109_994, 3: 12_233_232, 4: 19_341_616,
+                       5: 30_389_784, 6: 43_040_704, 7: 66_347_960}
+
+
+@pytest.mark.parametrize("b", sorted(EFFICIENTNET_PARAMS))
+def test_efficientnets_have_the_published_parameter_counts(b):
+    """EfficientNet-B0..B7 (Tan & Le 2019; Table 2 of seed 002): compound scaling of B0
+    gives exactly torchvision's parameter count of each, with the ImageNet head."""
     pytest.importorskip("torch")
-    from gimbalctl.zoo.nets import efficientnet_b0
-    assert sum(p.numel() for p in efficientnet_b0(1000).parameters()) == 5_288_548
+    from gimbalctl.zoo.nets import efficientnet, efficientnet_b0
+    net = efficientnet_b0(1000) if b == 0 else efficientnet(b, 1000)
+    assert sum(p.numel() for p in net.parameters()) == EFFICIENTNET_PARAMS[b]
+
+
+def test_the_feature_table_holds_the_papers_efficientnets():
+    f = load_features()
+    assert {f"efficientnetb{b}" for b in range(8)} <= set(f)
+    depth = [sum(f[f"efficientnetb{b}"][:5]) for b in range(8)]
+    assert depth == sorted(depth) and depth[7] > 2 * depth[0]  # deeper with the depth coefficient
 
 
 NODES = parse_cluster("1x4:v100,1x4:p100,2x4:k80")

@@ -2,13 +2,15 @@
 
 Built only to measure their characteristics (layers by kind, parameters, FLOPs and
 activation memory per sample); never trained here.  Architectures follow the original
-papers' standard configurations (ResNet, VGG, MobileNetV2, EfficientNet-B0, DenseNet), the PyTorch
+papers' standard configurations (ResNet, VGG, MobileNetV2, EfficientNet-B0 to B7, DenseNet), the PyTorch
 examples Gavel's workloads use (word-level LSTM language model, Transformer base,
 autoencoder recommender, A3C's Atari network), and CycleGAN's ResNet generator.
 torchvision's own definitions cannot be imported on this project's CPU torch build
 (its compiled ops do not match), so the architectures are written out here.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -152,19 +154,41 @@ class _MBConv(nn.Module):
         return x + y if self.res else y
 
 
-def efficientnet_b0(classes: int = 10) -> nn.Module:
+def _divisible(v: float, d: int = 8) -> int:
+    """Channels rounded to a multiple of ``d`` (never below ``d`` nor 10 % below ``v``), the
+    rounding of the EfficientNet/MobileNet reference code."""
+    out = max(d, int(v + d / 2) // d * d)
+    return out + d if out < 0.9 * v else out
+
+
+# (width, depth) coefficients of EfficientNet-B0..B7 (Tan & Le 2019, §3.3 compound scaling;
+# the values of the authors' code, as torchvision's efficientnet_b0..b7)
+EFFICIENTNET_SCALING = {0: (1.0, 1.0), 1: (1.0, 1.1), 2: (1.1, 1.2), 3: (1.2, 1.4),
+                        4: (1.4, 1.8), 5: (1.6, 2.2), 6: (1.8, 2.6), 7: (2.0, 3.1)}
+
+
+def efficientnet(b: int = 0, classes: int = 10) -> nn.Module:
+    """EfficientNet-B``b``: B0 of Table 1 with channels × width (rounded to multiples of 8)
+    and each stage's repeats × depth (rounded up)."""
+    width, depth = EFFICIENTNET_SCALING[b]
     # (expansion t, kernel k, stride s, channels c, repeats n) of Table 1, stages 2-8
     cfg = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
            (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
-    mods: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU()]
-    cin = 32
+    cin = _divisible(32 * width)
+    mods: list[nn.Module] = [nn.Conv2d(3, cin, 3, 2, 1, bias=False), nn.BatchNorm2d(cin), nn.SiLU()]
     for t, k, s, c, n in cfg:
-        for i in range(n):
+        c = _divisible(c * width)
+        for i in range(math.ceil(n * depth)):
             mods.append(_MBConv(cin, c, k, s if i == 0 else 1, t))
             cin = c
-    mods += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU(),
-             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(1280, classes)]
+    last = 4 * cin  # 1280 for B0
+    mods += [nn.Conv2d(cin, last, 1, bias=False), nn.BatchNorm2d(last), nn.SiLU(),
+             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(last, classes)]
     return nn.Sequential(*mods)
+
+
+def efficientnet_b0(classes: int = 10) -> nn.Module:
+    return efficientnet(0, classes)
 
 
 # ----------------------------------------------------------------- DenseNet (Huang et al.)
@@ -397,6 +421,8 @@ MODELS = {
     "vgg19": (lambda: vgg(19), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "mobilenetv2": (mobilenet_v2, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "efficientnetb0": (efficientnet_b0, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    **{f"efficientnetb{b}": ((lambda b=b: efficientnet(b)), lambda: torch.randn(1, 3, 32, 32),
+                             "CIFAR-10") for b in range(1, 8)},
     "densenet121": (lambda: densenet(121), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet169": (lambda: densenet(169), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet201": (lambda: densenet(201), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
