@@ -13,7 +13,8 @@ from gimbalctl.similarity_db import load_features
 from policies.similarity import FEATURES
 
 
-@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0", "efficientnetb7"])
+@pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0", "efficientnetb7",
+                                   "resnet50v2", "mobilenet"])
 def test_shipped_features_match_the_torch_models(model):
     torch = pytest.importorskip("torch")
     from gimbalctl.zoo.features import measure
@@ -48,9 +49,31 @@ def test_efficientnets_have_the_published_parameter_counts(b):
     assert sum(p.numel() for p in net.parameters()) == EFFICIENTNET_PARAMS[b]
 
 
-def test_the_feature_table_holds_the_papers_efficientnets():
+# Keras' applications (the paper's Table 2 models): total parameters, its BatchNorm moving
+# mean and variance included
+KERAS_PARAMS = {"resnet50v2": 25_613_800, "resnet101v2": 44_675_560, "resnet152v2": 60_380_648,
+                "mobilenet": 4_253_864}
+
+
+@pytest.mark.parametrize("model", sorted(KERAS_PARAMS))
+def test_keras_built_models_have_keras_parameter_counts(model):
+    torch = pytest.importorskip("torch")
+    from gimbalctl.zoo.nets import mobilenet_v1, resnet_v2
+    net = mobilenet_v1(1000) if model == "mobilenet" else resnet_v2(int(model[6:-2]), 1000)
+    stats = sum(m.running_mean.numel() + m.running_var.numel() for m in net.modules()
+                if isinstance(m, torch.nn.BatchNorm2d))
+    assert sum(p.numel() for p in net.parameters()) + stats == KERAS_PARAMS[model]
+
+
+# seed 002 Table 2: the 21 CNN models of the paper's jobs
+PAPER_CNNS = ("vgg16", "vgg19", "resnet50", "resnet50v2", "resnet101", "resnet101v2", "resnet152",
+              "resnet152v2", "mobilenet", "mobilenetv2", "densenet121", "densenet169",
+              "densenet201", *(f"efficientnetb{b}" for b in range(8)))
+
+
+def test_the_feature_table_holds_the_papers_21_cnns():
     f = load_features()
-    assert {f"efficientnetb{b}" for b in range(8)} <= set(f)
+    assert len(PAPER_CNNS) == 21 and set(PAPER_CNNS) <= set(f)
     depth = [sum(f[f"efficientnetb{b}"][:5]) for b in range(8)]
     assert depth == sorted(depth) and depth[7] > 2 * depth[0]  # deeper with the depth coefficient
 

@@ -2,11 +2,13 @@
 
 Built only to measure their characteristics (layers by kind, parameters, FLOPs and
 activation memory per sample); never trained here.  Architectures follow the original
-papers' standard configurations (ResNet, VGG, MobileNetV2, EfficientNet-B0 to B7, DenseNet), the PyTorch
+papers' standard configurations (ResNet, ResNet V2 and MobileNet as Keras' applications build
+them, VGG, MobileNetV2, EfficientNet-B0 to B7, DenseNet), the PyTorch
 examples Gavel's workloads use (word-level LSTM language model, Transformer base,
 autoencoder recommender, A3C's Atari network), and CycleGAN's ResNet generator.
-torchvision's own definitions cannot be imported on this project's CPU torch build
-(its compiled ops do not match), so the architectures are written out here.
+torchvision is not installed in this project's environment, so the architectures are
+written out here; tests/test_similarity_data.py checks their parameter counts against
+torchvision's and Keras' published ones.
 """
 from __future__ import annotations
 
@@ -77,6 +79,61 @@ def resnet(depth: int, classes: int = 10, cifar: bool = True) -> nn.Module:
             mods.append(block(cin, c, 2 if (k == 0 and i > 0) else 1))
             cin = c * block.expansion
     mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*mods)
+
+
+# ------------------------------------- ResNet V2 (He et al., ECCV 2016: pre-activation blocks)
+class _PreactBottleneck(nn.Module):
+    """Keras' ``resnet_v2`` block: BN-ReLU before the convolutions, the shortcut a 1x1
+    convolution of the pre-activation (first block of a stack) or the input, max-pooled when
+    the block strides (the stride sits in the last block of a stack, as Keras)."""
+
+    def __init__(self, cin, c, stride, conv_shortcut):
+        super().__init__()
+        self.pre = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU())
+        self.short = (nn.Conv2d(cin, 4 * c, 1, stride) if conv_shortcut else
+                      nn.MaxPool2d(1, stride) if stride > 1 else None)
+        self.conv_shortcut = conv_shortcut
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.Conv2d(c, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.Conv2d(c, 4 * c, 1))
+
+    def forward(self, x):
+        p = self.pre(x)
+        s = self.short(p) if self.conv_shortcut else (self.short(x) if self.short else x)
+        return s + self.body(p)
+
+
+def resnet_v2(depth: int, classes: int = 10) -> nn.Module:
+    """ResNet-50/101/152 V2 as Keras' ``applications`` builds them (the paper's Table 2 models)."""
+    layers = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
+    mods: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for i, n in enumerate(layers):
+        c = 64 * 2 ** i
+        for k in range(n):
+            last = k == n - 1
+            mods.append(_PreactBottleneck(cin, c, 2 if last and i < 3 else 1, k == 0))
+            cin = 4 * c
+    mods += [nn.BatchNorm2d(cin), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+             nn.Linear(cin, classes)]
+    return nn.Sequential(*mods)
+
+
+# ----------------------------------------------- MobileNet (Howard et al. 2017, Table 1)
+def mobilenet_v1(classes: int = 10) -> nn.Module:
+    """MobileNet (width 1.0): a 3x3 convolution, then 13 depthwise-separable blocks, as
+    Keras' ``applications.MobileNet`` (its 1x1-convolution classifier written as a Linear)."""
+    cfg = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1),
+           (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+    mods: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()]
+    cin = 32
+    for c, s in cfg:
+        mods += [nn.Conv2d(cin, cin, 3, s, 1, groups=cin, bias=False), nn.BatchNorm2d(cin), nn.ReLU6(),
+                 nn.Conv2d(cin, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU6()]
+        cin = c
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(1e-3), nn.Linear(cin, classes)]
     return nn.Sequential(*mods)
 
 
@@ -419,6 +476,10 @@ MODELS = {
     "resnet152": (lambda: resnet(152), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "vgg16": (lambda: vgg(16), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "vgg19": (lambda: vgg(19), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet50v2": (lambda: resnet_v2(50), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet101v2": (lambda: resnet_v2(101), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet152v2": (lambda: resnet_v2(152), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "mobilenet": (mobilenet_v1, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "mobilenetv2": (mobilenet_v2, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "efficientnetb0": (efficientnet_b0, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     **{f"efficientnetb{b}": ((lambda b=b: efficientnet(b)), lambda: torch.randn(1, 3, 32, 32),
