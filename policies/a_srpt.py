@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import bisect
 
-from .asrpt_core import (EPS, alpha_bounds, free_counts, place, prediction, predicted_seconds,
-                         virtual_srpt)
+from .asrpt_core import (EPS, IncrementalSrpt, alpha_bounds, free_counts, place, prediction,
+                         predicted_seconds)
 from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
 from .heavy_edge import FreeIndex
 from .pipeline import Network
@@ -66,16 +66,21 @@ class ASrpt(Policy):
         self.net = Network.from_units(intra_gbytes, inter_gbits)
         self._delay: dict[str, tuple[float, float]] = {}
         # memo only (results are a pure function of the snapshot): per-job facts, history index
-        self._token, self._facts, self._hidx = None, {}, None
+        self._token, self._facts, self._hidx, self._hitems = None, {}, None, {}
+        self._srpt = IncrementalSrpt()
 
     # ---------------------------------------------------------------- Ã1
-    def _fact(self, snap, j, G):
-        """(α̂min, αmax, ñ, unit, source, p̃) of a job; memoised per job id while the
-        predictor object, G and the server size are the same (the inputs do not change)."""
+    def _check_token(self, snap, G):
+        """Drop the memos when the predictor object, G, the server size or the profiles
+        change (once per call; the inputs of every job's facts)."""
         token = (snap.predictors.get("iterations"), G, snap.max_gpus_per_node, snap.profiles)
         if self._token is None or any(x is not y for x, y in zip(token, self._token)) \
                 or token[1:3] != self._token[1:3]:
-            self._token, self._facts = token, {}
+            self._token, self._facts, self._hitems = token, {}, {}
+
+    def _fact(self, snap, j, G):
+        """(α̂min, αmax, ñ, unit, source, p̃) of a job; memoised per job id while the
+        predictor object, G and the server size are the same (:meth:`_check_token`)."""
         hit = self._facts.get(j.id)
         if hit is not None and hit[0] is j:
             return hit[1]
@@ -88,22 +93,28 @@ class ASrpt(Policy):
         return fact
 
     def _history_since(self, history, t0):
-        """History records submitted at or after ``t0`` (index by submit time, extended
-        incrementally as the simulator appends finished jobs)."""
+        """Indices of the history records submitted at or after ``t0`` (index by submit
+        time, extended incrementally as the simulator appends finished jobs)."""
         idx = self._hidx
         if idx is None or len(history) < idx[1] or (idx[1] and history[idx[1] - 1] is not idx[2]):
             subs = sorted((f.submit_time, i) for i, f in enumerate(history))
+            self._hitems = {}
         else:
             subs = idx[3]
             for i in range(idx[1], len(history)):
                 bisect.insort(subs, (history[i].submit_time, i))
         self._hidx = (None, len(history), history[-1] if history else None, subs)
         k = bisect.bisect_left(subs, (t0, -1))
-        return [history[i] for _, i in subs[k:]]
+        return [i for _, i in subs[k:]]
 
     def virtual(self, snap):
-        """(per-job facts, Ã1 completion times) for the active jobs (and recent history)."""
+        """(per-job facts, Ã1 completion times) for the active jobs (and recent history).
+
+        Ã1 holds the active jobs and the history records submitted since the earliest
+        active job; its schedule comes from :class:`IncrementalSrpt` (equal to
+        :func:`virtual_srpt` on the same items)."""
         G = max(snap.total_gpus, 1)
+        self._check_token(snap, G)
         facts, items = {}, []
         active = list(snap.jobs.values())
         for j in active:
@@ -112,10 +123,16 @@ class ASrpt(Policy):
             items.append((j.id, j.submit_time, fact[5]))
         if active and snap.history:
             t0 = min(j.submit_time for j in active)
-            for f in self._history_since(snap.history, t0):
-                if f.id not in facts:
-                    items.append((f.id, f.submit_time, self._fact(snap, f, G)[5]))
-        return facts, virtual_srpt(items)
+            history, hitems = snap.history, self._hitems
+            for i in self._history_since(history, t0):
+                f = history[i]
+                if f.id in facts:
+                    continue
+                hit = hitems.get(i)
+                if hit is None or hit[0] is not f:  # (record, item) per history index
+                    hit = hitems[i] = (f, (f.id, f.submit_time, self._fact(snap, f, G)[5]))
+                items.append(hit[1])
+        return facts, self._srpt(items)
 
     # ---------------------------------------------------------------- Alg. 1
     def schedule(self, snap):

@@ -14,6 +14,7 @@ nodes the placement spans, which is what the simulator runs.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from functools import lru_cache
@@ -138,6 +139,90 @@ def virtual_srpt(items: Iterable[tuple[Any, float, float]]) -> dict[Any, float]:
             heapq.heapreplace(heap, (rem - (nxt - t), r, k))
             t = nxt
     return done
+
+
+class IncrementalSrpt:
+    """:func:`virtual_srpt` that reuses the previous call's schedule where it provably
+    repeats (same completion times, float for float; the dict's key order may differ).
+
+    Single-machine SRPT splits into busy periods: at an *idle point* (the loop finds no
+    job waiting before it admits item ``i``) every earlier item is complete and the
+    clock ``t`` is at most ``r_i``, so what follows depends only on items ``i, i+1, ...``
+    (the next step sets ``t = r_i``).  A busy period of the previous call from idle point
+    ``j`` to the next one ``J`` is copied when the new call reaches an idle point at the
+    same item, items ``j..J-1`` are equal (key, release, processing), and the new call's
+    next item (if any) arrives no earlier than the old ``r_J`` or after the old clock
+    ``t_J``: then every comparison of the loop in that period has the same outcome.
+    Otherwise the period is simulated as :func:`virtual_srpt` does."""
+
+    def __init__(self):
+        self._its: list = []     # previous call's items, sorted by (release, key)
+        self._done: list = []    # their completion times (aligned)
+        self._idle: dict = {}    # idle point index -> clock t there (len(items) -> final t)
+        self._nxt: list = []     # idle point index -> next idle point index (aligned list)
+        self.reused = 0          # items whose completion time was copied (all calls)
+
+    def __call__(self, items: Iterable[tuple[Any, float, float]]) -> dict[Any, float]:
+        its = sorted(items, key=_REL_KEY)
+        n = len(its)
+        if len({x[0] for x in its}) != n:  # duplicate keys: no reuse (the plain loop)
+            self._its, self._done, self._idle, self._nxt = [], [], {}, []
+            return virtual_srpt(its)
+        old, odone, oidle, onxt = self._its, self._done, self._idle, self._nxt
+        on = len(old)
+        done: dict[Any, float] = {}
+        idle: dict[int, float] = {}
+        heap: list = []
+        t, i = -math.inf, 0
+        while i < n or heap:
+            if not heap:
+                if old:  # idle point i: copy the old busy periods that repeat
+                    while i < n:
+                        k, r, _ = its[i]
+                        j = bisect.bisect_left(old, (r, k), key=_REL_KEY)
+                        if j >= on or old[j][0] != k or j not in oidle:
+                            break
+                        J = onxt[j]
+                        L = J - j
+                        if i + L > n or its[i:i + L] != old[j:J]:
+                            break
+                        tJ = oidle[J]
+                        if i + L < n:
+                            r2 = its[i + L][1]
+                            if not ((J < on and r2 >= old[J][1]) or r2 > tJ):
+                                break
+                        idle[i] = t
+                        done.update(zip((x[0] for x in old[j:J]), odone[j:J]))
+                        self.reused += L
+                        i, t = i + L, tJ
+                    if i >= n:
+                        break
+                idle[i] = t
+                t = max(t, its[i][1])
+            while i < n and its[i][1] <= t:
+                k, r, p = its[i]
+                heapq.heappush(heap, (max(p, 0.0), r, k))
+                i += 1
+            rem, r, k = heap[0]
+            nxt = its[i][1] if i < n else math.inf
+            if t + rem <= nxt:
+                heapq.heappop(heap)
+                t += rem
+                done[k] = t
+            else:
+                heapq.heapreplace(heap, (rem - (nxt - t), r, k))
+                t = nxt
+        idle[n] = t
+        pts = sorted(idle)
+        nx = [0] * (n + 1)
+        for a, b in zip(pts, pts[1:]):
+            nx[a] = b
+        self._its, self._done, self._idle, self._nxt = its, [done[x[0]] for x in its], idle, nx
+        return done
+
+
+def _REL_KEY(x):
+    return (x[1], x[0])
 
 
 # ------------------------------------------------------------------ placement
