@@ -38,6 +38,7 @@ Our choices where the paper is open (documented):
 from __future__ import annotations
 
 import bisect
+import operator
 
 from .asrpt_core import (EPS, IncrementalSrpt, alpha_bounds, free_counts, place, prediction,
                          predicted_seconds)
@@ -48,6 +49,7 @@ from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
 
 COMM_HEAVY = 1.5
+_SECOND, _ID = operator.itemgetter(1), operator.attrgetter("id")
 
 
 @register("a-srpt")
@@ -66,7 +68,7 @@ class ASrpt(Policy):
         self.net = Network.from_units(intra_gbytes, inter_gbits)
         self._delay: dict[str, tuple[float, float]] = {}
         # memo only (results are a pure function of the snapshot): per-job facts, history index
-        self._token, self._facts, self._hidx, self._hitems = None, {}, None, {}
+        self._token, self._facts, self._hidx, self._hitems, self._hobj = None, {}, None, {}, {}
         self._srpt = IncrementalSrpt()
 
     # ---------------------------------------------------------------- Ã1
@@ -76,7 +78,7 @@ class ASrpt(Policy):
         token = (snap.predictors.get("iterations"), G, snap.max_gpus_per_node, snap.profiles)
         if self._token is None or any(x is not y for x, y in zip(token, self._token)) \
                 or token[1:3] != self._token[1:3]:
-            self._token, self._facts, self._hitems = token, {}, {}
+            self._token, self._facts, self._hitems, self._hobj = token, {}, {}, {}
 
     def _fact(self, snap, j, G):
         """(α̂min, αmax, ñ, unit, source, p̃) of a job; memoised per job id while the
@@ -98,14 +100,14 @@ class ASrpt(Policy):
         idx = self._hidx
         if idx is None or len(history) < idx[1] or (idx[1] and history[idx[1] - 1] is not idx[2]):
             subs = sorted((f.submit_time, i) for i, f in enumerate(history))
-            self._hitems = {}
+            self._hitems, self._hobj = {}, {}
         else:
             subs = idx[3]
             for i in range(idx[1], len(history)):
                 bisect.insort(subs, (history[i].submit_time, i))
         self._hidx = (None, len(history), history[-1] if history else None, subs)
         k = bisect.bisect_left(subs, (t0, -1))
-        return [i for _, i in subs[k:]]
+        return list(map(_SECOND, subs[k:]))
 
     def virtual(self, snap):
         """(per-job facts, Ã1 completion times) for the active jobs (and recent history).
@@ -123,15 +125,18 @@ class ASrpt(Policy):
             items.append((j.id, j.submit_time, fact[5]))
         if active and snap.history:
             t0 = min(j.submit_time for j in active)
-            history, hitems = snap.history, self._hitems
-            for i in self._history_since(history, t0):
-                f = history[i]
-                if f.id in facts:
-                    continue
-                hit = hitems.get(i)
-                if hit is None or hit[0] is not f:  # (record, item) per history index
-                    hit = hitems[i] = (f, (f.id, f.submit_time, self._fact(snap, f, G)[5]))
-                items.append(hit[1])
+            history, hitems, hobj = snap.history, self._hitems, self._hobj
+            idxs = self._history_since(history, t0)
+            objs = list(map(history.__getitem__, idxs))
+            if not all(map(operator.is_, map(hobj.get, idxs), objs)):
+                for i, f in zip(idxs, objs):  # records not seen yet: their Ã1 item
+                    if hobj.get(i) is not f and f.id not in facts:
+                        hobj[i] = f
+                        hitems[i] = (f.id, f.submit_time, self._fact(snap, f, G)[5])
+            if facts.keys().isdisjoint(map(_ID, objs)):
+                items.extend(map(hitems.__getitem__, idxs))
+            else:  # a record whose id is active: the active job's item only
+                items.extend(hitems[i] for i, f in zip(idxs, objs) if f.id not in facts)
         return facts, self._srpt(items)
 
     # ---------------------------------------------------------------- Alg. 1
