@@ -243,6 +243,32 @@ def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
 
 
 @dataclass(frozen=True)
+class WaitingQueue:
+    """The waiting jobs in submit order (ties by id), as :meth:`ClusterSnapshot.pending`
+    returns them: ``jobs`` and their ``ids`` in the same order, and ``max_gpus``, the
+    largest GPU count any of them asks (0 when none waits).
+
+    The simulator keeps this order incrementally (one binary-search insertion or removal per
+    job entering or leaving the queue) and hands a copy to each snapshot, so that a policy
+    call with 10k waiting jobs does not gather and sort them; the daemon builds it once per
+    snapshot with :meth:`of`."""
+
+    jobs: tuple[Job, ...] = ()
+    ids: tuple[str, ...] = ()
+    max_gpus: int = 0
+    # the snapshot job map this queue was taken from: a snapshot uses its queue only while
+    # its ``jobs`` is that very object, so ``dataclasses.replace(snap, jobs=...)`` falls
+    # back to sorting instead of answering from a stale queue
+    source: Optional[Mapping[str, Job]] = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, jobs: Mapping[str, Job]) -> "WaitingQueue":
+        """The queue of the waiting jobs of the job map ``jobs`` (its source)."""
+        js = tuple(sorted((j for j in jobs.values() if j.waiting), key=_SUBMIT_ORDER))
+        return cls(js, tuple(j.id for j in js), max((j.num_gpus for j in js), default=0), jobs)
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """The immutable view of the cluster at ``now``: all a policy sees.
 
@@ -277,6 +303,9 @@ class ClusterSnapshot:
     # fitted objects a policy may consult by name (e.g. "iterations": an A-SRPT
     # predictor fitted in gimbalctl); pure: they only map inputs to numbers
     predictors: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # optional waiting order (WaitingQueue) of ``jobs`` (used while ``queue.source`` is
+    # ``jobs``); None = pending() sorts the waiting jobs per call
+    queue: Optional[WaitingQueue] = None
 
     # ---- derived views -------------------------------------------------
     @property
@@ -300,6 +329,9 @@ class ClusterSnapshot:
 
     def pending(self) -> tuple[Job, ...]:
         """Jobs waiting to (re)start, in submit order (ties by id)."""
+        q = self.queue
+        if q is not None and q.source is self.jobs:
+            return q.jobs
         if self.waiting_ids is not None:
             jobs = self.jobs
             return tuple(sorted([jobs[i] for i in self.waiting_ids], key=_SUBMIT_ORDER))

@@ -8,6 +8,7 @@ never run are listed as infeasible, and ``order`` is the policy's queue order
 from __future__ import annotations
 
 import enum
+from collections import abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional, Union
@@ -133,7 +134,59 @@ class Plan:
                 "reasons": {k: v.as_dict() for k, v in sorted(self.reasons.items())}}
 
 
+class Reasons(abc.Mapping):
+    """A read-only job id -> :class:`Reason` map made of explicit entries plus shared
+    segments: ``(ids, reason)`` gives every id in ``ids`` that one reason, where ``ids`` is
+    a collection of job ids or a no-argument callable returning one (computed on first
+    use).  Explicit entries win over segments, an earlier segment over a later one (what
+    filling a dict explicit-first with ``setdefault`` would give).
+
+    A policy that leaves thousands of jobs with one shared reason (a blocked tail, every
+    running job kept as it is) pays nothing per job: the full map is resolved on the first
+    lookup that the explicit entries cannot answer and kept.  Every consumer sees a reason
+    for every job, as with a plain mapping; equality is by content."""
+
+    __slots__ = ("_explicit", "_segments", "_flat")
+
+    def __init__(self, explicit: Mapping[str, Reason], segments=()):
+        self._explicit = dict(explicit)
+        self._segments = tuple(segments)
+        self._flat: Optional[dict] = None if self._segments else self._explicit
+
+    def _all(self) -> dict:
+        if self._flat is None:
+            flat: dict = {}
+            for ids, why in self._segments:
+                for jid in ids() if callable(ids) else ids:
+                    flat.setdefault(jid, why)
+            flat.update(self._explicit)
+            self._flat = flat
+            self._segments = ()  # drop what the callables held (e.g. the snapshot)
+        return self._flat
+
+    def __getitem__(self, jid: str) -> Reason:
+        r = self._explicit.get(jid)
+        return r if r is not None else self._all()[jid]
+
+    def __contains__(self, jid) -> bool:
+        return jid in self._explicit or jid in self._all()
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"Reasons({self._all()!r})"
+
+
 def make_plan(policy: str, actions: list, order: list, reasons: dict,
-              infeasible: list = ()) -> Plan:
+              infeasible: list = (), shared=()) -> Plan:
+    """A :class:`Plan`; ``shared``: segments ``(ids, reason)`` for jobs not in ``reasons``
+    (see :class:`Reasons`)."""
+    if shared:
+        return Plan(policy, tuple(actions), tuple(order), Reasons(reasons, shared),
+                    tuple(infeasible))
     return Plan(policy, tuple(actions), tuple(order), MappingProxyType(dict(reasons)),
                 tuple(infeasible))

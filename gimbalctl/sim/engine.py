@@ -54,7 +54,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState,
-                            Node, WorkerAlloc, uniform_workers)
+                            Node, WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
@@ -177,6 +177,15 @@ class Simulator:
         self.snap_jobs: Optional[dict] = None
         self.changed_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
+        # the waiting order (ClusterSnapshot.queue) kept per change: (submit time, id) keys
+        # sorted, with each job's view and id at the same index, and a count of the waiting
+        # jobs per GPU count (the queue's max_gpus); a view enters when the snapshot makes
+        # it, leaves when the job starts
+        self.wkeys: list[tuple[float, str]] = []
+        self.wjobs: list[Job] = []
+        self.wids: list[str] = []
+        self.wgpus: dict[int, int] = {}
+        self.queue_cache: Optional[tuple] = None  # (jobs tuple, ids tuple, max gpus)
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -437,9 +446,38 @@ class Simulator:
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
+    def _enqueue(self, view: Job) -> None:
+        """Put a waiting job's current view in the waiting order (replacing an older view)."""
+        key = (view.submit_time, view.id)
+        i = bisect_left(self.wkeys, key)
+        if i < len(self.wkeys) and self.wkeys[i] == key:
+            self.wjobs[i] = view
+        else:
+            self.wkeys.insert(i, key)
+            self.wjobs.insert(i, view)
+            self.wids.insert(i, view.id)
+            self.wgpus[view.num_gpus] = self.wgpus.get(view.num_gpus, 0) + 1
+        self.queue_cache = None
+
+    def _unqueue(self, spec: Job) -> None:
+        """Take a job that starts out of the waiting order (if its view entered it)."""
+        key = (spec.submit_time, spec.id)
+        i = bisect_left(self.wkeys, key)
+        if i < len(self.wkeys) and self.wkeys[i] == key:
+            del self.wkeys[i], self.wjobs[i], self.wids[i]
+            n = self.wgpus[spec.num_gpus] - 1
+            if n:
+                self.wgpus[spec.num_gpus] = n
+            else:
+                del self.wgpus[spec.num_gpus]
+            self.queue_cache = None
+
     def snapshot(self) -> ClusterSnapshot:
+        waiting = self.waiting_ids
         for jid in sorted(self.dirty_views):  # sorted: new jobs enter in id order
-            self.views[jid] = self._view(self.recs[jid])
+            v = self.views[jid] = self._view(self.recs[jid])
+            if jid in waiting:
+                self._enqueue(v)
         self.changed_views |= self.dirty_views
         self.dirty_views.clear()
         jobs = self.snap_jobs
@@ -476,6 +514,10 @@ class Simulator:
                                MappingProxyType(index),
                                MappingProxyType({c: tuple(b) for c, b in buckets.items() if b}))
         free, index, buckets = self.free_cache
+        if self.queue_cache is None:  # C-level copies of the kept order, per change
+            self.queue_cache = (tuple(self.wjobs), tuple(self.wids), max(self.wgpus, default=0))
+        qjobs, qids, qmax = self.queue_cache
+        jobs_view = MappingProxyType(jobs)
         if self.history_view is None:  # one copy per completion, not per call
             self.history_view = tuple(self.history)
         if self.refit is not None and (self.last_fit is None
@@ -484,13 +526,14 @@ class Simulator:
                                                 **self.refit(self.history_view, self.now)})
             self.last_fit = self.now
         return ClusterSnapshot(
-            now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
+            now=self.now, nodes=self.nodes, jobs=jobs_view,
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
-            waiting_ids=tuple(self.waiting_ids), gpu_types=self.models.gpu_types,
-            history=self.history_view, predictors=self.predictors)
+            waiting_ids=qids, gpu_types=self.models.gpu_types,
+            history=self.history_view, predictors=self.predictors,
+            queue=WaitingQueue(qjobs, qids, qmax, jobs_view))
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -534,7 +577,7 @@ class Simulator:
             rec.held = 0
             rec.preemptions += 1
             rec.version += 1
-            self.waiting_ids[rec.spec.id] = None
+            self.waiting_ids[rec.spec.id] = None  # enters the queue with its new view
         resizes = plan.resizes()
         old: dict[str, frozenset] = {}
         for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
@@ -559,6 +602,7 @@ class Simulator:
             self._settle(rec)
             self._place(rec, act)
             del self.waiting_ids[rec.spec.id]
+            self._unqueue(rec.spec)
             affected |= set(rec.partners)
         self._refresh(affected)
 
