@@ -296,9 +296,13 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
             why = (reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting") if blocked and not backfill
                    else reason(ReasonCode.WAIT_RESOURCES, "no GPU is free", free_gpus=0))
             if queue is not None and queue.max_gpus <= total:  # no job of the tail is infeasible
-                rest = queue.ids[k:]
-                out_order.extend(rest)
+                rest = queue.ids[k:]  # a view (the simulator's) or a tuple slice
                 shared.append((rest, why))
+                j = k - len(out_order)
+                if list(queue.ids[j:k]) == out_order:  # the order is one run of the queue: a view
+                    out_order = queue.ids[j:]
+                else:
+                    out_order.extend(rest)
                 break
             tail = order[k:]
             rest = [j.id for j in tail if j.num_gpus <= total]
@@ -436,6 +440,8 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
         else:
             out_order.append(job.id)
-            reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                     "higher-priority jobs hold the GPUs", **numbers(job))
-    return make_plan(policy, actions, out_order, reasons, infeasible, [keep_running_segment(snap)])
+    jobs = snap.jobs
+    waiting_why = (out_order, lambda jid: reason(
+        ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
+    return make_plan(policy, actions, out_order, reasons, infeasible,
+                     [waiting_why, keep_running_segment(snap)])

@@ -13,10 +13,12 @@ not with simulated seconds.
 from __future__ import annotations
 
 import enum
+from collections import abc
+from itertools import islice
 from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from .throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
 
@@ -242,6 +244,54 @@ def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
     return facts
 
 
+class Frozen(abc.Sequence):
+    """A read-only sequence over ``items[start:stop]`` of a list that its owner does not
+    change there while any view of it is referenced: an append-only list (the simulator's
+    history: later appends are past ``stop``) or a list the owner copies before changing it
+    when something still holds it (the simulator's waiting order, checked by reference
+    count).  Handing out a view costs O(1) instead of a tuple copy of the whole list.
+    Compares equal to a tuple or list of the same items; a slice with step 1 is another
+    view, any other slice a tuple."""
+
+    __slots__ = ("_items", "_start", "_stop")
+
+    def __init__(self, items: list, start: int = 0, stop: Optional[int] = None):
+        self._items = items
+        self._start = start
+        self._stop = len(items) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, i):
+        n = self._stop - self._start
+        if isinstance(i, slice):
+            a, b, step = i.indices(n)
+            if step == 1:
+                return Frozen(self._items, self._start + a, self._start + max(a, b))
+            return tuple(self._items[self._start:self._stop][i])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("index out of range")
+        return self._items[self._start + i]
+
+    def __iter__(self):
+        if self._start == 0 and self._stop == len(self._items):
+            return iter(self._items)
+        return islice(self._items, self._start, self._stop)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (Frozen, tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Frozen({tuple(self)!r})"
+
+
 @dataclass(frozen=True)
 class WaitingQueue:
     """The waiting jobs in submit order (ties by id), as :meth:`ClusterSnapshot.pending`
@@ -253,8 +303,8 @@ class WaitingQueue:
     call with 10k waiting jobs does not gather and sort them; the daemon builds it once per
     snapshot with :meth:`of`."""
 
-    jobs: tuple[Job, ...] = ()
-    ids: tuple[str, ...] = ()
+    jobs: Sequence[Job] = ()  # a tuple, or the simulator's Frozen view of its kept order
+    ids: Sequence[str] = ()
     max_gpus: int = 0
     # the snapshot job map this queue was taken from: a snapshot uses its queue only while
     # its ``jobs`` is that very object, so ``dataclasses.replace(snap, jobs=...)`` falls
@@ -295,11 +345,11 @@ class ClusterSnapshot:
     # simulator keeps it up to date per change instead of per call)
     free_buckets: Optional[Mapping[int, tuple[tuple[int, str], ...]]] = None
     # optional precomputed ids of the waiting jobs (same as scanning ``jobs``)
-    waiting_ids: Optional[tuple[str, ...]] = None
+    waiting_ids: Optional[Sequence[str]] = None
     # relative speed of each application on each GPU type (Node.gpu_type)
     gpu_types: GpuTypeTable = field(default_factory=GpuTypeTable)
     # finished jobs, oldest first (seed 003 predictors train on them)
-    history: tuple[FinishedJob, ...] = ()
+    history: Sequence[FinishedJob] = ()  # a tuple, or the simulator's Frozen view
     # fitted objects a policy may consult by name (e.g. "iterations": an A-SRPT
     # predictor fitted in gimbalctl); pure: they only map inputs to numbers
     predictors: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
@@ -327,8 +377,9 @@ class ClusterSnapshot:
                 return n
         raise KeyError(name)
 
-    def pending(self) -> tuple[Job, ...]:
-        """Jobs waiting to (re)start, in submit order (ties by id)."""
+    def pending(self) -> Sequence[Job]:
+        """Jobs waiting to (re)start, in submit order (ties by id): a tuple, or with the
+        simulator's queue a read-only :class:`Frozen` sequence (compares equal to the tuple)."""
         q = self.queue
         if q is not None and q.source is self.jobs:
             return q.jobs

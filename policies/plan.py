@@ -11,9 +11,9 @@ import enum
 from collections import abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
-from .model import Gpu, WorkerAlloc
+from .model import Frozen, Gpu, WorkerAlloc
 
 
 class ReasonCode(str, enum.Enum):
@@ -97,7 +97,8 @@ Action = Union[StartJob, PreemptJob, ResizeJob]
 class Plan:
     policy: str
     actions: tuple[Action, ...] = ()
-    order: tuple[str, ...] = ()  # waiting jobs, first = next to run
+    # waiting jobs, first = next to run (a tuple, or a read-only Frozen view of the queue)
+    order: Sequence[str] = ()
     reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}))
     infeasible: tuple[str, ...] = ()
 
@@ -138,7 +139,8 @@ class Reasons(abc.Mapping):
     """A read-only job id -> :class:`Reason` map made of explicit entries plus shared
     segments: ``(ids, reason)`` gives every id in ``ids`` that one reason, where ``ids`` is
     a collection of job ids or a no-argument callable returning one (computed on first
-    use).  Explicit entries win over segments, an earlier segment over a later one (what
+    use), and ``reason`` a :class:`Reason` or a callable ``job id -> Reason`` (per-job
+    numbers, computed on first use).  Explicit entries win over segments, an earlier segment over a later one (what
     filling a dict explicit-first with ``setdefault`` would give).
 
     A policy that leaves thousands of jobs with one shared reason (a blocked tail, every
@@ -157,8 +159,14 @@ class Reasons(abc.Mapping):
         if self._flat is None:
             flat: dict = {}
             for ids, why in self._segments:
-                for jid in ids() if callable(ids) else ids:
-                    flat.setdefault(jid, why)
+                ids = ids() if callable(ids) else ids
+                if isinstance(why, Reason):
+                    for jid in ids:
+                        flat.setdefault(jid, why)
+                else:
+                    for jid in ids:
+                        if jid not in flat:
+                            flat[jid] = why(jid)
             flat.update(self._explicit)
             self._flat = flat
             self._segments = ()  # drop what the callables held (e.g. the snapshot)
@@ -185,8 +193,8 @@ def make_plan(policy: str, actions: list, order: list, reasons: dict,
               infeasible: list = (), shared=()) -> Plan:
     """A :class:`Plan`; ``shared``: segments ``(ids, reason)`` for jobs not in ``reasons``
     (see :class:`Reasons`)."""
-    if shared:
-        return Plan(policy, tuple(actions), tuple(order), Reasons(reasons, shared),
-                    tuple(infeasible))
+    if shared:  # ``order`` may be a read-only view (policies.model.Frozen): kept as it is
+        return Plan(policy, tuple(actions), order if isinstance(order, Frozen) else tuple(order),
+                    Reasons(reasons, shared), tuple(infeasible))
     return Plan(policy, tuple(actions), tuple(order), MappingProxyType(dict(reasons)),
                 tuple(infeasible))
