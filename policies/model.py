@@ -228,6 +228,7 @@ class FinishedJob:
 _EMPTY: Mapping = MappingProxyType({})
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FACTS: dict[int, tuple] = {}
+_XIT: dict[tuple, tuple] = {}  # ClusterSnapshot.exclusive_iter_time's memo
 
 
 def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
@@ -426,9 +427,19 @@ class ClusterSnapshot:
         if prof is None:
             raise KeyError(f"no throughput profile for application {job.app!r}")
         per_node = self.max_gpus_per_node or job.num_gpus
+        # memoised by (profile identity, node size, GPUs, batch): the time depends on
+        # nothing else, and length-ranking policies ask it for every waiting job per call
+        key = (id(prof), per_node, job.num_gpus, job.global_batch)
+        hit = _XIT.get(key)
+        if hit is not None and hit[0] is prof:
+            return hit[1]
         nodes = -(-job.num_gpus // max(per_node, 1))
         local = max(1.0, job.global_batch / job.num_gpus)
-        return prof.iter_time(local, job.num_gpus, nodes, 1)
+        t = prof.iter_time(local, job.num_gpus, nodes, 1)
+        if len(_XIT) > 8192:
+            _XIT.clear()
+        _XIT[key] = (prof, t)  # keeps ``prof`` alive, so its id stays unique
+        return t
 
     def remaining_time(self, job: Job) -> Optional[float]:
         """Remaining seconds if run exclusively (known lengths), else the

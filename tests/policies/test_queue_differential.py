@@ -233,3 +233,22 @@ def test_daemon_state():
     for name, kw in POLICIES:
         pol = policies.get_policy(name, **kw)
         assert_same(pol.schedule(snap), reference_plan(pol, snap))
+
+
+@settings(max_examples=200, deadline=None)
+@given(app=st.sampled_from(sorted(MODELS.profiles)), g=st.sampled_from([1, 2, 3, 4, 8, 16, 32]),
+       batch=st.integers(1, 4096), per=st.sampled_from([1, 2, 4, 8]), repeat=st.booleans())
+def test_exclusive_iter_time_memo_is_the_formula(app, g, batch, per, repeat):
+    """The memoised ``exclusive_iter_time`` is the direct formula, for a repeated and a
+    fresh profile object (a changed profile under the same name is not answered from
+    the memo)."""
+    nodes = (Node("n0", per), Node("n1", per))
+    prof = MODELS.profiles[app]
+    if not repeat:
+        prof = dataclasses.replace(prof, alpha_comp=prof.alpha_comp * 1.5)
+    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({}), MappingProxyType({}), (),
+                           MappingProxyType({app: prof}))
+    job = Job("j", 0.0, g, app, batch)
+    want = prof.iter_time(max(1.0, batch / g), g, -(-g // per), 1)
+    assert snap.exclusive_iter_time(job) == want
+    assert snap.exclusive_iter_time(job) == want
