@@ -292,6 +292,9 @@ class Frozen(abc.Sequence):
     def __repr__(self) -> str:
         return f"Frozen({tuple(self)!r})"
 
+    def __reduce__(self):  # pickles (and deep-copies) as a view of its own list
+        return (Frozen, (list(self),))
+
 
 @dataclass(frozen=True)
 class WaitingQueue:

@@ -252,3 +252,16 @@ def test_exclusive_iter_time_memo_is_the_formula(app, g, batch, per, repeat):
     want = prof.iter_time(max(1.0, batch / g), g, -(-g // per), 1)
     assert snap.exclusive_iter_time(job) == want
     assert snap.exclusive_iter_time(job) == want
+
+
+def test_frozen_views_slice_pickle_and_copy_as_their_content():
+    import copy
+    import pickle
+
+    from policies.model import Frozen
+
+    items = ["a", "b", "c", "d"]
+    v = Frozen(items)[1:3]
+    assert v == ("b", "c") and v[-1] == "c" and list(v[::-1]) == ["c", "b"] and v[5:] == ()
+    assert pickle.loads(pickle.dumps(v)) == ("b", "c") == copy.deepcopy(v)
+    assert Frozen(items, 0, 2) != ("a", "b", "c") and ("a", "b") == Frozen(items, 0, 2)
