@@ -58,6 +58,8 @@ class Cand:
 
     def p(self, k: int) -> float:
         memo = self._p
+        if memo is not None and k < len(memo):
+            return memo[k]
         if memo is None:
             memo = self._p = [0.0]
         while len(memo) <= k:
