@@ -2,16 +2,20 @@
 hand-out resumed its walk at the job that changed and the tie coin was memoised
 (policies/afs_core.py ``coin``, ``_walk_l``, ``_walk_p``, ``_hand_out``, ``afs_l_shares``,
 ``afs_p_shares``), and of network-packing regulation before it kept its candidates in a heap
-(policies/elastic.py ``regulate``).  Verbatim but for the imports.  Do not edit:
+(policies/elastic.py ``regulate``), and of Themis's ``schedule`` before its leftover GPUs
+were drawn from a heap (policies/themis.py; here ``ThemisBefore.schedule``, called with a
+``Themis`` as ``self``).  Verbatim but for the imports.  Do not edit:
 tests/policies/test_afs_handout_differential.py and tests/policies/test_elastic_differential.py
 compare the package's shares and Plans with these."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 from typing import Callable, Mapping, Sequence
 
 from policies.afs_core import Cand, INF, _fast_stage_one, _reset, _state
-from policies.elastic import _next_up, round_down
+from policies.elastic import Rates, _next_up, elastic_plan, no_numbers, round_down, useful_share
+from policies.themis import INF, _draw
 
 
 def coin(seed: int, x: str, y: str) -> bool:
@@ -135,3 +139,52 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
         d -= up - out[best]
         out[best] = up
     return out
+
+
+class ThemisBefore:
+    def schedule(self, snap):
+        rates = Rates(snap)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        M = snap.total_gpus
+        n = len(jobs)
+        shares = {j.id: 0 for j in jobs}
+        front = jobs[:M]  # with more jobs than GPUs only the oldest M can get one
+        target, one, memo = {}, {}, {}
+        for j in front:
+            m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
+            target[j.id] = m / n
+            one[j.id] = rates.rate(j, 1)
+
+        def rho(j, k):
+            if k == 0:
+                return INF
+            return target[j.id] / (rates.rate(j, k) / one[j.id])
+
+        heap = [(-INF, i, j) for i, j in enumerate(front)]
+        left = M
+        leftover: list = []
+        while left > 0 and heap:
+            r, i, j = heapq.heappop(heap)
+            k = shares[j.id]
+            if -r <= 1.0 or (k > 0 and not useful_share(rates, j, k)):
+                leftover.append(j)
+                continue
+            shares[j.id] = k + 1
+            left -= 1
+            heapq.heappush(heap, (-rho(j, k + 1), i, j))
+        leftover += [j for _, _, j in heap]
+        while left > 0:
+            grow = [j for j in leftover if shares[j.id] > 0 and shares[j.id] < rates.cap(j, n)
+                    and useful_share(rates, j, shares[j.id])]
+            if not grow:
+                break
+            j = min(grow, key=lambda j: _draw(snap.seed, j.id, shares[j.id]))
+            shares[j.id] += 1
+            left -= 1
+
+        def numbers(j):
+            if j.id not in target:  # beyond the first M jobs: one shared empty mapping,
+                return no_numbers(j)  # so the waiting queue shares one Reason (elastic_plan)
+            return {"target_speedup": target[j.id], "rho": rho(j, shares[j.id])}
+        return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
+                            packing=self.packing)

@@ -9,6 +9,8 @@ for every GPU, the coin hashed at every tie; a scan over every job for every mov
   lengths; every job's count and the step at which it got its first GPU;
 * regulation on random shares (zero and negative ones, every node size, a ``useful`` test
   that refuses some moves);
+* Themis's leftover GPUs drawn from a heap: whole Plans against its former ``schedule``
+  (``ThemisBefore``) on hypothesis-random snapshots;
 * whole Plans of the five elastic policies at every call of simulator runs on large
   clusters with few jobs (tests/policies/test_elastic_differential.py's reference path).
 
@@ -26,7 +28,10 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.sim import SimConfig, simulate
 from policies.afs_core import Cand, afs_l_shares, afs_p_shares
 from policies.elastic import regulate
+from policies.themis import Themis
+from test_afs_speed_differential import snapshots
 from test_elastic_differential import MODELS, Differential, _jobs
+from test_sjf_differential import assert_same
 
 # throughput shapes: k -> iterations/s
 SHAPES = ("concave", "linear", "plateau", "fall", "jump", "zero", "negative", "inf", "flat")
@@ -183,3 +188,11 @@ def test_large_cluster_few_jobs_simulator_runs(name):
     simulate(_jobs(24, seed=11), parse_cluster("64x8"), pol, MODELS,
              SimConfig(interval=120.0, seed=4, reveal_lengths=pol.needs_lengths))
     assert pol.calls > 10
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=snapshots())
+def test_themis_leftover_matches_reference(case):
+    snap, _ = case
+    pol = Themis()
+    assert_same(pol.schedule(snap), ref.ThemisBefore.schedule(pol, snap))
