@@ -225,7 +225,9 @@ class _FreeNodes:
         for x, idx in self.free.items():
             self.total += len(idx)
             if idx:
-                insort(self.buckets.setdefault(len(idx), []), (self.key[x], x))
+                self.buckets.setdefault(len(idx), []).append((self.key[x], x))
+        for b in self.buckets.values():  # each bucket sorted by (rank, position), name
+            b.sort()
 
     def set(self, x: str, idx: list[int]) -> None:
         old, new = len(self.free[x]), len(idx)
@@ -420,8 +422,8 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
         b, s = rates.config(job, len(gpus))
         if job.running:
             old = job.allocation.gpus
-            if set(old) == set(gpus) and (job.allocation.sub_batch, job.allocation.accum_steps) \
-                    == (b, s):
+            if (old == gpus or set(old) == set(gpus)) \
+                    and (job.allocation.sub_batch, job.allocation.accum_steps) == (b, s):
                 continue  # KEEP_RUNNING below
             moved = not (set(old) & set(gpus))
             actions.append(ResizeJob(jid, gpus, b, s))
