@@ -27,8 +27,9 @@ while every job holding a GPU would gain less than 100 % from one more, (3) alwa
 prefers a job at count 0 (its left side is 1), so the pass picks the count-0 job
 with the smallest ``len(1)`` (ties: the last in walk order, line 7's ``else``) —
 stage one is a sort.  Stage two (every job holds a GPU, GPUs left) walks the jobs
-as written, O(M·n) with n < M.  If some job would gain 100 % or more, the whole
-computation falls back to the plain walk.
+as written, one walk per GPU, O(M·n) with n < M; each walk resumes at the job whose
+state the last GPU changed (the walk's stars before it are unchanged: :func:`_hand_out`).
+If some job would gain 100 % or more, the whole computation falls back to the plain walk.
 
 Choices (ours): a job only takes part in a walk while one more GPU raises its
 throughput (:func:`~policies.elastic.useful_share`, the regime of Appendix B) and
@@ -216,17 +217,6 @@ def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: lis
                 k_star, s = k, r
         traj[k] = k_star
     return k_star
-
-
-def _walk_l(st: list) -> int:
-    """:func:`top_priority_l` on precomputed states, the whole walk (line 2: ``j*`` is the
-    first job)."""
-    return _walk_l_from(st, 0, 0, [0] * len(st))
-
-
-def _walk_p(st: list, ids: list, seed: int) -> int:
-    """:func:`top_priority_p` on precomputed states, the whole walk."""
-    return _walk_p_from(st, ids, seed, 0, 0, [0] * len(st))
 
 
 def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:

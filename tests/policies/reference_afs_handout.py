@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from policies.afs_core import Cand, INF, _fast_stage_one, _reset, _state
 from policies.elastic import Rates, _next_up, elastic_plan, no_numbers, round_down, useful_share
-from policies.themis import INF, _draw
+from policies.themis import _draw
 
 
 def coin(seed: int, x: str, y: str) -> bool:

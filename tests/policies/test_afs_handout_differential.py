@@ -48,7 +48,8 @@ def _rate(shape: str, a: float, b: float, knee: int):
         if shape == "plateau":
             return a * min(k, knee)
         if shape == "fall":  # rises to the knee, then falls (communication-bound)
-            return a * k / (1.0 + b * k) if k <= knee else a * knee / (1.0 + b * knee) - 1e-3 * (k - knee)
+            top = a * min(k, knee) / (1.0 + b * min(k, knee))
+            return top if k <= knee else top - 1e-3 * (k - knee)
         if shape == "jump":  # a step at each multiple of the knee (crossing a node)
             return a * k / (1.0 + b * k) * (0.7 if (k // knee) % 2 else 1.0)
         if shape == "zero":
