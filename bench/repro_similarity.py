@@ -16,6 +16,8 @@ measurements; the paper's six Grid'5000 types are not available):
   gpu_ngpu_bs, each with and without re-scheduling ``cd`` and packing ``jp``) and the
   baselines fifo, isolation (DRF), gavel-mtd (min total duration), tiresias (max-min) and
   themis (finish-time fairness: seed 001's subset of Themis, type-unaware, ``--only themis``);
+* Fig. 7: the ``_cd`` variants of Fig. 8 and every baseline (themis included) with the jobs
+  arriving evenly over 0-7 and 0-15 min, every size, 3-min rounds;
 * metrics eq. 4-7: makespan, average JCT, average waiting time (first start - arrival),
   GPU utilisation; mean over seeds (the paper repeats ten times; ``--seeds``).
 
@@ -39,6 +41,7 @@ CLUSTER = "1x4:v100,1x4:p100,2x4:k80"
 PREEMPT_COST = 10.0
 DECIDES = ("gpu", "gpu_ngpu", "gpu_ngpu_bs")
 BASELINES = ("fifo", "isolation", "gavel-mtd", "tiresias")
+FIG7_SPANS = (420.0, 900.0)  # Fig. 7's other two arrival scenarios (0-7 and 0-15 min)
 # paper §6.1 (25 jobs, all at once, 3-min rounds): makespan -33 % (gpu_ngpu) and -29 %
 # (gpu_ngpu_bs) with re-scheduling; packing a further -16 % makespan at 200 jobs
 # (gpu_ngpu_bs_cd_jp vs _cd), -5 % in the abstract.
@@ -100,7 +103,12 @@ def main(argv=None) -> int:
     sweep_pols = ["similarity_gpu_ngpu_bs", "similarity_gpu_ngpu_bs_cd", "similarity_gpu_ngpu_bs_cd_jp"]
     sweep_runs = [(50, span, r, s, p) for span in (0.0, 420.0, 900.0) for r in rounds
                   for s in seeds for p in sweep_pols]
-    runs = list(dict.fromkeys(main_runs + sweep_runs))
+    # Fig. 7: makespan against the baselines with arrivals spread over 7 and 15 minutes
+    fig7_pols = ["similarity_gpu_ngpu_cd", "similarity_gpu_ngpu_bs_cd",
+                 "similarity_gpu_ngpu_bs_cd_jp", *BASELINES, "themis"]
+    fig7_runs = [(n, span, 180.0, s, p) for n in sizes for span in FIG7_SPANS for s in seeds
+                 for p in fig7_pols]
+    runs = list(dict.fromkeys(main_runs + sweep_runs + fig7_runs))
     t0 = time.time()
     with ProcessPoolExecutor(a.workers) as ex:
         rows = list(ex.map(run_one, runs, chunksize=1))
@@ -200,6 +208,20 @@ def render(df, wall, a) -> str:
     for _, r in sw[sw.policy.str.startswith("similarity_gpu_ngpu_bs")].iterrows():
         lines.append(f"| {r.span_s / 60:.0f} min | {r.round_s / 60:.0f} min | {r.policy} | {_h(r.makespan)} | "
                      f"{_h(r.avg_jct)} | {_h(r.avg_wait)} | {r.utilisation:.2f} |")
+    f7 = df[(df.span_s > 0) & (df.round_s == 180) & ~df.policy.isin(
+        [p for p in df.policy.unique() if p.startswith("similarity_") and "_cd" not in p])]
+    f7 = f7.groupby(["span_s", "jobs", "policy"]).mean(numeric_only=True).reset_index()
+    f7 = f7[f7.groupby(["span_s", "jobs"]).policy.transform("count") > 3]
+    if len(f7):
+        lines += ["", "## Against the baselines with arrivals over time (3-min rounds; Fig. 7)", "",
+                  "Makespan h (avg JCT h) per policy; `themis` is seed 001's subset of Themis.", ""]
+        pols = sorted(f7.policy.unique(), key=lambda p: (not p.startswith("similarity"), p))
+        lines += ["| arrivals over | jobs | " + " | ".join(pols) + " |",
+                  "|---:|---:|" + "---:|" * len(pols)]
+        for (span, n), grp in f7.groupby(["span_s", "jobs"]):
+            cell = {r.policy: f"{_h(r.makespan)} ({_h(r.avg_jct)})" for _, r in grp.iterrows()}
+            lines.append(f"| {span / 60:.0f} min | {n:.0f} | " +
+                         " | ".join(cell.get(p, "") for p in pols) + " |")
     lines += ["", f"Simulation CPU time: {df.cpu_s.sum():.0f} s over {len(df)} runs "
               f"(max {df.cpu_s.max():.1f} s, {df.loc[df.cpu_s.idxmax(), 'policy']})."]
     return "\n".join(lines) + "\n"

@@ -66,18 +66,44 @@ def list_policies(as_json: bool) -> None:
     Console().print(table)
 
 
-def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
+def _parse_options(items: tuple[str, ...]) -> dict:
+    """``--option KEY=VALUE`` items as policy keyword arguments.  VALUE is read as a TOML
+    value (``decide=gpu_ngpu``, ``cd=true``, ``threshold=0.9``, ``decide="gpu"``), as the
+    ``[policy_options]`` table of gimbal.toml; a bare word is a string."""
+    import tomllib
+
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key.isidentifier() or not raw:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (KEY a Python name)",
+                                     param_hint="--option")
+        if key in out:
+            raise click.BadParameter(f"{key!r} given twice", param_hint="--option")
+        try:
+            out[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw
+    return out
+
+
+def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
+                    options: dict | None = None) -> list:
     # policies.names() imports every policy module: only when none is named
     chosen = list(names) if names else [p for p in DEMO_POLICIES if p in policies.names()]
     out = []
     for n in chosen:
         try:
-            pol = policies.get_policy(n)
+            pol = policies.get_policy(n, **(options or {}))
             if min_run_s and getattr(pol, "accepts_min_run", False):
-                pol = policies.get_policy(n, min_run_s=min_run_s)
+                pol = policies.get_policy(n, min_run_s=min_run_s, **(options or {}))
             out.append(pol)
         except UnknownPolicyError as e:
             raise click.BadParameter(str(e), param_hint="--policy") from None
+        except (TypeError, ValueError) as e:
+            raise click.BadParameter(f"policy {n!r} with {options}: {e}",
+                                     param_hint="--option") from None
     return out
 
 
@@ -118,16 +144,23 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0) -> list:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
+@click.option("--option", "policy_option", multiple=True, metavar="KEY=VALUE",
+              help="policy option for every --policy (repeatable; as [policy_options] in "
+                   "gimbal.toml), e.g. --option decide=gpu_ngpu --option cd=true")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
              interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
-             as_json) -> None:
+             policy_option, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .profiles import default_models
     from .sim import SimConfig, simulate as run_sim
     from .traces import load_trace
 
-    pols = _parse_policies(policy_names, min_run_s)
+    options = _parse_options(policy_option)
+    if options and not policy_names:
+        raise click.BadParameter("name the policies the options are for (--policy)",
+                                 param_hint="--option")
+    pols = _parse_policies(policy_names, min_run_s, options)
     models = default_models()
     if gpu_types_file is not None:
         from .config import ConfigError, load as load_config

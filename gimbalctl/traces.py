@@ -17,7 +17,10 @@ Formats (``kind``; auto-detected from the header when omitted):
   (``gimbal:app=..,batch=..``) gives the application and batch.
 * ``generic`` — ``id,submit_time,num_gpus`` plus ``duration`` or
   ``iterations``; optional ``app``, ``batch_size``, ``user``, ``deadline``,
-  ``group``.  Times in seconds.  Other names map with ``columns={"mine": "id"}``.
+  ``group``, and ``min_gpus,max_gpus`` / ``min_batch,max_batch`` (the GPU counts /
+  global batches a policy may choose: ``Job.gpu_range`` / ``Job.batch_range``, as
+  :mod:`gimbalctl.hetero_workload` writes them).  Times in seconds.  Other names map with
+  ``columns={"mine": "id"}``.
 
 Where a trace has no Pollux application (seed 000 §VI-A annotates the Philly
 trace with Pollux's six applications), one is drawn uniformly with
@@ -466,6 +469,41 @@ def _tiresias_like(scale: float):
 
 
 def _generic(t: Table, rng, models, shape) -> list[Job]:
+    return _ranges(_generic_jobs(t, rng, models, shape), lambda c: c in t,
+                   lambda c: _numeric(t, c, positive=True, integer=True), t.error,
+                   lambda c, msg: TraceError(t.path, t.header_line, c, msg))
+
+
+# generic traces: optional columns giving what a policy may choose (seed 002 §5.1 jobs,
+# gimbalctl.hetero_workload): (Job field, lower column, upper column, the job's own value)
+RANGE_COLUMNS = (("gpu_range", "min_gpus", "max_gpus", "num_gpus", "GPU count"),
+                 ("batch_range", "min_batch", "max_batch", "global_batch", "batch"))
+
+
+def _ranges(jobs: list[Job], has, values, row_error, missing_error) -> list[Job]:
+    """``Job.gpu_range`` / ``Job.batch_range`` from a generic trace's ``min_gpus,max_gpus``
+    / ``min_batch,max_batch`` (both columns of a pair or neither; positive integers with
+    the job's own count / batch between them).  Shared by the stdlib and pandas readers."""
+    import dataclasses
+
+    for field, lo_c, hi_c, own, what in RANGE_COLUMNS:
+        if not (has(lo_c) or has(hi_c)):
+            continue
+        for c in (lo_c, hi_c):
+            if not has(c):
+                raise missing_error(c, f"{lo_c} and {hi_c} go together")
+        lo, hi = list(values(lo_c)), list(values(hi_c))
+        for i, j in enumerate(jobs):
+            a, b, v = int(lo[i]), int(hi[i]), getattr(j, own)
+            if a > b:
+                raise row_error(i, hi_c, f"{hi_c} {b} is below {lo_c} {a}")
+            if not a <= v <= b:
+                raise row_error(i, lo_c, f"the job's {what} {v} is outside {lo_c}..{hi_c} = {a}..{b}")
+            jobs[i] = dataclasses.replace(j, **{field: (a, b)})
+    return jobs
+
+
+def _generic_jobs(t: Table, rng, models, shape) -> list[Job]:
     sub = _numeric(t, "submit_time")
     g = _numeric(t, "num_gpus", positive=True, integer=True)
     n = len(t)

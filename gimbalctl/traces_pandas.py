@@ -20,7 +20,7 @@ from .predictor import group_key
 from .profiles import Models, default_models
 from .trace_kinds import REQUIRED, TraceError
 from .traces import (_GPU_TRES, ID_COLUMN, _assign_app, _at_line, _batch_for, _from_durations,
-                     _shape, detect_kind)
+                     _ranges, _shape, detect_kind)
 
 
 def _numeric(df: pd.DataFrame, path, col: str, positive=False, integer=False) -> pd.Series:
@@ -159,6 +159,13 @@ def _tiresias_like(scale: float):
 
 
 def _generic(df, path, rng, models, shape) -> list[Job]:
+    return _ranges(_generic_jobs(df, path, rng, models, shape), lambda c: c in df,
+                   lambda c: _numeric(df, path, c, positive=True, integer=True),
+                   lambda i, c, msg: TraceError(path, i + 2, c, msg),
+                   lambda c, msg: TraceError(path, 1, c, msg))
+
+
+def _generic_jobs(df, path, rng, models, shape) -> list[Job]:
     sub = _numeric(df, path, "submit_time")
     g = _numeric(df, path, "num_gpus", positive=True, integer=True)
     apps = df.app.to_numpy() if "app" in df else None

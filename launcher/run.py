@@ -40,7 +40,7 @@ from . import envvars as ev
 from .checkpoint import EXIT_CHECKPOINT
 from .decision import DecisionError, LauncherDecision, decision_path, read_decision, state_dir
 from .jobmeta import BatchCheck, JobMeta, check_batch, read_job_meta
-from .mps import MPSConfigError, mps_env
+from .mps import THREAD_VAR as MPS_THREAD_VAR, MPSConfigError, mps_env, parse_thread_pct
 from . import slurm as _slurm
 from .slurm import SlurmEnvError, count_visible_gpus, in_slurm, parse_allocation
 
@@ -375,12 +375,32 @@ class Supervisor:
                 pass
 
     def _mps_of(self, dec: Optional[LauncherDecision]):
-        """The MPS limits a decision sets: job-level and per worker (a CUDA client reads
-        them when it creates its context, so any change needs a relaunch)."""
+        """The MPS thread limits a decision would apply, job-level and per worker (a CUDA
+        client reads them when it creates its context, so any change needs a relaunch), and
+        its memory limits.  Thread shares are taken as applied: never above the limit the
+        inherited environment carries (Slurm's gres/mps units; :func:`launcher.mps.mps_env`
+        never loosens it), and a worker's never above the job-level one, so a decision
+        change that cannot change what runs (e.g. a swell past Slurm's units) costs no
+        relaunch."""
         if not dec:
             return (None, None, ())
-        per_rank = tuple((w.get("mps_pct"), w.get("mem_limit_mb")) for w in dec.workers or ())
-        return (dec.mps_thread_pct, dec.mps_mem_limit_mb, per_rank)
+        ceiling = None
+        raw = os.environ.get(MPS_THREAD_VAR, "").strip()
+        if raw:
+            try:
+                ceiling = parse_thread_pct(raw)
+            except MPSConfigError:
+                ceiling = None
+
+        def applied(pct, cap):
+            if pct is None:
+                return cap
+            return float(pct) if cap is None else min(float(pct), cap)
+
+        job = applied(dec.mps_thread_pct, ceiling)
+        per_rank = tuple((applied(w.get("mps_pct"), job), w.get("mem_limit_mb"))
+                         for w in dec.workers or ())
+        return (job, dec.mps_mem_limit_mb, per_rank)
 
     def _check_decision(self, state: dict) -> None:
         plan = self.plan

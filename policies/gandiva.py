@@ -4,10 +4,11 @@ with and without GIMBAL.
 * Order: first come, first served, extended to deadlines as §7.1 says ("we extend it to
   support the deadline-aware feature"; the extension is ours): jobs with a deadline go by
   earliest deadline, then the rest by submit time.
-* Greedy packing with runtime profiling: when no GPUs are free, the job packs beside the
-  running job whose *measured* speed (``iter_rate`` x exclusive iteration time: the runtime
-  profile) is lowest, i.e. the most under-used GPUs first, provided the pair's profiled
-  combined progress 1/ξ_a + 1/ξ_b is at least 1.0 (packing must not lose throughput).
+* Greedy packing: when no GPUs are free, the job packs beside the running job with the
+  highest profiled combined progress 1/ξ_a + 1/ξ_b, provided it is at least 1.0 (packing
+  must not lose throughput).  The runtime profile (*measured* speed: ``iter_rate`` x
+  exclusive iteration time) enters the score with weight 10^-3 (:meth:`Gandiva.score_from`):
+  it only separates hosts whose pair progress lies within 10^-3, the slower host first.
 * Introspection: every call, a packed pair whose measured combined progress is below the
   packing threshold is undone: the job packed later is pre-empted back to the queue; a job that was pre-empted
   never packs again (it waits for free GPUs), so nothing oscillates.
@@ -35,7 +36,7 @@ def measured_progress(snap: ClusterSnapshot, job: Job) -> Optional[float]:
 
 @register("gandiva")
 class Gandiva(PackingHost):
-    """Gandiva-style: FCFS with deadlines first, greedy packing on under-used GPUs, unpacks bad pairs."""
+    """Gandiva-style: FCFS with deadlines first, greedy packing by pair progress, unpacks bad pairs."""
 
     preemptive = True
     objective = "deadline"
@@ -48,7 +49,8 @@ class Gandiva(PackingHost):
             j.submit_time, j.id))
 
     def score_from(self, progress, snap, host):
-        # greedy on under-used GPUs: lower measured progress of the host first (tie: pair score)
+        # pair progress first; the measured speed (runtime profile) separates near-ties only,
+        # the slower (under-used) host first
         m = measured_progress(snap, host)
         return progress - 1e-3 * (1.0 if m is None else m)
 

@@ -149,3 +149,36 @@ def test_simulate_of_a_csv_imports_no_pandas(tmp_path, header, rows):
     p = tmp_path / "t.csv"
     p.write_text("\n".join([header, *rows]) + "\n")
     assert _simulate_imports(['--trace', str(p), '--policy', 'tiresias', '--policy', 'fifo']) == []
+
+
+def test_policy_options_reach_the_policy():
+    from gimbalctl.cli import _parse_options, _parse_policies
+
+    opts = _parse_options(("decide=gpu", "cd=false", "round_length=360", 'jp="yes"'))
+    assert opts == {"decide": "gpu", "cd": False, "round_length": 360, "jp": "yes"}
+    (pol,) = _parse_policies(("similarity",), 0.0, _parse_options(("decide=gpu", "cd=false",
+                                                                    "round_length=360.5")))
+    assert (pol.decide, pol.cd, pol.jp, pol.round_length) == ("gpu", False, True, 360.5)
+
+
+def test_simulate_with_policy_options_runs_that_variant():
+    base = ["simulate", "--policy", "similarity", "--limit", "30", "--cluster",
+            "4x8:v100,4x8:k80", "--json"]
+    default = json.loads(run(*base).output)["results"]["similarity"]
+    r = run(*base, "--option", "decide=gpu", "--option", "cd=false", "--option", "jp=false")
+    assert r.exit_code == 0, r.output
+    variant = json.loads(r.output)["results"]["similarity"]
+    assert variant["avg_jct"] != pytest.approx(default["avg_jct"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--policy", "similarity", "--option", "decide"], "not KEY=VALUE"),
+    (["--policy", "similarity", "--option", "1x=2"], "not KEY=VALUE"),
+    (["--policy", "similarity", "--option", "cd=true", "--option", "cd=false"], "given twice"),
+    (["--policy", "similarity", "--option", "nope=1"], "nope"),
+    (["--policy", "similarity", "--option", "decide=fastest"], "decide must be one of"),
+    (["--option", "cd=true"], "name the policies"),
+])
+def test_bad_policy_options_are_usage_errors(args, words):
+    r = CliRunner().invoke(main, ["simulate", "--limit", "5", *args])
+    assert r.exit_code == 2 and "--option" in r.output and words in r.output, r.output

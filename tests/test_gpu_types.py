@@ -35,6 +35,22 @@ def test_bundled_speeds_follow_gavels_measurements():
     assert default_models().gpu_types is t
 
 
+def test_bundled_table_is_what_derive_gives_from_gavels_file():
+    """data/gpu_types.json is exactly ``derive`` of Gavel's simulation_throughputs.json (the
+    shared trace collection's copy; ``python -m gimbalctl.gpu_types`` regenerates it)."""
+    import os
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    src = next((d / "traces" / "gavel" / "simulation_throughputs.json"
+                for d in (Path(os.environ.get("GIMBAL_SHARED", root.parent / "shared")),
+                          Path("/work/shared"))
+                if (d / "traces" / "gavel" / "simulation_throughputs.json").is_file()), None)
+    if src is None:
+        pytest.skip("the shared trace collection (traces/gavel) is not on this machine")
+    shipped = json.loads((root / "gimbalctl" / "data" / "gpu_types.json").read_text())
+    assert derive(json.loads(src.read_text())) == shipped
+
+
 def test_site_gpu_types_add_and_override(tmp_path):
     f = tmp_path / "g.toml"
     f.write_text('[gpu_types.A100]\nspeed = 2.5\nmemory_mb = 40960\n'

@@ -100,7 +100,8 @@ KINDS = {
     "muri": (["job_id", "num_gpu", "submit_time", "duration", "iteration_time",
               "resource_time_0"], ["model_name", "batch_size"]),
     "generic": (["id", "submit_time", "num_gpus"],
-                ["duration", "iterations", "app", "batch_size", "user", "deadline", "group"]),
+                ["duration", "iterations", "app", "batch_size", "user", "deadline", "group",
+                 "min_gpus", "max_gpus", "min_batch", "max_batch"]),
 }
 
 
@@ -117,6 +118,8 @@ def _cell(col: str):
         return st.one_of(st.just(""), NUMBER, BAD_NUMBER)
     if col in ("num_replicas", "num_gpu", "num_gpus"):
         return st.one_of(st.integers(1, 16).map(str), BAD_NUMBER, st.sampled_from(["2.0", "+3"]))
+    if col in ("min_gpus", "max_gpus", "min_batch", "max_batch"):
+        return st.one_of(st.sampled_from(["1", "2", "4", "32", "512", "0", "", "3.5"]), BAD_NUMBER)
     if col == "batch_size":
         return st.one_of(st.sampled_from(["32", "128", "256", "1024", "4096", "24"]), BAD_NUMBER)
     return CELL
@@ -162,7 +165,8 @@ def _valid(col: str, k: int) -> list[str]:
             "num_replicas": ["1", "2", "8"], "num_gpu": ["1", "4"], "num_gpus": ["1", "3"],
             "batch_size": ["32", "128", "512"], "time": ["0", "10", "2.5"],
             "submit_time": ["0", "100", "7.25"], "duration": ["60", "3600.5"],
-            "iterations": ["100", "5e3"]}.get(col, ["1", "2"])
+            "iterations": ["100", "5e3"], "min_gpus": ["1"], "max_gpus": ["3", "4", "2"],
+            "min_batch": ["32"], "max_batch": ["512", "4096"]}.get(col, ["1", "2"])
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

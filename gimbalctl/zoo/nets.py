@@ -2,13 +2,17 @@
 
 Built only to measure their characteristics (layers by kind, parameters, FLOPs and
 activation memory per sample); never trained here.  Architectures follow the original
-papers' standard configurations (ResNet, VGG, MobileNetV2, EfficientNet-B0, DenseNet), the PyTorch
+papers' standard configurations (ResNet, ResNet V2 and MobileNet as Keras' applications build
+them, VGG, MobileNetV2, EfficientNet-B0 to B7, DenseNet), the PyTorch
 examples Gavel's workloads use (word-level LSTM language model, Transformer base,
 autoencoder recommender, A3C's Atari network), and CycleGAN's ResNet generator.
-torchvision's own definitions cannot be imported on this project's CPU torch build
-(its compiled ops do not match), so the architectures are written out here.
+torchvision is not installed in this project's environment, so the architectures are
+written out here; tests/test_similarity_data.py checks their parameter counts against
+torchvision's and Keras' published ones.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -75,6 +79,61 @@ def resnet(depth: int, classes: int = 10, cifar: bool = True) -> nn.Module:
             mods.append(block(cin, c, 2 if (k == 0 and i > 0) else 1))
             cin = c * block.expansion
     mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*mods)
+
+
+# ------------------------------------- ResNet V2 (He et al., ECCV 2016: pre-activation blocks)
+class _PreactBottleneck(nn.Module):
+    """Keras' ``resnet_v2`` block: BN-ReLU before the convolutions, the shortcut a 1x1
+    convolution of the pre-activation (first block of a stack) or the input, max-pooled when
+    the block strides (the stride sits in the last block of a stack, as Keras)."""
+
+    def __init__(self, cin, c, stride, conv_shortcut):
+        super().__init__()
+        self.pre = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU())
+        self.short = (nn.Conv2d(cin, 4 * c, 1, stride) if conv_shortcut else
+                      nn.MaxPool2d(1, stride) if stride > 1 else None)
+        self.conv_shortcut = conv_shortcut
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.Conv2d(c, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.Conv2d(c, 4 * c, 1))
+
+    def forward(self, x):
+        p = self.pre(x)
+        s = self.short(p) if self.conv_shortcut else (self.short(x) if self.short else x)
+        return s + self.body(p)
+
+
+def resnet_v2(depth: int, classes: int = 10) -> nn.Module:
+    """ResNet-50/101/152 V2 as Keras' ``applications`` builds them (the paper's Table 2 models)."""
+    layers = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
+    mods: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for i, n in enumerate(layers):
+        c = 64 * 2 ** i
+        for k in range(n):
+            last = k == n - 1
+            mods.append(_PreactBottleneck(cin, c, 2 if last and i < 3 else 1, k == 0))
+            cin = 4 * c
+    mods += [nn.BatchNorm2d(cin), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+             nn.Linear(cin, classes)]
+    return nn.Sequential(*mods)
+
+
+# ----------------------------------------------- MobileNet (Howard et al. 2017, Table 1)
+def mobilenet_v1(classes: int = 10) -> nn.Module:
+    """MobileNet (width 1.0): a 3x3 convolution, then 13 depthwise-separable blocks, as
+    Keras' ``applications.MobileNet`` (its 1x1-convolution classifier written as a Linear)."""
+    cfg = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1),
+           (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+    mods: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()]
+    cin = 32
+    for c, s in cfg:
+        mods += [nn.Conv2d(cin, cin, 3, s, 1, groups=cin, bias=False), nn.BatchNorm2d(cin), nn.ReLU6(),
+                 nn.Conv2d(cin, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU6()]
+        cin = c
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(1e-3), nn.Linear(cin, classes)]
     return nn.Sequential(*mods)
 
 
@@ -152,19 +211,41 @@ class _MBConv(nn.Module):
         return x + y if self.res else y
 
 
-def efficientnet_b0(classes: int = 10) -> nn.Module:
+def _divisible(v: float, d: int = 8) -> int:
+    """Channels rounded to a multiple of ``d`` (never below ``d`` nor 10 % below ``v``), the
+    rounding of the EfficientNet/MobileNet reference code."""
+    out = max(d, int(v + d / 2) // d * d)
+    return out + d if out < 0.9 * v else out
+
+
+# (width, depth) coefficients of EfficientNet-B0..B7 (Tan & Le 2019, §3.3 compound scaling;
+# the values of the authors' code, as torchvision's efficientnet_b0..b7)
+EFFICIENTNET_SCALING = {0: (1.0, 1.0), 1: (1.0, 1.1), 2: (1.1, 1.2), 3: (1.2, 1.4),
+                        4: (1.4, 1.8), 5: (1.6, 2.2), 6: (1.8, 2.6), 7: (2.0, 3.1)}
+
+
+def efficientnet(b: int = 0, classes: int = 10) -> nn.Module:
+    """EfficientNet-B``b``: B0 of Table 1 with channels × width (rounded to multiples of 8)
+    and each stage's repeats × depth (rounded up)."""
+    width, depth = EFFICIENTNET_SCALING[b]
     # (expansion t, kernel k, stride s, channels c, repeats n) of Table 1, stages 2-8
     cfg = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
            (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
-    mods: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU()]
-    cin = 32
+    cin = _divisible(32 * width)
+    mods: list[nn.Module] = [nn.Conv2d(3, cin, 3, 2, 1, bias=False), nn.BatchNorm2d(cin), nn.SiLU()]
     for t, k, s, c, n in cfg:
-        for i in range(n):
+        c = _divisible(c * width)
+        for i in range(math.ceil(n * depth)):
             mods.append(_MBConv(cin, c, k, s if i == 0 else 1, t))
             cin = c
-    mods += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU(),
-             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(1280, classes)]
+    last = 4 * cin  # 1280 for B0
+    mods += [nn.Conv2d(cin, last, 1, bias=False), nn.BatchNorm2d(last), nn.SiLU(),
+             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(last, classes)]
     return nn.Sequential(*mods)
+
+
+def efficientnet_b0(classes: int = 10) -> nn.Module:
+    return efficientnet(0, classes)
 
 
 # ----------------------------------------------------------------- DenseNet (Huang et al.)
@@ -395,8 +476,14 @@ MODELS = {
     "resnet152": (lambda: resnet(152), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "vgg16": (lambda: vgg(16), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "vgg19": (lambda: vgg(19), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet50v2": (lambda: resnet_v2(50), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet101v2": (lambda: resnet_v2(101), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "resnet152v2": (lambda: resnet_v2(152), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    "mobilenet": (mobilenet_v1, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "mobilenetv2": (mobilenet_v2, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "efficientnetb0": (efficientnet_b0, lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
+    **{f"efficientnetb{b}": ((lambda b=b: efficientnet(b)), lambda: torch.randn(1, 3, 32, 32),
+                             "CIFAR-10") for b in range(1, 8)},
     "densenet121": (lambda: densenet(121), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet169": (lambda: densenet(169), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),
     "densenet201": (lambda: densenet(201), lambda: torch.randn(1, 3, 32, 32), "CIFAR-10"),

@@ -318,6 +318,55 @@ def test_mps_change_ignored_when_no_relaunch_is_left(tmp_path):
     assert not sup.usr2_pending
 
 
+def _supervisor_between(tmp_path, first: dict, second: dict):
+    """A supervisor launched under decision ``first`` that then finds ``second``."""
+    from launcher.run import Supervisor
+    sd = str(tmp_path / "state")
+    dpath = decision_path("sv", sd)
+    write_decision(dpath, LauncherDecision(job_id="sv", **first))
+    opts = Options(script="t.py", script_args=[], standalone=True, nproc=2, job_id="sv", state_dir=sd)
+    sup = Supervisor(opts, max_relaunches=5)
+    sup.plan = build_plan(opts, env={}, restart_count=0)
+    write_decision(dpath, LauncherDecision(job_id="sv", policy="x", **second))
+    sup._check_decision({})
+    return sup.usr2_pending
+
+
+def _ws(*pcts):
+    return tuple({"gpu": f"n:{i}", "share": 32, "micro_batch": 32, "accum_steps": 1,
+                  "mps_pct": p} for i, p in enumerate(pcts))
+
+
+def test_mps_change_past_slurms_units_costs_no_relaunch(tmp_path, monkeypatch):
+    """Under Slurm's gres/mps (the job's environment carries its units, 50 %) a decision
+    change that cannot change the applied share (gimbal-run never loosens Slurm's limit)
+    does not checkpoint; one that lowers the applied share does, per worker too."""
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50")
+    assert not _supervisor_between(tmp_path / "a", {"mps_thread_pct": 50}, {"mps_thread_pct": 60})
+    assert not _supervisor_between(tmp_path / "b", {"mps_thread_pct": 100}, {"mps_thread_pct": 50})
+    assert not _supervisor_between(tmp_path / "c", {}, {"mps_thread_pct": 70})
+    assert _supervisor_between(tmp_path / "d", {"mps_thread_pct": 60}, {"mps_thread_pct": 40})
+    assert _supervisor_between(tmp_path / "e", {"mps_thread_pct": 30}, {"mps_thread_pct": 60})
+    # per worker: each rank's share is capped by the job-level one (the shim never loosens)
+    assert not _supervisor_between(tmp_path / "f", {"mps_thread_pct": 60, "workers": _ws(50, 50)},
+                                   {"mps_thread_pct": 70, "workers": _ws(70, 50)})
+    assert _supervisor_between(tmp_path / "g", {"mps_thread_pct": 50, "workers": _ws(50, 50)},
+                               {"mps_thread_pct": 50, "workers": _ws(50, 30)})
+    # an unreadable Slurm value does not hide a change
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "lots")
+    assert _supervisor_between(tmp_path / "h", {"mps_thread_pct": 50}, {"mps_thread_pct": 60})
+
+
+def test_mps_change_without_an_inherited_limit_relaunches(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", raising=False)
+    assert _supervisor_between(tmp_path / "a", {"mps_thread_pct": 50}, {"mps_thread_pct": 60})
+    assert _supervisor_between(tmp_path / "b", {"mps_thread_pct": 50, "workers": _ws(50, 50)},
+                               {"mps_thread_pct": 50, "workers": _ws(50, 40)})
+    assert not _supervisor_between(tmp_path / "c", {"mps_thread_pct": 50, "workers": _ws(50, 50)},
+                                   {"mps_thread_pct": 50, "workers": _ws(50, 50),
+                                    "sub_batch": 16})
+
+
 def test_unreadable_decision_update_never_raises(tmp_path):
     sup, dpath = _supervisor_with_plan(tmp_path, max_relaunches=5, restart=0)
     with open(dpath, "wb") as fh:

@@ -14,6 +14,7 @@ from policies.plan import PreemptJob, ReasonCode, StartJob
 from policies.similarity import SimilarityDB, Similarity, cosine, scaled
 from policies.typed_rounds import type_capacity
 from policies.throughput import GpuTypeTable
+from tests.test_sim_properties import Checked  # the simulator's invariants, checked every round
 
 M = default_models()
 APPS = tuple(sorted(M.profiles))
@@ -294,6 +295,24 @@ def test_rounds_with_running_jobs_and_rescheduling(nv, nk, per, specs, decide, j
         assert len(on) <= 2, (g, on)
         if len(on) == 2:
             assert sum(M.memory[a].mem_mb(b) for a, b in on) <= mem_node[g.node] + 1e-6
+        if not jp:  # no packing: Alg. 2 gives every GPU to one job at most
+            assert len(on) <= 1, (g, on)
+    # Alg. 2's own decisions never share a GPU (a round never over-subscribes a type): apart
+    # from Alg. 3's partners (a start with share_with, or a running job packed again where
+    # it runs) every GPU holds at most one job
+    packed_again = {jid for jid, r in plan.reasons.items()
+                    if r.code is ReasonCode.KEEP_RUNNING and "host_tput" in r.numbers}
+    alg2: dict = {}
+    for j in jobs:
+        if (j.running and j.id not in stopped and j.id not in {s.job_id for s in starts}
+                and j.id not in packed_again):
+            for g in j.allocation.gpus:
+                alg2[g] = alg2.get(g, 0) + 1
+    for s in starts:
+        if not s.share_with:
+            for g in s.gpus:
+                alg2[g] = alg2.get(g, 0) + 1
+    assert all(v == 1 for v in alg2.values()), alg2
     by_type: dict = {}
     for g in occ:
         t = next(n.gpu_type for n in nodes if n.name == g.node)
@@ -318,3 +337,52 @@ def test_packing_counts_a_kept_hosts_micro_batch_in_force():
                       allocation=Allocation((Gpu("v0", 0),), big, -(-32 // big), None))
     plan = Similarity(decide="gpu", jp=True, cd=True).schedule(snap(node, [running, partner], now=360.0))
     assert not [s for s in plan.starts() if s.job_id == "j1"]
+
+
+@pytest.mark.parametrize("jp", [False, True], ids=["", "jp"])
+@pytest.mark.parametrize("cd", [False, True], ids=["", "cd"])
+@pytest.mark.parametrize("decide", ["gpu", "gpu_ngpu", "gpu_ngpu_bs"])
+@settings(max_examples=4, deadline=None)
+@given(n=st.integers(2, 10), seed=st.integers(0, 10_000), span=st.sampled_from([0.0, 420.0]))
+def test_every_variant_in_the_simulator_on_a_heterogeneous_cluster(decide, cd, jp, n, seed, span):
+    """Each of Table 3's twelve variants run by the simulator, round after round, on a
+    cluster of three GPU types with §5.1 workloads (every job lets the scheduler choose
+    its count and batch): the simulator's invariants hold at every round (no GPU over
+    two jobs or over its memory, counts within ``gpu_range``, batches within
+    ``batch_range``: ``tests/test_sim_properties.py``'s checker), every job finishes,
+    only ``cd`` pre-empts, only ``jp`` packs, only ``gpu_ngpu*`` change a count and only
+    ``gpu_ngpu_bs`` or packing a batch; same seed, same result."""
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.hetero_workload import generate, jobs_from_rows
+    from gimbalctl.sim import SimConfig, simulate
+
+    nodes = parse_cluster("1x2:v100,1x2:p100,1x4:k80")
+    jobs = jobs_from_rows(generate(n, nodes, span_s=span, seed=seed, models=M,
+                                   duration_range=(300.0, 2400.0)))
+    cfg = SimConfig(interval=180.0, seed=seed, preempt_cost=10.0)
+    changed = {"count": False, "batch": False}
+
+    class Watch(Checked):
+        def schedule(self, sn):
+            plan = super().schedule(sn)
+            for s in plan.starts():
+                j = sn.jobs[s.job_id]
+                changed["count"] |= len(s.gpus) != j.num_gpus
+                changed["batch"] |= s.global_batch not in (None, j.global_batch)
+            return plan
+
+    pol = Watch(Similarity(decide=decide, cd=cd, jp=jp))
+    res = simulate(jobs, nodes, pol, M, cfg)
+    df = res.jobs.set_index("id")
+    assert len(df) == n and df.end.notna().all()
+    assert all(df.loc[j.id].start >= j.submit_time - 1e-9 for j in jobs)
+    if not cd:
+        assert (df.preemptions == 0).all()
+    if not jp:
+        assert res.summary["shared_jobs"] == 0
+    if decide == "gpu":
+        assert not changed["count"]
+    if decide != "gpu_ngpu_bs" and not jp:
+        assert not changed["batch"]
+    again = simulate(jobs, nodes, Similarity(decide=decide, cd=cd, jp=jp), M, cfg)
+    assert res.summary == again.summary

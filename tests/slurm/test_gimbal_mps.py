@@ -131,6 +131,9 @@ def test_daemon_squeezes_one_packed_job_through_its_launcher(slurm_2205_mps, cle
     (row,) = st.audit_rows(job_id=short, cycle_id=r3.cycle_id)
     assert (row.field, row.status) == ("decision", "applied")
     assert json.loads(row.after)["mps_thread_pct"] == pct
+    assert row.reason == ("plan: squeeze/swell on the same GPUs (local objective "
+                          f"{why.numbers['objective_before']:.6g} -> "
+                          f"{why.numbers['objective_after']:.6g})")
     # the short job's launcher checkpoints and relaunches with the new share; same global batch
     after = wait_for(lambda: [r for r in reports(g, short) if r.get("restart") == 1], 180,
                      "reports after the relaunch")

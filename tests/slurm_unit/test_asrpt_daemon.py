@@ -163,3 +163,33 @@ def test_daemon_without_accounting_warns_and_uses_time_limits(release, tmp_path)
     assert any("sacct history not read" in w and "accounting storage is disabled" in w
                for w in res.warnings)
     assert order_of(res, release) == ["p10", "p20", "p30", "p40"]
+
+
+def test_network_bandwidths_from_policy_options(tmp_path):
+    """Eq. 5-6 bandwidths from gimbal.toml: ``[policy_options] intra_gbytes / inter_gbits``
+    reach A-SRPT and its baselines (defaults NVLink 300 GB/s, 10 Gbps NICs, §V-B 1-a); a
+    slower NIC raises a spread pipeline job's alpha_max, the bound Algorithm 1 line 8 uses."""
+    from gimbalctl.cli_slurm import _policy
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from policies.model import ClusterSnapshot, Job
+    from policies.pipeline import Network
+
+    p = tmp_path / "g.toml"
+    p.write_text('[daemon]\npolicy = "a-srpt"\n[policy_options]\nintra_gbytes = 100.0\n'
+                 'inter_gbits = 1.0\n')
+    cfg = load(str(p))
+    assert cfg.policy_options == {"intra_gbytes": 100.0, "inter_gbits": 1.0}
+    slow = _policy(cfg.policy, cfg.policy_options)
+    assert slow.net == Network.from_units(100.0, 1.0) == Network(100e9, 1e9 / 8)
+    assert _policy("wcs-duration", cfg.policy_options).net == slow.net
+    default = get_policy("a-srpt")
+    assert default.net == Network() == Network.from_units(300.0, 10.0)
+    m = default_models()
+    nodes = tuple(parse_cluster("2x8"))
+    job = Job("h", 0.0, 4, "bert_large", 4, total_iters=10.0, stages=2)
+    snap = ClusterSnapshot(0.0, nodes, {"h": job}, {}, tuple(g for n in nodes for g in n.gpus()),
+                           m.profiles, m.memory, m.interference)
+    (amin_s, amax_s, *_), (amin_d, amax_d, *_) = slow.virtual(snap)[0]["h"], default.virtual(snap)[0]["h"]
+    assert amax_s > 5 * amax_d  # 10x less NIC bandwidth for the replicas spread one per server
+    assert amin_s >= amin_d  # consolidated: only the (slower) intra-server links

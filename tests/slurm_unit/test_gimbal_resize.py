@@ -58,6 +58,8 @@ def test_same_gpu_resize_rewrites_the_decision(release, tmp_path):
     (row,) = st.audit_rows(job_id=r1)
     assert (row.field, row.status) == ("decision", "applied")
     assert '"mps_thread_pct": 30' in row.after and "mps_thread_pct" not in (row.before or "")
+    # the audit row itself names the squeeze/swell and the local objective before and after
+    assert row.reason == "plan: squeeze/swell on the same GPUs (local objective 10 -> 8)"
     plan = res.plan.as_dict()
     assert plan["reasons"][r1]["numbers"] == {"objective_before": 10.0, "objective_after": 8.0}
     # the next cycle with the same decision changes nothing
