@@ -11,8 +11,8 @@ for every GPU, the coin hashed at every tie; a scan over every job for every mov
   that refuses some moves);
 * Themis's leftover GPUs drawn from a heap: whole Plans against its former ``schedule``
   (``ThemisBefore``) on hypothesis-random snapshots;
-* whole Plans of the five elastic policies at every call of simulator runs on large
-  clusters with few jobs (tests/policies/test_elastic_differential.py's reference path).
+* whole Plans of the five elastic policies on hypothesis snapshots of 16-300 nodes with
+  1-6 jobs, and at every call of simulator runs on large clusters with few jobs (tests/policies/test_elastic_differential.py's reference path).
 
 A mutation check is in ``test_a_wrong_resume_point_is_caught``."""
 from __future__ import annotations
@@ -197,3 +197,50 @@ def test_themis_leftover_matches_reference(case):
     snap, _ = case
     pol = Themis()
     assert_same(pol.schedule(snap), ref.ThemisBefore.schedule(pol, snap))
+
+
+@st.composite
+def big_snapshots(draw):
+    """A large cluster (16-300 nodes of 8 GPUs) and 1-6 jobs, some running on a node or two,
+    some of them copies of each other (ties); global batches up to 512x the smallest, so that
+    a job may be handed tens to hundreds of GPUs."""
+    from types import MappingProxyType
+
+    from gimbalctl.profiles import APPS
+    from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
+
+    nodes = tuple(Node(f"n{i}", 8) for i in range(draw(st.sampled_from([16, 64, 300]))))
+    jobs, proto = [], []
+    for k in range(draw(st.integers(1, 6))):
+        if proto and draw(st.booleans()):
+            app, mult, iters = draw(st.sampled_from(proto))
+        else:
+            app = draw(st.sampled_from(APPS))
+            mult = draw(st.sampled_from([1, 4, 64, 512]))
+            iters = draw(st.sampled_from([1.0, 500.0, 1e6]))
+            proto.append((app, mult, iters))
+        batch = MODELS.iters_table[app][0][0] * mult
+        kw = {}
+        if draw(st.booleans()):  # running on GPUs of node k (and k+1)
+            gpus = tuple(g for n in nodes[2 * k:2 * k + draw(st.integers(1, 2))] for g in n.gpus())
+            gpus = gpus[:draw(st.sampled_from([1, 2, 4, 8, 16]))]
+            kw = dict(state=JobState.RUNNING, start_time=0.0, as_of=1000.0,
+                      allocation=Allocation(gpus, max(1, batch // len(gpus))))
+        jobs.append(Job(f"J{k}", float(k % 3), 1, app, batch, total_iters=iters, **kw))
+    gj = {g: (j.id,) for j in jobs if j.running for g in j.allocation.gpus}
+    gpus = [g for n in nodes for g in n.gpus()]
+    return ClusterSnapshot(1000.0, nodes, MappingProxyType({j.id: j for j in jobs}),
+                           MappingProxyType(gj), tuple(g for g in gpus if g not in gj),
+                           MODELS.profiles, MODELS.memory, seed=draw(st.integers(0, 3)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=big_snapshots())
+@pytest.mark.parametrize("name", ["afs-p", "afs-l", "max-min", "optimus", "themis"])
+def test_big_cluster_snapshots_match_reference(name, snap):
+    import policies
+
+    from test_elastic_differential import _reference_plan
+
+    pol = policies.get_policy(name)
+    assert_same(pol.schedule(snap), _reference_plan(pol, snap))
