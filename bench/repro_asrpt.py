@@ -37,9 +37,9 @@ from gimbalctl.cluster import parse_cluster  # noqa: E402
 from gimbalctl.predictor import evaluate, group_key, plot_error_cdf, refitter  # noqa: E402
 from gimbalctl.profiles import default_models  # noqa: E402
 from gimbalctl.sim import SimConfig, simulate  # noqa: E402
-from policies.asrpt_core import _pipeline_bounds  # noqa: E402
+from gimbalctl.pipeline_jobs import alpha_min as pipeline_alpha_min, assign_table1  # noqa: E402
 from policies.model import FinishedJob, Job  # noqa: E402
-from policies.pipeline import MODELS, Network, configurations, pipeline_spec  # noqa: E402
+from policies.pipeline import MODELS, Network, pipeline_spec  # noqa: E402
 
 PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly.csv"
 if not PHILLY.exists():
@@ -58,23 +58,12 @@ def load_philly(path=PHILLY) -> pd.DataFrame:
 
 
 def assign_types(df: pd.DataFrame, g: int, seed: int) -> dict:
-    """§V-B 1-b: group -> (model, stages)."""
-    rng = np.random.default_rng(seed)
-    single = sorted(m for m in MODELS if MODELS[m].min_stages == 1)
-    out = {}
-    for grp, gpus in df.groupby("group", sort=True).num_gpus.first().items():
-        if gpus == 1:
-            out[grp] = (single[int(rng.integers(len(single)))], 1)
-            continue
-        fit = sorted(m for m in MODELS if configurations(m, int(gpus)))
-        m = fit[int(rng.integers(len(fit)))]
-        cfg = configurations(m, int(gpus))
-        out[grp] = (m, int(cfg[int(rng.integers(len(cfg)))]))
-    return out
+    """§V-B 1-b: group -> (model, stages) (:func:`gimbalctl.pipeline_jobs.assign_table1`)."""
+    return assign_table1(dict(df.groupby("group", sort=True).num_gpus.first().items()), seed)
 
 
 def alpha_min(model, stages, gpus, g, net=NET):
-    return _pipeline_bounds(pipeline_spec(model, stages, gpus), g, net)[0]
+    return pipeline_alpha_min(model, stages, gpus, g, net)
 
 
 def build(df, types, lo, hi, g):

@@ -144,13 +144,17 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="first N jobs only")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write per-job CSV, timeline, summary.json and plots here")
+@click.option("--job-types", type=click.Choice(["trace", "table1"]), default="trace",
+              show_default=True,
+              help="table1: give each recurrence group a seed 003 Table I model-parallel job "
+                   "type (§V-B 1-b; docs/asrpt.md), iterations from the trace durations")
 @click.option("--option", "policy_option", multiple=True, metavar="KEY=VALUE",
               help="policy option for every --policy (repeatable; as [policy_options] in "
                    "gimbal.toml), e.g. --option decide=gpu_ngpu --option cd=true")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
              interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
-             policy_option, as_json) -> None:
+             job_types, policy_option, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
     from .profiles import default_models
     from .sim import SimConfig, simulate as run_sim
@@ -185,8 +189,23 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
                           nodes=nodes)
     except TraceError as e:
         raise click.ClickException(f"bad trace: {e}") from None
+    if job_types == "table1":
+        from .pipeline_jobs import table1_jobs, trace_durations
+
+        try:
+            jobs = table1_jobs(jobs, trace_durations(jobs, models, nodes),
+                               max(n.num_gpus for n in nodes), seed)
+        except ValueError as e:
+            raise click.BadParameter(f"{trace}: {e}", param_hint="--job-types") from None
+    net = {}
+    if "intra_gbytes" in options or "inter_gbits" in options:
+        # the policies' seed 003 bandwidths are the simulated cluster's too (eq. 5-6)
+        from policies.pipeline import Network
+
+        net = dict(network=Network.from_units(float(options.get("intra_gbytes", 300.0)),
+                                              float(options.get("inter_gbits", 10.0))))
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
-                    resize_cost=resize_cost, reveal_lengths=not unknown_lengths)
+                    resize_cost=resize_cost, reveal_lengths=not unknown_lengths, **net)
     results = []
     show_progress = not as_json and sys.stderr.isatty() and len(jobs) >= 1000
     for pol in pols:

@@ -23,7 +23,10 @@ The same :class:`policies.model.ClusterSnapshot` the simulator builds, from:
   whole-node job without GRES) are not free either; the per-worker record
   (share, micro-batch, accumulation, MPS share, stage) from rank 0's newest launcher
   report, else from the launcher decision file, else the even split
-  (:func:`_running_alloc`);
+  (:func:`_running_alloc`); a worker on a GPU where the job holds ``gres/mps`` units gets
+  the ceiling ``mps_cap`` = its units as a percentage of the GPU's (Slurm sets
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` from them) and the share applied, min(record, ceiling)
+  (:func:`mps_caps`, :func:`_apply_caps`);
 * progress: launcher throughput reports (latest step) and the DB's
   pre-emption counts;
 * profiles: ``gimbalctl.profiles.default_models()`` overridden by DB profiles;
@@ -91,6 +94,33 @@ def _job_gpus(sj: SlurmJob) -> tuple[tuple[Gpu, ...], dict[Gpu, str]]:
     return tuple(sorted(kinds)), kinds
 
 
+def mps_caps(sj: SlurmJob, node_units: Mapping[str, int]) -> dict[Gpu, int]:
+    """Per GPU, the MPS thread percentage Slurm's ``gres/mps`` units give the job there: its
+    units x 100 / the GPU's units (``node_units``: node -> MPS units per GPU, 100 when the
+    node does not say), in 1..100.  GPUs the job holds otherwise have no entry."""
+    out: dict[Gpu, int] = {}
+    for use in sj.gres_alloc:
+        if use.name != "mps":
+            continue
+        total = int(node_units.get(use.node) or 100)
+        for idx, units in use.per_gpu.items():
+            if units > 0 and total > 0:
+                out[Gpu(use.node, idx)] = max(1, min(100, units * 100 // total))
+    return out
+
+
+def _apply_caps(alloc: Allocation, caps: Mapping[Gpu, int]) -> Allocation:
+    """The allocation with each worker's MPS ceiling and the share applied under it (an unset
+    share runs at the ceiling)."""
+    if not caps or not alloc.workers or not any(w.gpu in caps for w in alloc.workers):
+        return alloc
+    ws = tuple(dataclasses.replace(
+        w, mps_cap=caps[w.gpu],
+        mps_pct=caps[w.gpu] if w.mps_pct is None else min(w.mps_pct, caps[w.gpu]))
+        if w.gpu in caps else w for w in alloc.workers)
+    return Allocation.from_workers(ws, alloc.global_batch)
+
+
 def duration_estimate(meta_est: Optional[float], limit_s: Optional[float], *, rule: str,
                       penalised: bool = False, executed_s: float = 0.0
                       ) -> tuple[Optional[float], Optional[str], bool]:
@@ -151,6 +181,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
     measured_rates: dict[str, Mapping[int, float]] = {}
     jobs = sorted(jobs, key=lambda j: (j.submit_time, _idkey(j.job_id)))
     whole = _whole_node_gpus(jobs, nodes, valid)
+    mps_units = {n.name: n.shares_per_gpu.get("mps", 0) for n in nodes}
 
     for sj in jobs:
         if sj.state not in ("PENDING", "RUNNING", "SUSPENDED"):
@@ -208,6 +239,7 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
             shared = any(k in ("shard", "mps") for k in kinds.values())
             alloc = _running_alloc(sj.job_id, gpus, batch, n, rep, decisions.get(sj.job_id),
                                    warnings)
+            alloc = _apply_caps(alloc, mps_caps(sj, mps_units))
             if alloc.global_batch:  # progress counts samples of the submitted batch
                 completed = completed * alloc.global_batch / batch
             for g in gpus:

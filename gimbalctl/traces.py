@@ -403,18 +403,24 @@ def _shape(nodes: Optional[Sequence[Node]]) -> tuple[int, Optional[float]]:
     return max(n.num_gpus for n in nodes), min(n.gpu_mem_mb for n in nodes)
 
 
-def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
+def exclusive_iter_time(app: str, gpus: int, batch: int, models: Models,
                         shape: tuple[int, Optional[float]] = (4, None)) -> float:
-    """Iterations that take ``duration`` seconds for the job alone on the cluster of
-    ``shape`` (:func:`_shape`): consolidated on ⌈gpus / GPUs per node⌉ nodes (what
+    """Seconds per iteration of the job alone on the cluster of ``shape`` (:func:`_shape`):
+    consolidated on ⌈gpus / GPUs per node⌉ nodes (what
     :func:`policies.base.pick_consolidated` gives on an idle cluster) with the
     exclusive micro-batch and accumulation steps a policy starts it with
     (:func:`policies.base.exclusive_steps`), at the simulator's eq. 7 rate."""
     gpus_per_node, mem_limit = shape
     prof = models.profiles[app]
     _, s = exclusive_steps(-(-batch // gpus), prof, models.memory.get(app), mem_limit)
-    t = prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
-    return max(duration / t, 1.0)
+    return prof.iter_time(batch / gpus, gpus, math.ceil(gpus / gpus_per_node), s)
+
+
+def _iters_for_duration(app: str, gpus: int, batch: int, duration: float, models: Models,
+                        shape: tuple[int, Optional[float]] = (4, None)) -> float:
+    """Iterations that take ``duration`` seconds for the job alone on the cluster of
+    ``shape`` (:func:`exclusive_iter_time`)."""
+    return max(duration / exclusive_iter_time(app, gpus, batch, models, shape), 1.0)
 
 
 def _from_durations(ids, submits, gpus, durations, model_names, rng, models, shape, users=None,

@@ -166,10 +166,31 @@ def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping
             out[var] = str(val)
     if dec.stealing is not None:
         out[ev.STEALING] = "1" if dec.stealing else "0"
-    if dec.workers:
-        out[ev.WORKERS] = json.dumps([dict(w) for w in dec.workers], sort_keys=True)
     out.update(mps_env(dec.mps_thread_pct, dec.mps_mem_limit_mb, nproc, inherited))
+    if dec.workers:
+        out[ev.WORKERS] = json.dumps(applied_workers(dec.workers, out.get(MPS_THREAD_VAR)
+                                                     or inherited.get(MPS_THREAD_VAR)),
+                                     sort_keys=True)
     return out
+
+
+def applied_workers(workers, job_pct: Optional[str]) -> list:
+    """The decision's worker records with each MPS share as it will run: never above the
+    job-level limit (the decision's share, or Slurm's gres/mps units when tighter, as
+    :func:`launcher.mps.mps_env` applies it); a worker without a share runs at that limit.
+    rank 0's reports echo these records, so the daemon's snapshot reads the applied share."""
+    recs = [dict(w) for w in workers]
+    raw = (job_pct or "").strip()
+    if not raw:
+        return recs
+    try:
+        cap = max(1, int(parse_thread_pct(raw)))
+    except MPSConfigError:
+        return recs
+    for r in recs:
+        pct = r.get("mps_pct")
+        r["mps_pct"] = cap if pct is None else min(int(pct), cap)
+    return recs
 
 
 def check_gpu_count(nproc: int, env: Mapping[str, str]) -> None:

@@ -51,6 +51,15 @@ Choices where the paper is open or inconsistent (ours, documented):
 * **Ablations.** ``lgrr=False``: no MPS changes; the J_max-high-priority branch then balances
   J_max's own workers by LISS instead.  ``liss=False``: no share changes; the J_max-low-priority
   branch then swells/squeezes J_max's slow/fast workers by LGRR instead.
+
+Our addition for Slurm (not in the paper, whose runtime sets any share): **a worker's MPS
+ceiling** ``WorkerAlloc.mps_cap``.  On Slurm a job's ``gres/mps`` units fix its
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for the life of the job and gimbal-run never loosens it,
+so no share above them can take effect.  Every LGRR step (the swell of line 5, the swell of
+J_max's slow workers in lines 15-17, the squeezes of lines 12-13 and 19-20) is taken as
+min(step, ceiling): a swell that would pass the ceiling is no option (a worker at its ceiling
+stays), and the start configuration, a worker alone on its GPU and a restored job run at the
+ceiling, not at 100 %.  Without ceilings (``None``, the simulator) nothing changes.
 """
 from __future__ import annotations
 
@@ -77,6 +86,11 @@ def lgrr_squeeze(pct: Optional[int], step: int = LGRR_STEP) -> int:
 def lgrr_swell(pct: Optional[int], step: int = LGRR_STEP) -> int:
     p = 100 if pct is None else int(pct)
     return min(100, (p // step + 1) * step)
+
+
+def capped(w: WorkerAlloc, pct: int) -> int:
+    """``pct`` within the worker's MPS ceiling (Slurm's gres/mps units; module doc)."""
+    return pct if w.mps_cap is None else min(pct, w.mps_cap)
 
 
 # ---------------------------------------------------------------- §5.1 packing sets
@@ -348,7 +362,7 @@ def _shares_by_rate(ws: tuple[WorkerAlloc, ...], times: tuple[float, ...]) -> tu
 def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
     # the constructor, not dataclasses.replace (same record, a fraction of the cost)
     return WorkerAlloc(w.gpu, share, w.micro_batch, max(1, -(-share // max(w.micro_batch, 1))),
-                       w.mps_pct, w.mem_limit_mb, w.stage)
+                       w.mps_pct, w.mem_limit_mb, w.stage, w.mps_cap)
 
 
 class _Search:
@@ -383,8 +397,9 @@ class _Search:
         for jid, i in picks:
             ws = list(cfg[jid])
             w = ws[i]
-            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps, fn(w.mps_pct),
-                                w.mem_limit_mb, w.stage)
+            # never past the worker's ceiling (Slurm's gres/mps units; module doc)
+            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps,
+                                capped(w, fn(w.mps_pct)), w.mem_limit_mb, w.stage, w.mps_cap)
             cfg[jid] = tuple(ws)
         return cfg
 
@@ -505,14 +520,15 @@ class Coordination:
 
 
 def _restored(ws: tuple[WorkerAlloc, ...], batch: int) -> tuple[WorkerAlloc, ...]:
-    """Workers of a job that shares no GPU any more: MPS back to 100 %, even split."""
+    """Workers of a job that shares no GPU any more: MPS back to 100 % (its ceiling), even split."""
     base, extra = divmod(int(batch), len(ws))
-    return tuple(replace(_with_share(w, base + (1 if i < extra else 0)), mps_pct=100)
+    return tuple(replace(_with_share(w, base + (1 if i < extra else 0)), mps_pct=capped(w, 100))
                  for i, w in enumerate(ws))
 
 
 def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
-    """A running job's workers as the coordinator starts from (unset MPS share = 100 %).  When
+    """A running job's workers as the coordinator starts from (unset MPS share = 100 %, or the
+    worker's ceiling).  When
     the record's shares do not add up to the global batch (an allocation built from sub-batch x
     accumulation only), they are re-derived as the launcher's even split of the batch."""
     alloc = job.allocation
@@ -521,7 +537,8 @@ def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
     if sum(w.share for w in ws) != batch:
         base, extra = divmod(int(batch), len(ws))
         ws = tuple(_with_share(w, base + (1 if i < extra else 0)) for i, w in enumerate(ws))
-    return tuple(replace(w, mps_pct=100 if w.mps_pct is None else w.mps_pct) for w in ws)
+    return tuple(replace(w, mps_pct=capped(w, 100 if w.mps_pct is None else w.mps_pct))
+                 for w in ws)
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
@@ -542,13 +559,14 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
         if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
             continue
         ws = job.allocation.workers
-        if any(w.mps_pct is not None and w.mps_pct < 100 for w in ws):
+        if any(w.mps_pct is not None and w.mps_pct < capped(w, 100) for w in ws):
             new = _restored(ws, job.allocation.global_batch or job.global_batch)
             none = Attempt("restore: no partner left", 0.0, True)
             res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
             out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
                 job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
-                max(w.accum_steps for w in new), 100, new, job.allocation.global_batch),)))
+                max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                job.allocation.global_batch),)))
     for ps in sets:
         if skip & set(ps.members):
             continue
@@ -557,9 +575,10 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
             continue
         infos = {j.id: job_info(snap, j) for j in jobs}
         actual = {j.id: start_config(j) for j in jobs}
-        # a worker whose GPU holds only its own job has no partner to yield to: 100 %
+        # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
+        # ceiling)
         start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
-                            else replace(w, mps_pct=100) for w in ws)
+                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
         res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
         resizes = []

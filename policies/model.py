@@ -61,7 +61,13 @@ class WorkerAlloc:
       (seed 000 eq. 7) cover the share: ``micro_batch * accum_steps >= share``;
     * ``mps_pct``: CUDA MPS active-thread percentage (seed 004 LGRR) or ``None``;
     * ``mem_limit_mb``: MPS pinned device-memory limit or ``None``;
-    * ``stage``: pipeline stage this worker runs (seed 003), 0 for pure data parallelism.
+    * ``stage``: pipeline stage this worker runs (seed 003), 0 for pure data parallelism;
+    * ``mps_cap``: the highest MPS share this worker can run with, or ``None`` (no ceiling,
+      the simulator's default).  Not a decision: on Slurm the live snapshot sets it from the
+      job's ``gres/mps`` units on the worker's GPU (Slurm sets
+      ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` from them and gimbal-run never loosens it), and
+      ``mps_pct`` there is the share applied, at most ``mps_cap``.  A policy that plans an MPS
+      share keeps it within the ceiling (seed 004 Algorithm 1: ``policies.gimbal_coord``).
     """
 
     gpu: Gpu
@@ -71,6 +77,7 @@ class WorkerAlloc:
     mps_pct: Optional[int] = None
     mem_limit_mb: Optional[int] = None
     stage: int = 0
+    mps_cap: Optional[int] = None
 
 
 def uniform_workers(gpus: tuple[Gpu, ...], sub_batch: int, accum_steps: int = 1,

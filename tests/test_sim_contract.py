@@ -313,6 +313,8 @@ def _bad(workers_fn, msg, **job_kw):
     (lambda g: (WorkerAlloc(g[1], 64, 64), WorkerAlloc(g[0], 64, 64)), "same GPUs", {}),
     (lambda g: (WorkerAlloc(g[0], 96, 32, 2), WorkerAlloc(g[1], 32, 32)), "does not cover", {}),
     (lambda g: (WorkerAlloc(g[0], 64, 64, mps_pct=0), WorkerAlloc(g[1], 64, 64)), "1..100", {}),
+    (lambda g: (WorkerAlloc(g[0], 64, 64, mps_pct=60, mps_cap=50), WorkerAlloc(g[1], 64, 64)),
+     "ceiling 50", {}),
     (lambda g: (WorkerAlloc(g[0], 64, 64, stage=1), WorkerAlloc(g[1], 64, 64)), "stage 1", {}),
     (lambda g: (WorkerAlloc(g[0], 128, 128, stage=1), WorkerAlloc(g[1], 128, 128)),
      None, dict(stages=2)),

@@ -700,6 +700,10 @@ class Simulator:
             if w.mps_pct is not None and not 1 <= w.mps_pct <= 100:
                 raise PlanError(f"job {jid}: worker on {w.gpu}: MPS share {w.mps_pct}% is not "
                                 f"in 1..100")
+            if w.mps_cap is not None and (not 1 <= w.mps_cap <= 100 or (
+                    w.mps_pct is not None and w.mps_pct > w.mps_cap)):
+                raise PlanError(f"job {jid}: worker on {w.gpu}: MPS share {w.mps_pct}% is not "
+                                f"within its ceiling {w.mps_cap}% (1..100)")
             if w.mem_limit_mb is not None and w.mem_limit_mb <= 0:
                 raise PlanError(f"job {jid}: worker on {w.gpu}: memory limit {w.mem_limit_mb} "
                                 f"MiB is not positive")

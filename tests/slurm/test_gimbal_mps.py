@@ -10,8 +10,13 @@ other job runs on undisturbed at Slurm's 50 %.  The audit has the decision chang
 the objective before and after the search.
 
 The throughput model the daemon is given here is a stated MPS-split model (every job wants the
-whole GPU; a worker gets its MPS cap, scaled when the two caps exceed the GPU), so the squeeze
-is decided by the model, not by CPU timings that fake GPUs cannot give.
+whole GPU; a worker runs at the speed of its MPS share, slowed by its partner's share:
+time = (1 + other) / own, both as fractions; with the estimates below one squeeze step, 50 ->
+40 %, gains and the next does not while the long job has 3.75 to 6.25 times the short one's
+remaining time), so the squeeze is decided by the model, not by
+CPU timings that fake GPUs cannot give.  The live snapshot shows the split Slurm runs: 50/50
+(each worker's ceiling ``mps_cap`` = its ``mps:50`` units) before the squeeze, the applied share
+and the same ceilings after it, and the coordinator never plans past the ceiling.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ exec {py} -m launcher.run --standalone --job-id $SLURM_JOB_ID --nproc 1 --poll-i
 class SplitTable(InterferenceTable):
     def ratio(self, app, other, mps_pct=None, other_mps_pct=None):
         a, b = (mps_pct or 100) / 100, (other_mps_pct or 100) / 100
-        return max(1.0, a + b) / a
+        return (1 + b) / a
 
     def mps_alone(self, app, mps_pct):
         return 100 / (mps_pct or 100)
@@ -90,12 +95,12 @@ def test_daemon_squeezes_one_packed_job_through_its_launcher(slurm_2205_mps, cle
                                "--comment=gimbal:app=bert,batch=128"]), "RUNNING", timeout=30)
     common = ["--app", "cifar10", "--batch", "64", "--gate", "--share", "--gpus", "1",
               f"--output={g.inner}/%j.out", f"--chdir={g.inner}", f"{g.inner}/job.sh"]
-    short = gsbatch(c, "--est", "600", *common)
+    short = gsbatch(c, "--est", "1200", *common)
     long_ = gsbatch(c, "--est", "6000", *common)
     be = backend_for(c)
     st = Store(str(g.host_db))
     st.upgrade()
-    # the jobs' own estimates (600 s, 6000 s) decide who is short: with the default rule only
+    # the jobs' own estimates (1200 s, 6000 s) decide who is short: with the default rule only
     # the time limit counts, and Slurm 22.05 reports an unlimited job's limit as 365 days once
     # it runs, or as unset, depending on timing (docs/slurm.md), which made the squeeze flaky
     cfg = Config(mode="gate", state_dir=str(g.host_dir / "state"), estimates="bounded")
@@ -121,8 +126,14 @@ def test_daemon_squeezes_one_packed_job_through_its_launcher(slurm_2205_mps, cle
         wait_for(lambda: len(reports(g, j)) >= 2, 120, f"reports of {j}")
         assert reports(g, j)[-1]["mps_thread_pct"] == "50"
     r3 = cycle()  # the coordinator squeezes the short, low-priority J_max (eq. 1, Algorithm 1)
+    # it started from the split Slurm runs: 50/50, each at its ceiling (the mps:50 units), not
+    # the decision's 100 %; no worker is planned past its ceiling
+    for j in (short, long_):
+        (w,) = r3.snapshot.snapshot.jobs[j].allocation.workers
+        assert (w.mps_pct, w.mps_cap) == (50, 50), w
     resized = {a.job_id: a for a in r3.plan.resizes()}
     assert set(resized) == {short}, r3.plan.as_dict()
+    assert all(w.mps_pct <= 50 and w.mps_cap == 50 for w in resized[short].workers)
     pct = resized[short].mps_pct
     assert pct < 50 and pct % 10 == 0
     why = r3.plan.reasons[short]
@@ -148,3 +159,9 @@ def test_daemon_squeezes_one_packed_job_through_its_launcher(slurm_2205_mps, cle
     # a further cycle leaves everything as it is (same search result, same decision)
     r4 = cycle()
     assert not [ch for ch in r4.changes if ch.job_id in (short, long_)]
+    # the snapshot after the squeeze shows the shares applied (from the jobs' reports), which
+    # are the ones decided: the short job at its new share, the long one at Slurm's 50 %
+    jobs4 = r4.snapshot.snapshot.jobs
+    assert jobs4[short].allocation.workers == resized[short].workers
+    assert [(w.mps_pct, w.mps_cap) for w in jobs4[short].allocation.workers] == [(pct, 50)]
+    assert [(w.mps_pct, w.mps_cap) for w in jobs4[long_].allocation.workers] == [(50, 50)]
