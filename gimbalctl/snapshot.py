@@ -47,7 +47,8 @@ from typing import Iterable, Mapping, Optional
 
 from policies.elastic import MEASURED_RATES, UNPROFILED
 from policies.pipeline import MODELS as PIPELINE_MODELS
-from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, uniform_workers
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, WaitingQueue, \
+    uniform_workers
 from policies.throughput import GpuTypeTable, MemoryProfile, ThroughputProfile
 
 from .config import ConfigError
@@ -301,6 +302,8 @@ def build_snapshot(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], models,
                                      MEASURED_RATES: MappingProxyType(measured_rates),
                                      UNPROFILED: tuple(unprofiled)}))
     snap = _bound_iters(snap, iter_bounds, inputs)
+    # the waiting order, sorted once here: pending() of every policy call reads it
+    snap = dataclasses.replace(snap, queue=WaitingQueue.of(snap.jobs))
     for w in warnings:  # returned to the caller, which reports each once
         log.debug("%s", w)
     return SnapshotResult(snap, MappingProxyType(inputs), tuple(warnings),

@@ -27,8 +27,9 @@ while every job holding a GPU would gain less than 100 % from one more, (3) alwa
 prefers a job at count 0 (its left side is 1), so the pass picks the count-0 job
 with the smallest ``len(1)`` (ties: the last in walk order, line 7's ``else``) —
 stage one is a sort.  Stage two (every job holds a GPU, GPUs left) walks the jobs
-as written, O(M·n) with n < M.  If some job would gain 100 % or more, the whole
-computation falls back to the plain walk.
+as written, one walk per GPU, O(M·n) with n < M; each walk resumes at the job whose
+state the last GPU changed (the walk's stars before it are unchanged: :func:`_hand_out`).
+If some job would gain 100 % or more, the whole computation falls back to the plain walk.
 
 Choices (ours): a job only takes part in a walk while one more GPU raises its
 throughput (:func:`~policies.elastic.useful_share`, the regime of Appendix B) and
@@ -58,6 +59,8 @@ class Cand:
 
     def p(self, k: int) -> float:
         memo = self._p
+        if memo is not None and k < len(memo):
+            return memo[k]
         if memo is None:
             memo = self._p = [0.0]
         while len(memo) <= k:
@@ -116,6 +119,22 @@ def coin(seed: int, x: str, y: str) -> bool:
     return (h[0] & 1) == (x == lo)
 
 
+_COINS: dict = {}
+_COINS_MAX = 1 << 20
+
+
+def _coin(seed: int, x: str, y: str) -> bool:
+    """:func:`coin`, memoised (a pure function of its arguments; the memo is emptied when it
+    holds ``_COINS_MAX`` pairs, so it stays bounded over a long simulation)."""
+    key = (seed, x, y)
+    v = _COINS.get(key)
+    if v is None:
+        if len(_COINS) >= _COINS_MAX:
+            _COINS.clear()
+        v = _COINS[key] = coin(seed, x, y)
+    return v
+
+
 def top_priority_p(jobs: Sequence[Cand], seed: int) -> Cand:
     """TOPPRIORITY without lengths (§3.3 "Handling unknown job lengths"): (3) is tried
     both ways; when it holds in neither, a coin decides."""
@@ -164,10 +183,13 @@ def _state(c: Cand) -> tuple:
             (p1 - p) / p1 if p1 > 0 else 0.0, (p1 - p) / p if p > 0 else INF)
 
 
-def _walk_l(st: list) -> int:
-    """:func:`top_priority_l` on precomputed states (same decisions, no calls per pair)."""
-    k_star, s = 0, st[0]
-    for k, r in enumerate(st):
+def _walk_l_from(st: list, k0: int, k_star: int, traj: list) -> int:
+    """:func:`top_priority_l` on precomputed states (same decisions, no calls per pair),
+    resumed at position ``k0`` with ``k_star`` the star before it; ``traj[k]`` is set to
+    the star after position ``k`` (the resumption point of a later walk)."""
+    s = st[k_star]
+    for k in range(k0, len(st)):
+        r = st[k]
         if s[0] and r[0]:  # lines 5-7
             if not s[1] < r[1]:
                 k_star, s = k, r
@@ -176,35 +198,50 @@ def _walk_l(st: list) -> int:
                 k_star, s = k, r
         elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
             k_star, s = k, r
+        traj[k] = k_star
     return k_star
 
 
-def _walk_p(st: list, ids: list, seed: int) -> int:
-    """:func:`top_priority_p` on precomputed states."""
-    k_star, s = 0, st[0]
-    for k, r in enumerate(st):
-        if k == k_star:
-            continue
-        if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
-            k_star, s = k, r
-        elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
-            continue
-        elif coin(seed, ids[k_star], ids[k]):
-            k_star, s = k, r
+def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: list) -> int:
+    """:func:`top_priority_p` on precomputed states, resumed as :func:`_walk_l_from`."""
+    s = st[k_star]
+    coin_ = _coin
+    for k in range(k0, len(st)):
+        if k != k_star:
+            r = st[k]
+            if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
+                k_star, s = k, r
+            elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
+                pass
+            elif coin_(seed, ids[k_star], ids[k]):
+                k_star, s = k, r
+        traj[k] = k_star
     return k_star
 
 
-def _hand_out(jobs: Sequence[Cand], m: int, step: int, pick) -> None:
-    """Lines 18-21: ``m`` GPUs, one at a time, to the job ``pick(states, ids)`` names among
-    the jobs one more GPU helps.  With no GPU left (more jobs than GPUs after stage one)
-    nothing is handed out, so the states are not built."""
+def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
+    """Lines 18-21: ``m`` GPUs, one at a time, to the job TOPPRIORITY names among the jobs
+    one more GPU helps.  With no GPU left (more jobs than GPUs after stage one) nothing is
+    handed out, so the states are not built.
+
+    ``walk(st, ids, k0, k_star, traj)`` is :func:`_walk_l_from` or :func:`_walk_p_from`.
+    A step changes the state of one job only, the winner at position ``kw`` (or removes it
+    when one more GPU no longer helps it).  The walk's comparisons at positions before
+    ``kw`` read only the states of jobs before ``kw``, so its stars there are the previous
+    walk's (``traj``): the next walk resumes at ``kw`` with ``traj[kw - 1]`` as the star
+    and makes every comparison the whole walk would make from there, in the same order
+    (so the same tie coins); only the unchanged prefix is not walked again.  Same winner
+    at every step as the walk from the first job (tests/policies/
+    test_afs_handout_differential.py against reference_afs_handout.py)."""
     if m <= 0:
         return
     live = [c for c in jobs if c.can_grow()]
     st = [_state(c) for c in live]
     ids = [c.id for c in live]
+    traj = [0] * len(live)
+    k0 = 0  # first position whose star must be recomputed
     while m > 0 and live:
-        k = pick(st, ids)  # line 19
+        k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj)  # line 19
         c = live[k]
         c.cnt += 1  # line 20
         if c.pick < 0:
@@ -214,7 +251,8 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, pick) -> None:
         if c.can_grow():
             st[k] = _state(c)
         else:
-            del live[k], st[k], ids[k]
+            del live[k], st[k], ids[k], traj[k]
+        k0 = k
 
 
 def afs_l_shares(jobs: list[Cand], total: int) -> None:
@@ -226,7 +264,8 @@ def afs_l_shares(jobs: list[Cand], total: int) -> None:
         _reset(jobs)
     else:
         m = left
-    _hand_out(jobs, m, total - m, lambda st, ids: _walk_l(st))
+    _hand_out(jobs, m, total - m, lambda st, ids, k0, k_star, traj:
+              _walk_l_from(st, k0, k_star, traj))
 
 
 def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
@@ -242,4 +281,5 @@ def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
             c.cnt, c.pick = 1, step
             step += 1
             m -= 1
-    _hand_out(jobs, m, step, lambda st, ids: _walk_p(st, ids, seed))
+    _hand_out(jobs, m, step, lambda st, ids, k0, k_star, traj:
+              _walk_p_from(st, ids, seed, k0, k_star, traj))

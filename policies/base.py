@@ -236,8 +236,8 @@ def take_gpus(by_node: dict[str, tuple[Gpu, ...]], gpus: Iterable[Gpu]) -> None:
 _KEEP = reason(ReasonCode.KEEP_RUNNING, "running; the plan leaves it as it is")
 
 
-def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
-    """Give every running job the plan does not mention the shared KEEP_RUNNING reason.
+def _running_ids(snap: ClusterSnapshot) -> set:
+    """Ids of the jobs that are not waiting.
 
     With the simulator's ``waiting_ids`` the running jobs are those on ``gpu_jobs``
     (checked: together with the waiting ones they are all jobs), so the cost grows
@@ -247,12 +247,24 @@ def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
         running = {j for ids in snap.gpu_jobs.values() for j in ids}
         if (len(running) + len(waiting) == len(snap.jobs) and running <= snap.jobs.keys()
                 and running.isdisjoint(waiting)):
-            reasons.update(dict.fromkeys(running - reasons.keys(), _KEEP))
-            return
+            return running
     else:
         waiting = [j.id for j in snap.jobs.values() if j.waiting]
-    running = snap.jobs.keys() - set(waiting) - reasons.keys()
-    reasons.update(dict.fromkeys(running, _KEEP))
+    return snap.jobs.keys() - set(waiting)
+
+
+def keep_running_reasons(snap: ClusterSnapshot, reasons: dict) -> None:
+    """Give every running job the plan does not mention the shared KEEP_RUNNING reason
+    (in place; :func:`keep_running_segment` is the lazy form)."""
+    reasons.update(dict.fromkeys(_running_ids(snap) - reasons.keys(), _KEEP))
+
+
+def keep_running_segment(snap: ClusterSnapshot) -> tuple:
+    """The shared KEEP_RUNNING reason of every running job as a segment of
+    :func:`~policies.plan.make_plan`'s ``shared`` (explicit reasons win): the ids are
+    computed only when a consumer asks a running job's reason, so a policy call pays
+    nothing per running job (the plan holds the snapshot until then)."""
+    return (lambda: _running_ids(snap), _KEEP)
 
 
 def node_order(snap: ClusterSnapshot) -> Mapping[str, int]:
@@ -272,12 +284,26 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
     nfree = free.total
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
+    # ``order`` is the snapshot's own waiting order (fifo): its ids and largest GPU count
+    # are known, so a blocked tail costs no Python work per job
+    queue = snap.queue if snap.queue is not None and order is snap.queue.jobs \
+        and snap.queue.source is snap.jobs else None
+    shared: list = []
     blocked = False
     for k, job in enumerate(order):
         if (blocked and not backfill) or nfree == 0:
             # nothing behind this point can start: one shared reason, no per-job work
             why = (reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting") if blocked and not backfill
                    else reason(ReasonCode.WAIT_RESOURCES, "no GPU is free", free_gpus=0))
+            if queue is not None and queue.max_gpus <= total:  # no job of the tail is infeasible
+                rest = queue.ids[k:]  # a view (the simulator's) or a tuple slice
+                shared.append((rest, why))
+                j = k - len(out_order)
+                if list(queue.ids[j:k]) == out_order:  # the order is one run of the queue: a view
+                    out_order = queue.ids[j:]
+                else:
+                    out_order.extend(rest)
+                break
             tail = order[k:]
             rest = [j.id for j in tail if j.num_gpus <= total]
             for j in tail:
@@ -307,8 +333,8 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
         b, s = exclusive_config(snap, job)
         actions.append(StartJob(job.id, gpus, b, s))
         reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
-    keep_running_reasons(snap, reasons)
-    return make_plan(policy, actions, out_order, reasons, infeasible)
+    shared.append(keep_running_segment(snap))
+    return make_plan(policy, actions, out_order, reasons, infeasible, shared)
 
 
 def leased(snap: ClusterSnapshot, min_run_s: float) -> list[Job]:
@@ -414,7 +440,8 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
             reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
         else:
             out_order.append(job.id)
-            reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                     "higher-priority jobs hold the GPUs", **numbers(job))
-    keep_running_reasons(snap, reasons)
-    return make_plan(policy, actions, out_order, reasons, infeasible)
+    jobs = snap.jobs
+    waiting_why = (out_order, lambda jid: reason(
+        ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
+    return make_plan(policy, actions, out_order, reasons, infeasible,
+                     [waiting_why, keep_running_segment(snap)])

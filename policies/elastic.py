@@ -35,6 +35,7 @@ Proposition 1's first-fit-decreasing argument holds).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, insort
 from types import MappingProxyType
@@ -182,29 +183,30 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
     what is left (ties: the order of ``shares``, i.e. the policy's priority order); a job
     whose next share would exceed what it was given only gets it if ``useful(job, new)``
     (its throughput rises), else the GPUs stay idle.
+
+    The jobs wait in a heap by that key (``-deficit``, rank); a job is looked at when it is
+    the heap's top.  One that is not eligible then never becomes so while it is not moved:
+    the GPUs left ``d`` only shrink, and its step ``up - r`` and ``useful(job, up)`` depend
+    on its own share only; so it is dropped, and the top that is eligible is the
+    minimum the scan over all jobs finds (tests/policies/test_afs_handout_differential.py
+    against the scan kept in reference_afs_handout.py).
     """
     out = {j: round_down(s, per_node) for j, s in shares.items()}
     d = min(sum(shares.values()), total) - sum(out.values())
-    rank = {j: i for i, j in enumerate(shares)}
-    while d > 0:
-        best, best_key = None, None
-        for j, r in out.items():
-            if r == 0:
-                continue
-            up = _next_up(r, per_node)
-            if up is None or up - r > d:
-                continue
-            deficit = shares[j] - r
-            if deficit <= 0 and not useful(j, up):
-                continue
-            key = (-deficit, rank[j])
-            if best_key is None or key < best_key:
-                best, best_key = j, key
-        if best is None:
-            break
-        up = _next_up(out[best], per_node)
-        d -= up - out[best]
-        out[best] = up
+    if d <= 0:
+        return out
+    heap = [(r - shares[j], i, j) for i, (j, r) in enumerate(out.items()) if r != 0]
+    heapq.heapify(heap)
+    while d > 0 and heap:
+        _, i, j = heap[0]
+        r = out[j]
+        up = _next_up(r, per_node)
+        if up is None or up - r > d or (shares[j] - r <= 0 and not useful(j, up)):
+            heapq.heappop(heap)
+            continue
+        d -= up - r
+        out[j] = up
+        heapq.heapreplace(heap, (up - shares[j], i, j))
     return out
 
 
@@ -223,7 +225,9 @@ class _FreeNodes:
         for x, idx in self.free.items():
             self.total += len(idx)
             if idx:
-                insort(self.buckets.setdefault(len(idx), []), (self.key[x], x))
+                self.buckets.setdefault(len(idx), []).append((self.key[x], x))
+        for b in self.buckets.values():  # each bucket sorted by (rank, position), name
+            b.sort()
 
     def set(self, x: str, idx: list[int]) -> None:
         old, new = len(self.free[x]), len(idx)
@@ -418,8 +422,8 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
         b, s = rates.config(job, len(gpus))
         if job.running:
             old = job.allocation.gpus
-            if set(old) == set(gpus) and (job.allocation.sub_batch, job.allocation.accum_steps) \
-                    == (b, s):
+            if (old == gpus or set(old) == set(gpus)) \
+                    and (job.allocation.sub_batch, job.allocation.accum_steps) == (b, s):
                 continue  # KEEP_RUNNING below
             moved = not (set(old) & set(gpus))
             actions.append(ResizeJob(jid, gpus, b, s))

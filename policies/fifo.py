@@ -13,6 +13,6 @@ class Fifo(Policy):
         self.backfill = backfill
 
     def schedule(self, snap):
-        order = list(snap.pending())  # already (submit_time, id)
+        order = snap.pending()  # already (submit_time, id); the snapshot's own queue
         return schedule_nonpreemptive(snap, self.name, order, self.backfill,
                                       lambda j: {"submit_time": j.submit_time})

@@ -13,10 +13,12 @@ not with simulated seconds.
 from __future__ import annotations
 
 import enum
+from collections import abc
+from itertools import islice
 from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from .throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
 
@@ -233,6 +235,7 @@ class FinishedJob:
 _EMPTY: Mapping = MappingProxyType({})
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FACTS: dict[int, tuple] = {}
+_XIT: dict[tuple, tuple] = {}  # ClusterSnapshot.exclusive_iter_time's memo
 
 
 def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
@@ -247,6 +250,83 @@ def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
         _FACTS.clear()
     _FACTS[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
     return facts
+
+
+class Frozen(abc.Sequence):
+    """A read-only sequence over ``items[start:stop]`` of a list that its owner does not
+    change there while any view of it is referenced: an append-only list (the simulator's
+    history: later appends are past ``stop``) or a list the owner copies before changing it
+    when something still holds it (the simulator's waiting order, checked by reference
+    count).  Handing out a view costs O(1) instead of a tuple copy of the whole list.
+    Compares equal to a tuple or list of the same items; a slice with step 1 is another
+    view, any other slice a tuple."""
+
+    __slots__ = ("_items", "_start", "_stop")
+
+    def __init__(self, items: list, start: int = 0, stop: Optional[int] = None):
+        self._items = items
+        self._start = start
+        self._stop = len(items) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, i):
+        n = self._stop - self._start
+        if isinstance(i, slice):
+            a, b, step = i.indices(n)
+            if step == 1:
+                return Frozen(self._items, self._start + a, self._start + max(a, b))
+            return tuple(self._items[self._start:self._stop][i])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("index out of range")
+        return self._items[self._start + i]
+
+    def __iter__(self):
+        if self._start == 0 and self._stop == len(self._items):
+            return iter(self._items)
+        return islice(self._items, self._start, self._stop)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (Frozen, tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Frozen({tuple(self)!r})"
+
+    def __reduce__(self):  # pickles (and deep-copies) as a view of its own list
+        return (Frozen, (list(self),))
+
+
+@dataclass(frozen=True)
+class WaitingQueue:
+    """The waiting jobs in submit order (ties by id), as :meth:`ClusterSnapshot.pending`
+    returns them: ``jobs`` and their ``ids`` in the same order, and ``max_gpus``, the
+    largest GPU count any of them asks (0 when none waits).
+
+    The simulator keeps this order incrementally (one binary-search insertion or removal per
+    job entering or leaving the queue) and hands a copy to each snapshot, so that a policy
+    call with 10k waiting jobs does not gather and sort them; the daemon builds it once per
+    snapshot with :meth:`of`."""
+
+    jobs: Sequence[Job] = ()  # a tuple, or the simulator's Frozen view of its kept order
+    ids: Sequence[str] = ()
+    max_gpus: int = 0
+    # the snapshot job map this queue was taken from: a snapshot uses its queue only while
+    # its ``jobs`` is that very object, so ``dataclasses.replace(snap, jobs=...)`` falls
+    # back to sorting instead of answering from a stale queue
+    source: Optional[Mapping[str, Job]] = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, jobs: Mapping[str, Job]) -> "WaitingQueue":
+        """The queue of the waiting jobs of the job map ``jobs`` (its source)."""
+        js = tuple(sorted((j for j in jobs.values() if j.waiting), key=_SUBMIT_ORDER))
+        return cls(js, tuple(j.id for j in js), max((j.num_gpus for j in js), default=0), jobs)
 
 
 @dataclass(frozen=True)
@@ -276,14 +356,17 @@ class ClusterSnapshot:
     # simulator keeps it up to date per change instead of per call)
     free_buckets: Optional[Mapping[int, tuple[tuple[int, str], ...]]] = None
     # optional precomputed ids of the waiting jobs (same as scanning ``jobs``)
-    waiting_ids: Optional[tuple[str, ...]] = None
+    waiting_ids: Optional[Sequence[str]] = None
     # relative speed of each application on each GPU type (Node.gpu_type)
     gpu_types: GpuTypeTable = field(default_factory=GpuTypeTable)
     # finished jobs, oldest first (seed 003 predictors train on them)
-    history: tuple[FinishedJob, ...] = ()
+    history: Sequence[FinishedJob] = ()  # a tuple, or the simulator's Frozen view
     # fitted objects a policy may consult by name (e.g. "iterations": an A-SRPT
     # predictor fitted in gimbalctl); pure: they only map inputs to numbers
     predictors: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # optional waiting order (WaitingQueue) of ``jobs`` (used while ``queue.source`` is
+    # ``jobs``); None = pending() sorts the waiting jobs per call
+    queue: Optional[WaitingQueue] = None
 
     # ---- derived views -------------------------------------------------
     @property
@@ -305,8 +388,12 @@ class ClusterSnapshot:
                 return n
         raise KeyError(name)
 
-    def pending(self) -> tuple[Job, ...]:
-        """Jobs waiting to (re)start, in submit order (ties by id)."""
+    def pending(self) -> Sequence[Job]:
+        """Jobs waiting to (re)start, in submit order (ties by id): a tuple, or with the
+        simulator's queue a read-only :class:`Frozen` sequence (compares equal to the tuple)."""
+        q = self.queue
+        if q is not None and q.source is self.jobs:
+            return q.jobs
         if self.waiting_ids is not None:
             jobs = self.jobs
             return tuple(sorted([jobs[i] for i in self.waiting_ids], key=_SUBMIT_ORDER))
@@ -350,9 +437,19 @@ class ClusterSnapshot:
         if prof is None:
             raise KeyError(f"no throughput profile for application {job.app!r}")
         per_node = self.max_gpus_per_node or job.num_gpus
+        # memoised by (profile identity, node size, GPUs, batch): the time depends on
+        # nothing else, and length-ranking policies ask it for every waiting job per call
+        key = (id(prof), per_node, job.num_gpus, job.global_batch)
+        hit = _XIT.get(key)
+        if hit is not None and hit[0] is prof:
+            return hit[1]
         nodes = -(-job.num_gpus // max(per_node, 1))
         local = max(1.0, job.global_batch / job.num_gpus)
-        return prof.iter_time(local, job.num_gpus, nodes, 1)
+        t = prof.iter_time(local, job.num_gpus, nodes, 1)
+        if len(_XIT) > 8192:
+            _XIT.clear()
+        _XIT[key] = (prof, t)  # keeps ``prof`` alive, so its id stays unique
+        return t
 
     def remaining_time(self, job: Job) -> Optional[float]:
         """Remaining seconds if run exclusively (known lengths), else the

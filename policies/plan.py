@@ -8,11 +8,12 @@ never run are listed as infeasible, and ``order`` is the policy's queue order
 from __future__ import annotations
 
 import enum
+from collections import abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
-from .model import Gpu, WorkerAlloc
+from .model import Frozen, Gpu, WorkerAlloc
 
 
 class ReasonCode(str, enum.Enum):
@@ -96,7 +97,8 @@ Action = Union[StartJob, PreemptJob, ResizeJob]
 class Plan:
     policy: str
     actions: tuple[Action, ...] = ()
-    order: tuple[str, ...] = ()  # waiting jobs, first = next to run
+    # waiting jobs, first = next to run (a tuple, or a read-only Frozen view of the queue)
+    order: Sequence[str] = ()
     reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}))
     infeasible: tuple[str, ...] = ()
 
@@ -133,7 +135,66 @@ class Plan:
                 "reasons": {k: v.as_dict() for k, v in sorted(self.reasons.items())}}
 
 
+class Reasons(abc.Mapping):
+    """A read-only job id -> :class:`Reason` map made of explicit entries plus shared
+    segments: ``(ids, reason)`` gives every id in ``ids`` that one reason, where ``ids`` is
+    a collection of job ids or a no-argument callable returning one (computed on first
+    use), and ``reason`` a :class:`Reason` or a callable ``job id -> Reason`` (per-job
+    numbers, computed on first use).  Explicit entries win over segments, an earlier segment over a later one (what
+    filling a dict explicit-first with ``setdefault`` would give).
+
+    A policy that leaves thousands of jobs with one shared reason (a blocked tail, every
+    running job kept as it is) pays nothing per job: the full map is resolved on the first
+    lookup that the explicit entries cannot answer and kept.  Every consumer sees a reason
+    for every job, as with a plain mapping; equality is by content."""
+
+    __slots__ = ("_explicit", "_segments", "_flat")
+
+    def __init__(self, explicit: Mapping[str, Reason], segments=()):
+        self._explicit = dict(explicit)
+        self._segments = tuple(segments)
+        self._flat: Optional[dict] = None if self._segments else self._explicit
+
+    def _all(self) -> dict:
+        if self._flat is None:
+            flat: dict = {}
+            for ids, why in self._segments:
+                ids = ids() if callable(ids) else ids
+                if isinstance(why, Reason):
+                    for jid in ids:
+                        flat.setdefault(jid, why)
+                else:
+                    for jid in ids:
+                        if jid not in flat:
+                            flat[jid] = why(jid)
+            flat.update(self._explicit)
+            self._flat = flat
+            self._segments = ()  # drop what the callables held (e.g. the snapshot)
+        return self._flat
+
+    def __getitem__(self, jid: str) -> Reason:
+        r = self._explicit.get(jid)
+        return r if r is not None else self._all()[jid]
+
+    def __contains__(self, jid) -> bool:
+        return jid in self._explicit or jid in self._all()
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"Reasons({self._all()!r})"
+
+
 def make_plan(policy: str, actions: list, order: list, reasons: dict,
-              infeasible: list = ()) -> Plan:
+              infeasible: list = (), shared=()) -> Plan:
+    """A :class:`Plan`; ``shared``: segments ``(ids, reason)`` for jobs not in ``reasons``
+    (see :class:`Reasons`)."""
+    if shared:  # ``order`` may be a read-only view (policies.model.Frozen): kept as it is
+        return Plan(policy, tuple(actions), order if isinstance(order, Frozen) else tuple(order),
+                    Reasons(reasons, shared), tuple(infeasible))
     return Plan(policy, tuple(actions), tuple(order), MappingProxyType(dict(reasons)),
                 tuple(infeasible))

@@ -110,14 +110,25 @@ class Themis(Policy):
             left -= 1
             heapq.heappush(heap, (-rho(j, k + 1), i, j))
         leftover += [j for _, _, j in heap]
-        while left > 0:
-            grow = [j for j in leftover if shares[j.id] > 0 and shares[j.id] < rates.cap(j, n)
-                    and useful_share(rates, j, shares[j.id])]
-            if not grow:
-                break
-            j = min(grow, key=lambda j: _draw(snap.seed, j.id, shares[j.id]))
-            shares[j.id] += 1
+        # Leftover GPUs one at a time, each to the job with the smallest draw among those
+        # one more GPU helps (first in ``leftover`` on equal draws).  A job's draw and
+        # whether it may grow depend on its own share only, so the jobs wait in a heap by
+        # (draw, position): one that may not grow at its share never may again (its share
+        # only changes when it is picked) and is dropped; the top that may grow is the
+        # minimum of the scan over all of them (tests/policies/
+        # test_afs_handout_differential.py against reference_afs_handout.ThemisBefore).
+        seed = snap.seed
+        drawn = [(_draw(seed, j.id, shares[j.id]), i, shares[j.id], j)
+                 for i, j in enumerate(leftover)]
+        heapq.heapify(drawn)
+        while left > 0 and drawn:
+            _, i, k, j = drawn[0]
+            if shares[j.id] != k or not (0 < k < rates.cap(j, n) and useful_share(rates, j, k)):
+                heapq.heappop(drawn)  # stale (a duplicate entry) or may not grow
+                continue
+            shares[j.id] = k + 1
             left -= 1
+            heapq.heapreplace(drawn, (_draw(seed, j.id, k + 1), i, k + 1, j))
 
         def numbers(j):
             if j.id not in target:  # beyond the first M jobs: one shared empty mapping,

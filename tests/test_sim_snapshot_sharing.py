@@ -63,3 +63,86 @@ def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
         for held, content in probe.kept:  # what a policy kept never changed
             jobs = held.jobs if keep == "snapshot" else held
             assert dict(jobs) == content
+
+
+class QueueProbe:
+    """Keeps what ``keep`` names of some snapshots (their queue, ids, history, the plan
+    holding the snapshot) and counts the calls whose queue lists are the last call's."""
+
+    def __init__(self, name, keep):
+        self.inner = policies.get_policy(name)
+        self.name, self.preemptive = self.inner.name, self.inner.preemptive
+        self.keep, self.kept, self.sim = keep, [], None
+        self.same_list = self.calls = 0
+        self.last = None
+
+    def schedule(self, snap):
+        fresh = tuple(sorted((j for j in snap.jobs.values() if j.waiting),
+                             key=lambda j: (j.submit_time, j.id)))
+        assert snap.pending() == fresh and tuple(snap.pending()) == fresh
+        assert tuple(snap.queue.ids) == tuple(j.id for j in fresh) == tuple(snap.waiting_ids)
+        assert tuple(snap.history) == tuple(self.sim.history)
+        lists = (id(self.sim.wjobs), id(self.sim.wids))
+        self.same_list += lists == self.last
+        self.last = lists
+        self.calls += 1
+        plan = self.inner.schedule(snap)
+        if self.keep and self.calls % 3 == 0:
+            what = {"queue": snap.queue, "pending": snap.pending(), "ids": snap.waiting_ids,
+                    "iter": iter(snap.pending()), "plan": plan}[self.keep]
+            self.kept.append((what, fresh, tuple(snap.history), snap.history))
+        return plan
+
+
+@pytest.mark.parametrize("name,keep", [("fifo", None), ("tiresias", None), ("fifo", "queue"),
+                                       ("fifo", "pending"), ("srtf", "ids"), ("fifo", "iter"),
+                                       ("fifo", "plan")])
+def test_waiting_order_and_history_views_never_change_once_handed_out(name, keep):
+    """The kept waiting order and the history reach snapshots as O(1) views; what a policy
+    keeps (the queue, pending(), the ids, an iterator over them, a plan holding the
+    snapshot) never changes, and with nothing kept the lists change in place."""
+    probe = QueueProbe(name, keep)
+    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS, SimConfig(interval=120.0))
+    probe.sim = sim
+    sim.run()
+    assert probe.calls > 30
+    if keep is None:
+        assert probe.same_list >= probe.calls // 2
+    for what, fresh, hist, hist_view in probe.kept:
+        assert tuple(hist_view) == hist
+        if keep == "queue":
+            assert tuple(what.jobs) == fresh and tuple(what.ids) == tuple(j.id for j in fresh)
+        elif keep == "pending":
+            assert what == fresh
+        elif keep == "ids":
+            assert tuple(what) == tuple(j.id for j in fresh)
+        elif keep == "iter":
+            assert tuple(what) == fresh
+        else:
+            assert set(what.order) <= {j.id for j in fresh}
+            assert all(jid in what.reasons for jid in what.order)
+
+
+@pytest.mark.parametrize("name,preempt_cost", [("fifo", 0.0), ("tiresias", 30.0), ("srsf", 0.0),
+                                               ("sjf-bsbf", 0.0)])
+def test_timeline_samples_equal_the_loop_over_every_active_job(name, preempt_cost, monkeypatch):
+    """QL, CE and BI from the kept waiting order (fixed BI terms) and the running jobs
+    sorted into arrival order are bit for bit the old loop over every active job
+    (tests/reference_sim_sample.py), pre-emptions, restores and sharing included."""
+    import reference_sim_sample
+
+    seen = []
+    orig = Simulator._sample
+
+    def both(self):
+        orig(self)
+        new = tuple(self.timeline[-1])[1:]
+        assert new == reference_sample.sample(self), self.now
+        seen.append(new)
+
+    reference_sample = reference_sim_sample
+    monkeypatch.setattr(Simulator, "_sample", both)
+    sim = Simulator(_jobs(120), parse_cluster("2x4"), policies.get_policy(name), MODELS,
+                    SimConfig(interval=120.0, preempt_cost=preempt_cost, sample_every=200.0))
+    sim.run()
+    assert len(seen) > 50 and max(s[0] for s in seen) > 10 and max(s[2] for s in seen) > 0

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Gpu, Job, JobState,
-                            Node, WorkerAlloc, uniform_workers)
+from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Frozen, Gpu, Job,
+                            JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
@@ -177,6 +177,19 @@ class Simulator:
         self.snap_jobs: Optional[dict] = None
         self.changed_views: set[str] = set()
         self.waiting_ids: dict[str, None] = {}  # insertion-ordered set
+        # the waiting order (ClusterSnapshot.queue) kept per change: (submit time, id) keys
+        # sorted, with each job's view and id at the same index, and a count of the waiting
+        # jobs per GPU count (the queue's max_gpus).  A view enters when the snapshot makes
+        # it; a job that starts leaves at the next snapshot (``unqueue``), when the last
+        # plan and snapshot are gone.  Snapshots get Frozen views of these lists (O(1));
+        # the lists are copied before a change only while something still holds a view
+        self.wkeys: list[tuple[float, str]] = []
+        self.wjobs: list[Job] = []
+        self.wids: list[str] = []
+        self.wgpus: dict[int, int] = {}
+        self.wterms: list[tuple[float, float]] = []  # per waiting job: _bi_term
+        self.unqueue: list[Job] = []
+        self.queue_cache: Optional[tuple] = None  # (jobs view, ids view, max GPUs)
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -186,12 +199,14 @@ class Simulator:
         self.busy_gpus = 0
         self.last_busy_t = 0.0
         self.timeline: list[TimelineSample] = []
+        self.one_rates: dict[str, float] = {}  # job id -> _one_gpu_rate (CE/BI samples)
         self.policy_calls = 0
         self.n_done = 0
         self.arrivals_left = len(jobs)
         self.idle_calls = 0  # consecutive calls that left an idle cluster idle for good
         self.history: list[FinishedJob] = list(prior_history)
-        self.history_view: Optional[tuple] = tuple(self.history)  # rebuilt after a completion
+        # snapshots see a Frozen view of the append-only history (O(1) per completion)
+        self.history_view: Optional[Sequence[FinishedJob]] = Frozen(self.history)
         self.refit, self.refit_every = refit, float(refit_every)
         self.last_fit: Optional[float] = None
         # static predictors the models carry (seed 002's reference database), plus what
@@ -437,11 +452,60 @@ class Simulator:
         self._refresh(affected)
 
     # ------------------------------------------------------------ scheduling
-    def snapshot(self) -> ClusterSnapshot:
+    def _own_queue(self) -> None:
+        """Before changing the kept order: copy its lists if a view handed out is still
+        held (a snapshot or plan kept by the policy or a caller), so that view never
+        changes; otherwise change them in place."""
+        if self.queue_cache is not None:
+            self.queue_cache = None
+            # this attribute and getrefcount's argument: no Frozen view holds the list
+            if sys.getrefcount(self.wjobs) > 2 or sys.getrefcount(self.wids) > 2:
+                self.wjobs, self.wids = list(self.wjobs), list(self.wids)
+
+    def _enqueue(self, view: Job) -> None:
+        """Put a waiting job's current view in the waiting order (replacing an older view)."""
+        self._own_queue()
+        key = (view.submit_time, view.id)
+        i = bisect_left(self.wkeys, key)
+        if i < len(self.wkeys) and self.wkeys[i] == key:
+            self.wjobs[i] = view
+            self.wterms[i] = self._bi_term(view.id)
+        else:
+            self.wkeys.insert(i, key)
+            self.wjobs.insert(i, view)
+            self.wids.insert(i, view.id)
+            self.wterms.insert(i, self._bi_term(view.id))
+            self.wgpus[view.num_gpus] = self.wgpus.get(view.num_gpus, 0) + 1
+
+    def _unqueue(self, spec: Job) -> None:
+        """Take a job that starts out of the waiting order (if its view entered it)."""
+        key = (spec.submit_time, spec.id)
+        i = bisect_left(self.wkeys, key)
+        if i < len(self.wkeys) and self.wkeys[i] == key:
+            self._own_queue()
+            del self.wkeys[i], self.wjobs[i], self.wids[i], self.wterms[i]
+            n = self.wgpus[spec.num_gpus] - 1
+            if n:
+                self.wgpus[spec.num_gpus] = n
+            else:
+                del self.wgpus[spec.num_gpus]
+
+    def _sync(self) -> None:
+        """Fresh views of the jobs changed since the last call and the waiting order up
+        to date (jobs started since leave it, waiting jobs with a new view enter it)."""
+        waiting = self.waiting_ids
+        for spec in self.unqueue:  # jobs started since the last snapshot
+            self._unqueue(spec)
+        self.unqueue.clear()
         for jid in sorted(self.dirty_views):  # sorted: new jobs enter in id order
-            self.views[jid] = self._view(self.recs[jid])
+            v = self.views[jid] = self._view(self.recs[jid])
+            if jid in waiting:
+                self._enqueue(v)
         self.changed_views |= self.dirty_views
         self.dirty_views.clear()
+
+    def snapshot(self) -> ClusterSnapshot:
+        self._sync()
         jobs = self.snap_jobs
         # only this attribute, ``jobs`` and getrefcount's argument hold the last
         # snapshot's map: no snapshot, proxy or policy kept it, so it may change in place
@@ -476,21 +540,25 @@ class Simulator:
                                MappingProxyType(index),
                                MappingProxyType({c: tuple(b) for c, b in buckets.items() if b}))
         free, index, buckets = self.free_cache
-        if self.history_view is None:  # one copy per completion, not per call
-            self.history_view = tuple(self.history)
+        jobs_view = MappingProxyType(jobs)
+        if self.queue_cache is None:  # (not the snapshot's queue: that holds the job map)
+            self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0))
+        q = WaitingQueue(*self.queue_cache, jobs_view)
+        if self.history_view is None:  # a view of the append-only list: O(1)
+            self.history_view = Frozen(self.history)
         if self.refit is not None and (self.last_fit is None
                                        or self.now - self.last_fit >= self.refit_every):
             self.predictors = MappingProxyType({**self.static_predictors,
                                                 **self.refit(self.history_view, self.now)})
             self.last_fit = self.now
         return ClusterSnapshot(
-            now=self.now, nodes=self.nodes, jobs=MappingProxyType(jobs),
+            now=self.now, nodes=self.nodes, jobs=jobs_view,
             gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
-            waiting_ids=tuple(self.waiting_ids), gpu_types=self.models.gpu_types,
-            history=self.history_view, predictors=self.predictors)
+            waiting_ids=q.ids, gpu_types=self.models.gpu_types,
+            history=self.history_view, predictors=self.predictors, queue=q)
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -534,7 +602,7 @@ class Simulator:
             rec.held = 0
             rec.preemptions += 1
             rec.version += 1
-            self.waiting_ids[rec.spec.id] = None
+            self.waiting_ids[rec.spec.id] = None  # enters the queue with its new view
         resizes = plan.resizes()
         old: dict[str, frozenset] = {}
         for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
@@ -559,6 +627,7 @@ class Simulator:
             self._settle(rec)
             self._place(rec, act)
             del self.waiting_ids[rec.spec.id]
+            self.unqueue.append(rec.spec)
             affected |= set(rec.partners)
         self._refresh(affected)
 
@@ -722,20 +791,40 @@ class Simulator:
         self._reschedule(rec)
 
     # ------------------------------------------------------------ metrics
+    def _one(self, jid: str) -> float:
+        """A job's one-GPU rate (never changes: computed once per job)."""
+        one = self.one_rates.get(jid)
+        if one is None:
+            one = self.one_rates[jid] = self._one_gpu_rate(self.recs[jid].spec)
+        return one
+
+    def _bi_term(self, jid: str) -> tuple[float, float]:
+        """(start of the wait, remaining one-GPU seconds floored at EPS) of a waiting job:
+        its BI term at ``t`` is ``(t - start) / that``; both are fixed while it waits."""
+        rec = self.recs[jid]
+        left = rec.spec.total_iters - rec.done_iters
+        return (rec.as_of if rec.preemptions else rec.spec.submit_time,
+                max(left / self._one(jid), EPS))
+
     def _sample(self) -> None:
-        """QL, CE and BI at ``now`` (seed 001 §2.2) and GPU use."""
+        """QL, CE and BI at ``now`` (seed 001 §2.2) and GPU use.
+
+        Sums run over the active jobs in arrival order ((submit time, id), the order
+        ``active`` holds them in): the running ones from ``gpu_jobs``, sorted, and the
+        waiting ones from the kept waiting order with their fixed BI terms, so a sample
+        costs O(running log running + waiting) with no per-job lookups."""
+        self._sync()
+        now, recs = self.now, self.recs
         ce = 0.0
-        bi_sum, n_wait = 0.0, 0
-        for rec in self.active.values():
-            one = self._one_gpu_rate(rec.spec)
-            if rec.state is JobState.RUNNING:
-                if self.now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
-                    ce += rec.rate / one
-            else:
-                n_wait += 1
-                left = rec.spec.total_iters - rec.done_iters
-                pending = self.now - (rec.as_of if rec.preemptions else rec.spec.submit_time)
-                bi_sum += pending / max(left / one, EPS)
+        running = sorted({j for ids in self.gpu_jobs.values() for j in ids},
+                         key=lambda j: (recs[j].spec.submit_time, j))
+        for jid in running:
+            rec = recs[jid]
+            if now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
+                ce += rec.rate / self._one(jid)
+        bi_sum, n_wait = 0.0, len(self.wterms)
+        for t0, d in self.wterms:
+            bi_sum += (now - t0) / d
         self.timeline.append(TimelineSample(
             self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
             self.busy_gpus / max(self.total_gpus, 1)))

@@ -27,7 +27,9 @@ from policies.themis import Themis
 from policies.throughput import ThroughputProfile
 import policies.afs_core
 import policies.afs_l
+import policies.afs_p
 import policies.max_min
+import reference_afs_handout as ref_handout
 import reference_afs_speed as ref_speed
 from reference_elastic import RefPeak, place as ref_place
 from test_sjf_differential import assert_same
@@ -128,7 +130,8 @@ def test_themis_peak_fitted_profiles():
 def _reference_plan(pol, snap):
     """The Plan of the reference copies: literal placement and peak search, per-job
     Reasons, AFS-L's numbers and Algorithm 1's hand-out, AFS-P/Themis/Optimus ``schedule``
-    as they were (reference_afs_speed.py)."""
+    as they were (reference_afs_speed.py); the hand-out walking every job for every GPU
+    with the unmemoised coin, and the regulation's scan (reference_afs_handout.py)."""
     def ref_peak(self, rates, job, limit, memo=None):
         return RefPeak.peak(self, rates, job, limit)
     with mock.patch.object(elastic, "place", ref_place), \
@@ -136,7 +139,11 @@ def _reference_plan(pol, snap):
             mock.patch.object(policies.afs_l, "elastic_plan", ref_speed.elastic_plan), \
             mock.patch.object(policies.max_min, "elastic_plan", ref_speed.elastic_plan), \
             mock.patch.object(policies.afs_l, "numbers_of", ref_speed.numbers_of), \
-            mock.patch.object(policies.afs_core, "_hand_out", ref_speed._hand_out):
+            mock.patch.object(policies.afs_core, "_hand_out", ref_speed._hand_out), \
+            mock.patch.object(policies.afs_l, "afs_l_shares", ref_handout.afs_l_shares), \
+            mock.patch.object(policies.afs_p, "afs_p_shares", ref_handout.afs_p_shares), \
+            mock.patch.object(ref_speed, "afs_p_shares", ref_handout.afs_p_shares), \
+            mock.patch.object(ref_speed, "regulate", ref_handout.regulate):
         ref = REF_SCHEDULE.get(pol.name)
         return ref(pol, snap) if ref is not None else pol.schedule(snap)
 
