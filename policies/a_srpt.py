@@ -127,7 +127,12 @@ class ASrpt(Policy):
             t0 = min(j.submit_time for j in active)
             history, hitems, hobj = snap.history, self._hitems, self._hobj
             idxs = self._history_since(history, t0)
-            objs = list(map(history.__getitem__, idxs))
+            if isinstance(history, (list, tuple)) or not idxs:
+                objs = list(map(history.__getitem__, idxs))
+            else:  # a view (Frozen): copy only the part past the window's first record
+                off = min(idxs)
+                tail = list(history[off:])
+                objs = list(map(tail.__getitem__, map(off.__rsub__, idxs)))
             if not all(map(operator.is_, map(hobj.get, idxs), objs)):
                 for i, f in zip(idxs, objs):  # records not seen yet: their Ã1 item
                     if hobj.get(i) is not f and f.id not in facts:
