@@ -31,8 +31,11 @@ Our choices where the paper is open (documented):
 * The delay of lines 14–20 needs ``κ`` and its start time: they are the only state the
   policy object keeps that changes decisions (``job id -> (t0, κ)``); a fresh object (a
   restarted daemon) starts the delay anew.  The other memos (per-job ``α`` bounds and
-  predictions while the predictor object is the same, an index of the history by submit
-  time) only save work.
+  predictions while the predictor object is the same, each history record's Ã1 item, an
+  index of the history by submit time, the previous call's SRPT busy periods reused by
+  :class:`~policies.asrpt_core.IncrementalSrpt`) only save work: Ã1's completion times
+  equal a fresh :func:`~policies.asrpt_core.virtual_srpt` of the window
+  (tests/policies/test_asrpt_differential.py).
 * τ (the delay factor) is not given for the simulations; default 1.0, an option.
 """
 from __future__ import annotations
