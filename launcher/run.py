@@ -174,19 +174,28 @@ def decision_env(dec: Optional[LauncherDecision], nproc: int, inherited: Mapping
     return out
 
 
+def _thread_pct_or_none(raw: Optional[str]) -> Optional[float]:
+    """An MPS thread percentage from the environment, or None when unset or unreadable
+    (then nothing is capped by it)."""
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_thread_pct(raw)
+    except MPSConfigError:
+        return None
+
+
 def applied_workers(workers, job_pct: Optional[str]) -> list:
     """The decision's worker records with each MPS share as it will run: never above the
     job-level limit (the decision's share, or Slurm's gres/mps units when tighter, as
     :func:`launcher.mps.mps_env` applies it); a worker without a share runs at that limit.
     rank 0's reports echo these records, so the daemon's snapshot reads the applied share."""
     recs = [dict(w) for w in workers]
-    raw = (job_pct or "").strip()
-    if not raw:
+    pct = _thread_pct_or_none(job_pct)
+    if pct is None:
         return recs
-    try:
-        cap = max(1, int(parse_thread_pct(raw)))
-    except MPSConfigError:
-        return recs
+    cap = max(1, int(pct))
     for r in recs:
         pct = r.get("mps_pct")
         r["mps_pct"] = cap if pct is None else min(int(pct), cap)
@@ -405,13 +414,7 @@ class Supervisor:
         relaunch."""
         if not dec:
             return (None, None, ())
-        ceiling = None
-        raw = os.environ.get(MPS_THREAD_VAR, "").strip()
-        if raw:
-            try:
-                ceiling = parse_thread_pct(raw)
-            except MPSConfigError:
-                ceiling = None
+        ceiling = _thread_pct_or_none(os.environ.get(MPS_THREAD_VAR))
 
         def applied(pct, cap):
             if pct is None:
