@@ -57,6 +57,30 @@ def load_philly(path=PHILLY) -> pd.DataFrame:
     return df
 
 
+def set_single_gpu_share(df: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
+    """§V-B 2-b (Fig. 7): each job is set single-GPU with probability ``share``, otherwise
+    distributed, independently per job ("jobs randomly set for single-GPU or distributed
+    training").  What the paper leaves open, our choices: a distributed job that was
+    multi-GPU in the trace keeps its GPU count, a single-GPU job made distributed draws one
+    from the trace's multi-GPU jobs (their empirical distribution); every job keeps its trace
+    duration (so its iterations follow its new type, and the offered GPU-time grows as the
+    share falls); the recurrence group is recomputed from VC and the new GPU count, as
+    :func:`load_philly` defines it.  The draw uses its own ``default_rng(seed)``."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"single-GPU share {share!r}: must be within [0, 1]")
+    rng = np.random.default_rng(seed)
+    gpus = df.num_gpus.to_numpy()
+    multi = gpus[gpus > 1]
+    if not len(multi) and share < 1.0:
+        raise ValueError("the trace has no multi-GPU job to draw distributed GPU counts from")
+    single = rng.random(len(df)) < share
+    drawn = multi[rng.integers(len(multi), size=len(df))] if len(multi) else gpus
+    out = df.copy()
+    out["num_gpus"] = np.where(single, 1, np.where(gpus > 1, gpus, drawn)).astype(int)
+    out["group"] = [group_key(c, "", g, None) for c, g in zip(out.cluster, out.num_gpus)]
+    return out
+
+
 def assign_types(df: pd.DataFrame, g: int, seed: int) -> dict:
     """§V-B 1-b: group -> (model, stages) (:func:`gimbalctl.pipeline_jobs.assign_table1`)."""
     return assign_table1(dict(df.groupby("group", sort=True).num_gpus.first().items()), seed)
@@ -162,49 +186,100 @@ def main(argv=None):
     ap.add_argument("--table2", action="store_true", help="only Table II (Heavy-Edge vs ILP)")
     ap.add_argument("--nic", default="10", help="NIC bandwidths in Gbps, comma-separated (Fig. 8)")
     ap.add_argument("--policies", default="", help="comma-separated subset of the runs")
+    ap.add_argument("--single-gpu-share", default="",
+                    help="Fig. 7 (§V-B 2-b): comma-separated shares of single-GPU jobs, e.g. "
+                         "0.8,0.6,0.4,0.2,0 (each job redrawn, see set_single_gpu_share)")
+    ap.add_argument("--fig7-plot", type=Path, default=None,
+                    help="with --single-gpu-share: write the Fig. 7 analogue plot here")
     a = ap.parse_args(argv)
     if a.table2:
         print(table2(a.seed))
         return
-    df = load_philly()
+    base = load_philly()
     rng = np.random.default_rng(a.seed)
     rows, errs = [], []
-    starts = sorted(int(x) for x in rng.integers(a.history, len(df) - a.jobs, a.windows))
+    starts = sorted(int(x) for x in rng.integers(a.history, len(base) - a.jobs, a.windows))
+    shares = [float(x) for x in a.single_gpu_share.split(",")] if a.single_gpu_share else [None]
     for w, lo in enumerate(starts):
-        for cl in a.clusters.split(","):
-            nodes = parse_cluster(cl)
-            g = nodes[0].num_gpus
-            types = assign_types(df, g, a.seed + w)
-            sub = df.iloc[lo - a.history: lo + a.jobs].reset_index(drop=True)
-            jobs, hist = build(sub, types, a.history, len(sub), g)
-            if cl == a.clusters.split(",")[0]:
-                # predictor error on the window (trained on the history before it, as run)
-                fin = hist + [FinishedJob(j.id, j.user, j.submit_time, j.submit_time, j.submit_time,
-                                          j.num_gpus, j.app, "", j.group_id, j.total_iters,
-                                          j.global_batch) for j in jobs]
-                ev = evaluate(fin, train_frac=len(hist) / len(fin), seed=a.seed)
-                if w == 0 and a.cdf is not None:
-                    plot_error_cdf(ev, a.cdf)  # Fig. 4 analogue
-                if a.cdf_only:
-                    return
-                errs.append({"window": w, **{k: v["mean_abs_error"] for k, v in ev["summary"].items()},
-                             "unseen": ev["summary"]["rf"]["unseen_group"]})
-            runs = [("a-srpt", "rf"), ("a-srpt-perfect", None)] + [(b, "rf") for b in BASELINES]
-            if a.fig9:
-                runs += [("a-srpt", "mean"), ("a-srpt", "median")]
-            if a.policies:
-                runs = [r for r in runs if r[0] in a.policies.split(",")]
-            for nic in (float(x) for x in a.nic.split(",")):
-                where = cl if a.nic == "10" else f"{cl} @ {nic:g} Gbps"
-                for pol, pred in runs:
-                    r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed, nic)
-                    label = pol if pred in (None, "rf") else f"{pol} ({pred})"
-                    rows.append({"window": w, "start": lo, "cluster": where, "policy": label, **r})
-                    print(f"window {w} {where} {label:22s} total JCT {r['total_jct_h']:.0f} h, queueing "
-                          f"{r['queue_h']:.0f} h, {r['slowed']} jobs > 1.5x alpha_min "
-                          f"(sim {r['wall_s']:.0f} s)", flush=True)
-    res = pd.DataFrame(rows)
-    write_doc(a, res, pd.DataFrame(errs), a.out)
+        for share in shares:
+            df = base if share is None else set_single_gpu_share(base, share, a.seed + w)
+            for cl in a.clusters.split(","):
+                nodes = parse_cluster(cl)
+                g = nodes[0].num_gpus
+                types = assign_types(df, g, a.seed + w)
+                sub = df.iloc[lo - a.history: lo + a.jobs].reset_index(drop=True)
+                jobs, hist = build(sub, types, a.history, len(sub), g)
+                if cl == a.clusters.split(",")[0]:
+                    # predictor error on the window (trained on the history before it, as run)
+                    fin = hist + [FinishedJob(j.id, j.user, j.submit_time, j.submit_time, j.submit_time,
+                                              j.num_gpus, j.app, "", j.group_id, j.total_iters,
+                                              j.global_batch) for j in jobs]
+                    ev = evaluate(fin, train_frac=len(hist) / len(fin), seed=a.seed)
+                    if w == 0 and a.cdf is not None and share in (None, shares[0]):
+                        plot_error_cdf(ev, a.cdf)  # Fig. 4 analogue
+                    if a.cdf_only:
+                        return
+                    errs.append({"window": w, "share": share, **{k: v["mean_abs_error"] for k, v in ev["summary"].items()},
+                                 "unseen": ev["summary"]["rf"]["unseen_group"]})
+                runs = [("a-srpt", "rf"), ("a-srpt-perfect", None)] + [(b, "rf") for b in BASELINES]
+                if a.fig9:
+                    runs += [("a-srpt", "mean"), ("a-srpt", "median")]
+                if a.policies:
+                    runs = [r for r in runs if r[0] in a.policies.split(",")]
+                for nic in (float(x) for x in a.nic.split(",")):
+                    where = cl if a.nic == "10" else f"{cl} @ {nic:g} Gbps"
+                    if share is not None:
+                        where += f", {100 * share:g} % single-GPU jobs"
+                    for pol, pred in runs:
+                        r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed, nic)
+                        label = pol if pred in (None, "rf") else f"{pol} ({pred})"
+                        rows.append({"window": w, "start": lo, "cluster": where, "policy": label,
+                                     "share": share, **r})
+                        print(f"window {w} {where} {label:22s} total JCT {r['total_jct_h']:.0f} h, queueing "
+                              f"{r['queue_h']:.0f} h, {r['slowed']} jobs > 1.5x alpha_min "
+                              f"(sim {r['wall_s']:.0f} s)", flush=True)
+                        # rewritten after every run: a long run stopped early keeps what it got
+                        write_doc(a, pd.DataFrame(rows), pd.DataFrame(errs), a.out)
+
+
+def fig7(res, plot=None):
+    """Fig. 7 analogue: total JCT per share of single-GPU jobs (mean over windows), and
+    A-SRPT's reduction against the best and the worst baseline at each share."""
+    d = res[res.share.notna()]
+    piv = d.pivot_table(index="share", columns="policy", values="total_jct_h").sort_index(
+        ascending=False)
+    cols = [c for c in ("a-srpt", "a-srpt-perfect", *BASELINES) if c in piv.columns]
+    base = [c for c in BASELINES if c in piv.columns]
+    lines = ["### Fig. 7 analogue: total JCT (hours) by share of single-GPU jobs", "",
+             "| single-GPU share | " + " | ".join(cols)
+             + " | A-SRPT vs best baseline | A-SRPT vs worst baseline |",
+             "|---" * (len(cols) + 3) + "|"]
+    for sh, row in piv.iterrows():
+        cells = " | ".join("" if pd.isna(row.get(c)) else f"{row[c]:,.0f}" for c in cols)
+        vs = ["", ""]
+        if "a-srpt" in row and base and not row[base].isna().all():
+            vs = [f"{100 * (1 - row['a-srpt'] / row[base].min()):+.0f} %",
+                  f"{100 * (1 - row['a-srpt'] / row[base].max()):+.0f} %"]
+        lines.append(f"| {100 * sh:g} % | {cells} | {vs[0]} | {vs[1]} |")
+    lines += ["", "A positive reduction means A-SRPT's total is the smaller (the paper: 16 % to 57 % "
+              "lower as the share falls from 80 % to 0 %).", ""]
+    if plot is not None and len(piv):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        x = np.arange(len(piv))
+        w = 0.8 / len(cols)
+        for k, c in enumerate(cols):
+            ax.bar(x + k * w, piv[c].to_numpy(), w, label=c)
+        ax.set_xticks(x + 0.4 - w / 2, [f"{100 * s:g} %" for s in piv.index])
+        ax.set_xlabel("share of single-GPU jobs")
+        ax.set_ylabel("total JCT (hours)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120)
+        plt.close(fig)
+    return lines
 
 
 def write_doc(a, res, errs, out):
@@ -213,10 +288,16 @@ def write_doc(a, res, errs, out):
              f"Run: `PYTHONPATH=. nice python bench/repro_asrpt.py --jobs {a.jobs} --windows "
              f"{a.windows} --clusters {a.clusters} --refit {a.refit} --history {a.history}"
              + (" --fig9" if a.fig9 else "") + (f" --nic {a.nic}" if a.nic != "10" else "")
-             + (f" --policies {a.policies}" if a.policies else "") + f"` (seed {a.seed}).", ""]
+             + (f" --policies {a.policies}" if a.policies else "")
+             + (f" --single-gpu-share {a.single_gpu_share}" if a.single_gpu_share else "")
+             + f"` (seed {a.seed}).", ""]
+    if a.single_gpu_share:
+        lines += fig7(res, a.fig7_plot)
     for cl, d in res.groupby("cluster", sort=False):
         piv = d.pivot_table(index="policy", columns="window", values="total_jct_h")
         piv["mean"] = piv.mean(axis=1)
+        if "a-srpt" not in piv.index:
+            continue
         a_srpt = piv.loc["a-srpt"]
         red = (1 - a_srpt / piv).mul(100)
         lines += [f"### Cluster {cl}: total JCT (hours) per window", "",
@@ -238,10 +319,11 @@ def write_doc(a, res, errs, out):
         lines.append("")
     if len(errs):
         lines += ["### Predictor error on the windows (mean |n - ñ|, iterations; eq. 9)", "",
-                  "| window | random forest | group mean | group median | unseen groups |",
-                  "|---|---|---|---|---|"]
+                  "| window | single-GPU share | random forest | group mean | group median "
+                  "| unseen groups |", "|---|---|---|---|---|---|"]
         for _, e in errs.iterrows():
-            lines.append(f"| {int(e.window)} | {e.rf:,.0f} | {e['mean']:,.0f} | {e['median']:,.0f} | "
+            sh = "trace" if pd.isna(e.share) else f"{100 * e.share:g} %"
+            lines.append(f"| {int(e.window)} | {sh} | {e.rf:,.0f} | {e['mean']:,.0f} | {e['median']:,.0f} | "
                          f"{100 * e.unseen:.1f} % |")
         lines.append("")
     out.write_text("\n".join(lines) + "\n")

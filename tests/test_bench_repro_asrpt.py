@@ -88,3 +88,52 @@ def test_build_turns_durations_into_iterations_and_keeps_the_history_before_the_
     for h, (_, row) in zip(hist, df.iloc[[0, 2]].iterrows()):
         model, st = types[row.group]
         assert h.iterations == pytest.approx(row.duration / b.alpha_min(model, st, row.num_gpus, 8))
+
+
+def test_single_gpu_share_redraws_gpus_per_job_as_v_b_2b():
+    """Fig. 7 (§V-B 2-b): each job single-GPU with the given probability, otherwise
+    distributed; a multi-GPU job that stays distributed keeps its count, a single-GPU job
+    made distributed draws a count from the trace's multi-GPU jobs; durations, arrivals and
+    VCs are kept; the group is VC + the new GPU count; the draw is fixed by the seed."""
+    b = _bench()
+    n = 4000
+    df = pd.DataFrame({"t": [float(i) for i in range(n)],
+                       "duration": [60.0 + i for i in range(n)],
+                       "num_gpus": [1, 1, 1, 4, 1, 8, 1, 16] * (n // 8),
+                       "cluster": ["a", "b"] * (n // 2)})
+    df["group"] = [group_key(c, "", g, None) for c, g in zip(df.cluster, df.num_gpus)]
+    for share in (0.8, 0.5, 0.2):
+        out = b.set_single_gpu_share(df, share, seed=1)
+        single = (out.num_gpus == 1).mean()
+        assert abs(single - share) < 0.03, (share, single)
+        kept = (df.num_gpus > 1) & (out.num_gpus > 1)
+        assert (out.num_gpus[kept] == df.num_gpus[kept]).all()
+        made = (df.num_gpus == 1) & (out.num_gpus > 1)
+        assert made.any() and set(out.num_gpus[made]) <= {4, 8, 16}
+        assert len(set(out.num_gpus[made])) == 3  # drawn, not one fixed count
+        assert list(out.group) == [group_key(c, "", g, None)
+                                   for c, g in zip(out.cluster, out.num_gpus)]
+        assert out[["t", "duration", "cluster"]].equals(df[["t", "duration", "cluster"]])
+        assert out.equals(b.set_single_gpu_share(df, share, seed=1))
+        assert not out.num_gpus.equals(b.set_single_gpu_share(df, share, seed=2).num_gpus)
+    assert (b.set_single_gpu_share(df, 0.0, seed=1).num_gpus > 1).all()
+    assert (b.set_single_gpu_share(df, 1.0, seed=1).num_gpus == 1).all()
+    assert df.num_gpus.tolist()[:8] == [1, 1, 1, 4, 1, 8, 1, 16]  # input untouched
+    with pytest.raises(ValueError, match="share"):
+        b.set_single_gpu_share(df, 1.5, seed=1)
+    with pytest.raises(ValueError, match="no multi-GPU job"):
+        b.set_single_gpu_share(df[df.num_gpus == 1], 0.5, seed=1)
+
+
+def test_fig7_table_reports_reduction_against_best_and_worst_baseline():
+    b = _bench()
+    rows = []
+    for share, totals in ((0.8, {"a-srpt": 90.0, "spjf": 100.0, "spwf": 120.0}),
+                          (0.0, {"a-srpt": 50.0, "spjf": 100.0, "spwf": 200.0})):
+        rows += [{"share": share, "policy": p, "total_jct_h": v, "window": 0}
+                 for p, v in totals.items()]
+    lines = b.fig7(pd.DataFrame(rows))
+    text = "\n".join(lines)
+    assert "| 80 % | 90 | 100 | 120 | +10 % | +25 % |" in text
+    assert "| 0 % | 50 | 100 | 200 | +50 % | +75 % |" in text
+    assert text.index("| 80 %") < text.index("| 0 %")  # shares falling, as Fig. 7
