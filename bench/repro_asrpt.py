@@ -108,8 +108,9 @@ def build(df, types, lo, hi, g):
     return jobs, hist
 
 
-def run_one(policy, jobs, hist, nodes, predictor, refit_h, seed, nic=10.0):
-    pol = policies.get_policy(policy, inter_gbits=nic)
+def run_one(policy, jobs, hist, nodes, predictor, refit_h, seed, nic=10.0, tau=None):
+    opts = {} if tau is None or not policy.startswith("a-srpt") else {"tau": tau}
+    pol = policies.get_policy(policy, inter_gbits=nic, **opts)
     kw = {}
     if predictor is not None:
         kw = dict(prior_history=hist, refit=refitter(predictor, seed), refit_every=refit_h * 3600)
@@ -189,6 +190,9 @@ def main(argv=None):
     ap.add_argument("--single-gpu-share", default="",
                     help="Fig. 7 (§V-B 2-b): comma-separated shares of single-GPU jobs, e.g. "
                          "0.8,0.6,0.4,0.2,0 (each job redrawn, see set_single_gpu_share)")
+    ap.add_argument("--tau", type=float, default=None,
+                    help="A-SRPT's delay factor tau (Algorithm 1 line 16; the paper gives no value "
+                         "for its simulations; default: the policy's, 1.0)")
     ap.add_argument("--fig7-plot", type=Path, default=None,
                     help="with --single-gpu-share: write the Fig. 7 analogue plot here")
     a = ap.parse_args(argv)
@@ -231,7 +235,7 @@ def main(argv=None):
                     if share is not None:
                         where += f", {100 * share:g} % single-GPU jobs"
                     for pol, pred in runs:
-                        r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed, nic)
+                        r = run_one(pol, jobs, hist, nodes, pred, a.refit, a.seed, nic, a.tau)
                         label = pol if pred in (None, "rf") else f"{pol} ({pred})"
                         rows.append({"window": w, "start": lo, "cluster": where, "policy": label,
                                      "share": share, **r})
@@ -290,6 +294,7 @@ def write_doc(a, res, errs, out):
              + (" --fig9" if a.fig9 else "") + (f" --nic {a.nic}" if a.nic != "10" else "")
              + (f" --policies {a.policies}" if a.policies else "")
              + (f" --single-gpu-share {a.single_gpu_share}" if a.single_gpu_share else "")
+             + (f" --tau {a.tau:g}" if a.tau is not None else "")
              + f"` (seed {a.seed}).", ""]
     if a.single_gpu_share:
         lines += fig7(res, a.fig7_plot)
