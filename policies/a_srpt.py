@@ -43,10 +43,9 @@ from __future__ import annotations
 import bisect
 import operator
 
-from .asrpt_core import (EPS, IncrementalSrpt, alpha_bounds, free_counts, place, prediction,
+from .asrpt_core import (EPS, IncrementalSrpt, Placer, alpha_bounds, prediction,
                          predicted_seconds)
-from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
-from .heavy_edge import FreeIndex
+from .base import Policy, exclusive_config, keep_running_reasons
 from .pipeline import Network
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
@@ -156,12 +155,8 @@ class ASrpt(Policy):
         queue = sorted((j for j in pending if done[j.id] <= now + EPS), key=key)  # line 2
         later = sorted((j for j in pending if done[j.id] > now + EPS), key=key)
         self._delay = {k: v for k, v in self._delay.items() if k in snap.jobs}
-        by_node = snap.free_by_node()
-        free = free_counts(by_node)
-        fidx = FreeIndex(free, snap.node_rank)
-        gpn = {n.name: n.num_gpus for n in snap.nodes}
-        mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
-        nfree = sum(free.values())
+        placer = Placer(snap, self.net)  # built when the first job is placed
+        nfree = len(snap.free_gpus)
         total = snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
         pos = {j.id: i for i, j in enumerate(queue + later)}
@@ -195,8 +190,7 @@ class ASrpt(Policy):
                 continue
             amin, amax, val, unit, src, p = facts[j.id]
             heavy = amax / amin >= self.comm_heavy  # line 8
-            servers = fidx.choose(j.num_gpus, heavy)  # line 9 / 22
-            gpus, workers, alpha = place(snap, j, servers, by_node, self.net, gpn, mem)  # line 10 / 23
+            servers, gpus, workers, alpha = placer.place(j, heavy)  # lines 9-10 / 22-23
             why = "non-communication-heavy: fewest-free servers (line 22)"
             if heavy and alpha / amin > self.comm_heavy + EPS:  # line 12 fails
                 t0, kappa = self._delay.setdefault(j.id, (now, alpha))  # line 15
@@ -215,11 +209,10 @@ class ASrpt(Policy):
                     continue
             elif heavy:
                 why = "communication-heavy: most-free servers, alpha within COMM_HEAVY (line 13)"
-            take_gpus(by_node, gpus)
-            fidx.take(servers)
+            placer.take(servers, gpus)
             nfree -= len(gpus)
             self._delay.pop(j.id, None)
-            b, s = exclusive_config(snap, j, mem)
+            b, s = exclusive_config(snap, j, placer.mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
             reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text(j),
                                    **nums(j, alpha=alpha, servers=len(servers)))

@@ -21,8 +21,8 @@ import operator
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from .base import exclusive_config
-from .heavy_edge import heavy_edge
+from .base import exclusive_config, take_gpus
+from .heavy_edge import FreeIndex, heavy_edge
 from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc
 from .pipeline import (MODELS, Network, PipelineSpec, alpha_max, configurations, counts_of,
                        iter_time, job_graph, pipeline_spec)
@@ -300,3 +300,39 @@ def place(snap: ClusterSnapshot, job: Job, servers: Sequence[tuple[str, int]],
 
 def free_counts(by_node: Mapping[str, Sequence[Gpu]]) -> dict[str, int]:
     return {m: len(gs) for m, gs in by_node.items() if gs}
+
+
+class Placer:
+    """The free servers of one decision (Algorithm 1 lines 9-10 / 22-23 and the baselines'
+    placement), built on first use: a call that places nothing (every job waits, or none is
+    pending) builds nothing, and the server buckets come from ``snap.free_buckets`` when the
+    snapshot carries them with its ``free_index`` (the simulator keeps both per change), so
+    a call costs the servers it takes, not a sort of the cluster.  Same choices as a
+    :class:`FreeIndex` built from ``snap.free_by_node()``."""
+
+    def __init__(self, snap: ClusterSnapshot, net: Network):
+        self.snap, self.net = snap, net
+        self.by_node: Optional[dict] = None
+
+    def _build(self) -> None:
+        snap = self.snap
+        self.by_node = snap.free_by_node()
+        buckets = snap.free_buckets if snap.free_index is not None else None
+        self.fidx = FreeIndex(free_counts(self.by_node), snap.node_rank, buckets)
+        self.gpn = {n.name: n.num_gpus for n in snap.nodes}
+        # smallest GPU memory of the cluster (exclusive_config's limit); read after place()
+        self.mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
+
+    def place(self, job: Job, how) -> tuple[list, tuple[Gpu, ...], tuple[WorkerAlloc, ...], float]:
+        """Servers (:meth:`FreeIndex.choose` with ``how``), GPUs, workers and α of ``job``."""
+        if self.by_node is None:
+            self._build()
+        servers = self.fidx.choose(job.num_gpus, how)
+        gpus, workers, alpha = place(self.snap, job, servers, self.by_node, self.net,
+                                     self.gpn, self.mem)
+        return servers, gpus, workers, alpha
+
+    def take(self, servers: Sequence[tuple[str, int]], gpus: Iterable[Gpu]) -> None:
+        take_gpus(self.by_node, gpus)
+        self.fidx.take(servers)
+

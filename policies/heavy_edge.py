@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import random
-from typing import Hashable, Mapping, Sequence
+from typing import Hashable, Mapping, Optional, Sequence
 
 
 def heavy_edge(adj: Mapping[Hashable, Mapping[Hashable, float]],
@@ -92,12 +92,19 @@ class FreeIndex:
     """Servers bucketed by free-GPU count (each bucket in node order), so choosing servers
     for a job costs O(buckets + servers taken), not a sort of the whole cluster."""
 
-    def __init__(self, free: Mapping[str, int], rank: Mapping[str, int]):
+    def __init__(self, free: Mapping[str, int], rank: Mapping[str, int],
+                 buckets: Optional[Mapping[int, Sequence[tuple[int, str]]]] = None):
+        """``free``: server -> free GPUs.  ``buckets`` (optional): the same servers already
+        bucketed as ``ClusterSnapshot.free_buckets`` keeps them (count -> ascending
+        ``(rank, server)``), which saves the sort; it must describe ``free``."""
         self.rank, self.big = rank, len(rank)
         self.free = {m: c for m, c in free.items() if c > 0}
         self.buckets: dict[int, list] = {}
-        for m in sorted(self.free, key=self._key):
-            self.buckets.setdefault(self.free[m], []).append(m)
+        if buckets is not None:
+            self.buckets = {c: [m for _, m in b] for c, b in buckets.items() if b}
+        else:
+            for m in sorted(self.free, key=self._key):
+                self.buckets.setdefault(self.free[m], []).append(m)
         self.total = sum(self.free.values())
 
     def _key(self, m):

@@ -13,9 +13,8 @@ The thin modules :mod:`policies.spjf`, :mod:`policies.spwf`, :mod:`policies.wcs_
 """
 from __future__ import annotations
 
-from .asrpt_core import alpha_bounds, free_counts, place, prediction, predicted_seconds
-from .base import Policy, exclusive_config, keep_running_reasons, take_gpus
-from .heavy_edge import FreeIndex
+from .asrpt_core import Placer, alpha_bounds, prediction, predicted_seconds
+from .base import Policy, exclusive_config, keep_running_reasons
 from .pipeline import Network
 from .plan import ReasonCode, StartJob, make_plan, reason
 
@@ -40,12 +39,8 @@ class PredictedOrder(Policy):
             val, unit, src = prediction(snap, j, False)
             facts[j.id] = (predicted_seconds(val, unit, amin), val, unit, src)
         order_jobs = sorted(snap.pending(), key=lambda j: self.key(j, facts[j.id][0]) + (j.submit_time, j.id))
-        by_node = snap.free_by_node()
-        free = free_counts(by_node)
-        fidx = FreeIndex(free, snap.node_rank)
-        gpn = {n.name: n.num_gpus for n in snap.nodes}
-        mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
-        nfree, total = sum(free.values()), snap.total_gpus
+        placer = Placer(snap, self.net)
+        nfree, total = len(snap.free_gpus), snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
         blocked = False
         for pos, j in enumerate(order_jobs):
@@ -65,12 +60,10 @@ class PredictedOrder(Policy):
                                        **nums)
                 blocked = blocked or not self.work_conserving
                 continue
-            servers = fidx.choose(j.num_gpus, "best-fit")
-            gpus, workers, alpha = place(snap, j, servers, by_node, self.net, gpn, mem)
-            take_gpus(by_node, gpus)
-            fidx.take(servers)
+            servers, gpus, workers, alpha = placer.place(j, "best-fit")
+            placer.take(servers, gpus)
             nfree -= len(gpus)
-            b, s = exclusive_config(snap, j, mem)
+            b, s = exclusive_config(snap, j, placer.mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
             reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; " + text,
                                    alpha=alpha, **nums)
