@@ -319,9 +319,9 @@ class Placer:
         self.by_node = snap.free_by_node()
         buckets = snap.free_buckets if snap.free_index is not None else None
         self.fidx = FreeIndex(free_counts(self.by_node), snap.node_rank, buckets)
-        self.gpn = {n.name: n.num_gpus for n in snap.nodes}
+        self.gpn = snap.node_gpus
         # smallest GPU memory of the cluster (exclusive_config's limit); read after place()
-        self.mem = min((n.gpu_mem_mb for n in snap.nodes), default=None)
+        self.mem = snap.min_gpu_mem_mb
 
     def place(self, job: Job, how) -> tuple[list, tuple[Gpu, ...], tuple[WorkerAlloc, ...], float]:
         """Servers (:meth:`FreeIndex.choose` with ``how``), GPUs, workers and α of ``job``."""

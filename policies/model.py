@@ -238,14 +238,16 @@ _FACTS: dict[int, tuple] = {}
 _XIT: dict[tuple, tuple] = {}  # ClusterSnapshot.exclusive_iter_time's memo
 
 
-def _node_facts(nodes: tuple[Node, ...]) -> tuple[int, int, Mapping[str, int]]:
-    """(total GPUs, max GPUs per node, name -> rank) of a node tuple, memoised
-    by identity: the simulator passes the same tuple in every snapshot."""
+def _node_facts(nodes: tuple[Node, ...]) -> tuple:
+    """(total GPUs, max GPUs per node, name -> rank, name -> GPUs, smallest GPU memory) of a
+    node tuple, memoised by identity: the simulator passes the same tuple in every snapshot."""
     hit = _FACTS.get(id(nodes))
     if hit is not None and hit[0] is nodes:
         return hit[1]
     facts = (sum(n.num_gpus for n in nodes), max((n.num_gpus for n in nodes), default=0),
-             MappingProxyType({n.name: i for i, n in enumerate(nodes)}))
+             MappingProxyType({n.name: i for i, n in enumerate(nodes)}),
+             MappingProxyType({n.name: n.num_gpus for n in nodes}),
+             min((n.gpu_mem_mb for n in nodes), default=None))
     if len(_FACTS) > 32:
         _FACTS.clear()
     _FACTS[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
@@ -381,6 +383,16 @@ class ClusterSnapshot:
     def node_rank(self) -> Mapping[str, int]:
         """Node name -> position in ``nodes`` (tie-break order)."""
         return _node_facts(self.nodes)[2]
+
+    @property
+    def node_gpus(self) -> Mapping[str, int]:
+        """Node name -> its number of GPUs."""
+        return _node_facts(self.nodes)[3]
+
+    @property
+    def min_gpu_mem_mb(self):
+        """The smallest GPU memory of the cluster's nodes (None for no node)."""
+        return _node_facts(self.nodes)[4]
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
