@@ -86,7 +86,7 @@ class PackingHost(Policy):
         free = free_gpus_of(snap)
         nfree = free.total
         total = snap.total_gpus
-        rnd = PackRound(self, snap)
+        rnd = None  # the packing round's indexes, built when a job first finds no free GPUs
         actions, reasons, order, infeasible = [], {}, [], []
         touched: set[str] = set()
         for job in self.order(snap):
@@ -104,6 +104,8 @@ class PackingHost(Policy):
                 actions.append(StartJob(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
                 continue
+            if rnd is None:
+                rnd = PackRound(self, snap)
             target = rnd.target(job)
             if target is None:
                 order.append(job.id)
