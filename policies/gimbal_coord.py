@@ -177,6 +177,8 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
     """Packing sets (two or more running jobs sharing GPUs) that keep §5.1, by J_max id.  A
     set breaking the rules is left out: GIMBAL does not coordinate it (§5: it would run such
     jobs one after the other)."""
+    if max(map(len, snap.gpu_jobs.values()), default=0) < 2:
+        return ()  # no GPU holds two jobs: no set (the walk below would find none)
     jg = {j.id: j.allocation.gpus for j in snap.jobs.values()
           if j.running and j.allocation is not None}
     gj = {g: tuple(i for i in ids if i in jg) for g, ids in snap.gpu_jobs.items()}
@@ -552,21 +554,25 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
     out = []
     sets = packing_sets(snap)
     in_sets = {m for ps in sets for m in ps.members}
-    for job in snap.running():
-        # a job whose partners have left keeps no GIMBAL limit: full GPU, even split
-        if job.id in in_sets or job.id in skip or job.allocation is None:
+    # a job whose partners have left keeps no GIMBAL limit: full GPU, even split.  Only jobs
+    # with a worker below its ceiling can need that; they are taken in snap.running() order
+    below = sorted((j for j in snap.jobs.values()
+                    if j.running and j.allocation is not None
+                    and any(w.mps_pct is not None and w.mps_pct < capped(w, 100)
+                            for w in j.allocation.workers)),
+                   key=lambda j: (j.submit_time, j.id))
+    for job in below:
+        if job.id in in_sets or job.id in skip:
             continue
         if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
             continue
-        ws = job.allocation.workers
-        if any(w.mps_pct is not None and w.mps_pct < capped(w, 100) for w in ws):
-            new = _restored(ws, job.allocation.global_batch or job.global_batch)
-            none = Attempt("restore: no partner left", 0.0, True)
-            res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
-            out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
-                job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
-                max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
-                job.allocation.global_batch),)))
+        new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
+        none = Attempt("restore: no partner left", 0.0, True)
+        res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
+        out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
+            job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+            job.allocation.global_batch),)))
     for ps in sets:
         if skip & set(ps.members):
             continue
