@@ -43,8 +43,10 @@ def reference_plan(pol, snap):
         for mod, name, fn in [(fifo, "schedule_nonpreemptive", ref.schedule_nonpreemptive),
                               (sjf, "schedule_nonpreemptive", ref.schedule_nonpreemptive),
                               (base, "schedule_preemptive", ref.schedule_preemptive),
-                              (tiresias, "schedule_preemptive", ref.schedule_preemptive),
-                              (ClusterSnapshot, "pending", ref.pending)]:
+                              (ClusterSnapshot, "pending", ref.pending),
+                              (sjf.Sjf, "schedule", ref.sjf_schedule),
+                              (base.PreemptiveByKey, "schedule", ref.preemptive_by_key_schedule),
+                              (tiresias.Tiresias, "schedule", ref.tiresias_schedule)]:
             stack.enter_context(mock.patch.object(mod, name, fn))
         return pol.schedule(snap)
 
