@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Optional
 
 from .base import exclusive_config, free_gpus_of, keep_running_segment
@@ -36,6 +36,13 @@ from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
 
 _FIRST = itemgetter(0)
+_GPUS = attrgetter("num_gpus")
+_RUNNING = attrgetter("running")
+_SUBMIT_ORDER = attrgetter("submit_time", "id")
+
+
+def _isnan(x) -> bool:
+    return x != x
 
 
 class KeptOrder:
@@ -159,18 +166,22 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
         return None
     jobs = snap.jobs
-    rids = {j for ids in snap.gpu_jobs.values() for j in ids}
-    if len(rids) + len(kept.ids) != len(jobs):
-        return None
-    running = []
-    key_of = kept.key_of
-    for jid in rids:  # with the kept (waiting) jobs, every job: these are the running ones
-        j = jobs.get(jid)
-        if j is None or not j.running or jid in key_of or j.num_gpus > total:
+    if len(kept.ids) < len(snap.gpu_jobs):  # few waiting: scan the job map
+        running = [j for j in jobs.values() if j.running]
+    else:  # the jobs on GPUs (the simulator's gpu_jobs): cost by GPUs in use, not waiting
+        rids = {j for ids in snap.gpu_jobs.values() for j in ids}
+        if not rids <= jobs.keys():
             return None
-        running.append(j)
-    ranked = sorted(((priority(j), j) for j in running), key=_FIRST)
-    if any(k[0] != k[0] for k, _ in ranked):
+        running = [jobs[i] for i in rids]
+        if not all(map(_RUNNING, running)):
+            return None
+    # with the kept (waiting) jobs, these are every job: they are the running ones
+    if len(running) + len(kept.ids) != len(jobs):
+        return None
+    if running and max(map(_GPUS, running)) > total:
+        return None
+    ranked = sorted(zip(map(priority, running), running))  # keys are unique (they end in the id)
+    if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
         return None
     reasons: dict = {}
     admitted: set = set()
@@ -185,8 +196,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                     ReasonCode.KEEP_RUNNING,
                     f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
                     ran_s=now - j.run_start, **numbers(j))
-    smallest = min(min(kept.gpus, default=total + 1),
-                   min((j.num_gpus for j in running), default=total + 1))
+    smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
     nw, nr = len(wkeys), len(ranked)
     w = r = 0
@@ -209,12 +219,12 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                 skipped.append(job.id)
     actions: list = []
     free = free_gpus_of(snap)
-    for job in sorted(running, key=lambda j: (j.submit_time, j.id)):  # snap.running()'s order
-        if job.id not in admitted:
-            actions.append(PreemptJob(job.id))
-            reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
-                                     **numbers(job))
-            free.give(job.allocation.gpus)
+    out = [j for j in running if j.id not in admitted]
+    for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
+        actions.append(PreemptJob(job.id))
+        reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
+                                 **numbers(job))
+        free.give(job.allocation.gpus)
     for job in starts:
         gpus = free.pick(job.num_gpus)
         assert gpus is not None, "admission guarantees enough GPUs"

@@ -285,9 +285,12 @@ class Frozen(abc.Sequence):
         return self._items[self._start + i]
 
     def __iter__(self):
-        if self._start == 0 and self._stop == len(self._items):
-            return iter(self._items)
-        return islice(self._items, self._start, self._stop)
+        if self._start == 0:
+            if self._stop == len(self._items):
+                return iter(self._items)
+            return islice(self._items, self._stop)
+        # a C-level copy of the slice: islice would step over the first ``start`` items
+        return iter(self._items[self._start:self._stop])
 
     def __eq__(self, other) -> bool:
         if isinstance(other, (Frozen, tuple, list)):
@@ -341,7 +344,7 @@ class Joined(Frozen):
         return self._head[i] if i < h else self._items[self._start + i - h]
 
     def __iter__(self):
-        return chain(self._head, islice(self._items, self._start, self._stop))
+        return chain(self._head, Frozen.__iter__(self))
 
     def __repr__(self) -> str:
         return f"Joined({tuple(self)!r})"
