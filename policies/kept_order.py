@@ -240,6 +240,14 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                      [waiting_why, keep_running_segment(snap)])
 
 
+def kept_order_of(pol) -> KeptOrder:
+    """The policy instance's kept order (``pol._kept_order``), made on first use."""
+    kept = pol.__dict__.get("_kept_order")
+    if kept is None:
+        kept = pol._kept_order = KeptOrder()
+    return kept
+
+
 def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[Job], tuple],
                                numbers: Callable[[Job], dict], min_run_s: float,
                                static: bool, context: tuple) -> Plan:
@@ -249,9 +257,7 @@ def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[J
     from .base import schedule_preemptive
 
     if static:
-        kept = getattr(pol, "_kept_order", None)
-        if kept is None:
-            kept = pol._kept_order = KeptOrder()
+        kept = kept_order_of(pol)
         if kept.update(snap, priority, context) is not None:
             plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept)
             if plan is not None:

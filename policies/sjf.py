@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .base import Policy, schedule_nonpreemptive
-from .kept_order import KeptOrder
+from .kept_order import kept_order_of
 from .registry import register
 
 
@@ -23,16 +23,9 @@ class Sjf(Policy):
             "length_s": snap.job_length(j) if snap.job_length(j) is not None else -1.0}
         # a waiting job's length is fixed while it waits: the order is kept across calls
         # from the snapshot's change record (policies.kept_order), else sorted afresh
-        kept = self._kept_order.update(snap, key)
+        kept = kept_order_of(self).update(snap, key)
         if kept is not None:
             q = kept.queue(snap)
             return schedule_nonpreemptive(snap, self.name, q.jobs, self.backfill, numbers, q)
         order = sorted(snap.pending(), key=key)
         return schedule_nonpreemptive(snap, self.name, order, self.backfill, numbers)
-
-    @property
-    def _kept_order(self) -> KeptOrder:
-        kept = self.__dict__.get("_kept")
-        if kept is None:
-            kept = self._kept = KeptOrder()
-        return kept
