@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
 
 
@@ -274,20 +274,24 @@ def node_order(snap: ClusterSnapshot) -> Mapping[str, int]:
 
 def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
                            backfill: bool = False,
-                           numbers: Callable[[Job], dict] = lambda j: {}) -> Plan:
+                           numbers: Callable[[Job], dict] = lambda j: {},
+                           queue: Optional[WaitingQueue] = None) -> Plan:
     """Start waiting jobs in ``order`` on free GPUs, consolidated.
 
     Without ``backfill`` the first job that does not fit blocks all behind it
-    (strict order); with it, later jobs that fit may start.
+    (strict order); with it, later jobs that fit may start.  ``queue``: a kept order
+    whose ``jobs`` is ``order`` (SJF's, :mod:`policies.kept_order`), with its ids and
+    largest GPU count, as the snapshot's own queue is for fifo.
     """
     free = free_gpus_of(snap)
     nfree = free.total
     total = snap.total_gpus
     actions, reasons, out_order, infeasible = [], {}, [], []
-    # ``order`` is the snapshot's own waiting order (fifo): its ids and largest GPU count
-    # are known, so a blocked tail costs no Python work per job
-    queue = snap.queue if snap.queue is not None and order is snap.queue.jobs \
-        and snap.queue.source is snap.jobs else None
+    # ``order`` is the snapshot's own waiting order (fifo) or a kept one: its ids and
+    # largest GPU count are known, so a blocked tail costs no Python work per job
+    if queue is None or order is not queue.jobs:
+        queue = snap.queue if snap.queue is not None and order is snap.queue.jobs \
+            and snap.queue.source is snap.jobs else None
     shared: list = []
     blocked = False
     for k, job in enumerate(order):
@@ -356,6 +360,10 @@ class PreemptiveByKey(Policy):
     needs_lengths = True
     accepts_min_run = True
     key_name = "key"
+    # True: ``key`` of a waiting job depends only on the job and the snapshot's profiles
+    # and nodes (not on ``now``), so the waiting order is kept across calls
+    # (policies.kept_order); the running jobs are re-ranked at every call
+    static_waiting_key = False
 
     def __init__(self, min_run_s: float = 0.0):
         """``min_run_s``: minimum run time before a job may be pre-empted again
@@ -368,9 +376,12 @@ class PreemptiveByKey(Policy):
         raise NotImplementedError
 
     def schedule(self, snap):
-        return schedule_preemptive(snap, self.name,
-                                   lambda j: (self.key(snap, j), j.submit_time, j.id),
-                                   lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s)
+        from .kept_order import preemptive_with_kept_order
+
+        return preemptive_with_kept_order(
+            self, snap, lambda j: (self.key(snap, j), j.submit_time, j.id),
+            lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s,
+            self.static_waiting_key, ())
 
 
 def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections import abc
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -287,9 +287,12 @@ class Frozen(abc.Sequence):
         return self._items[self._start + i]
 
     def __iter__(self):
-        if self._start == 0 and self._stop == len(self._items):
-            return iter(self._items)
-        return islice(self._items, self._start, self._stop)
+        if self._start == 0:
+            if self._stop == len(self._items):
+                return iter(self._items)
+            return islice(self._items, self._stop)
+        # a C-level copy of the slice: islice would step over the first ``start`` items
+        return iter(self._items[self._start:self._stop])
 
     def __eq__(self, other) -> bool:
         if isinstance(other, (Frozen, tuple, list)):
@@ -303,6 +306,50 @@ class Frozen(abc.Sequence):
 
     def __reduce__(self):  # pickles (and deep-copies) as a view of its own list
         return (Frozen, (list(self),))
+
+    def extends(self, other: "Frozen") -> bool:
+        """True when this view is ``other`` or a later view of the same append-only list
+        (same list object, same start, stop at or past ``other``'s): then ``other``'s
+        items are this view's first ``len(other)`` items (the simulator's change record,
+        :attr:`WaitingQueue.changes`)."""
+        return (type(other) is Frozen and type(self) is Frozen and other._items is self._items
+                and other._start == self._start and other._stop <= self._stop)
+
+
+class Joined(Frozen):
+    """A read-only sequence: the tuple ``head`` followed by a :class:`Frozen` view
+    ``tail`` (same rules as Frozen: its owner does not change the tail's list while the
+    view is referenced).  A policy's queue order made of a few jobs it skipped plus the
+    untouched rest of a kept order, without copying the rest."""
+
+    __slots__ = ("_head",)
+
+    def __init__(self, head: tuple, tail: Frozen):
+        super().__init__(tail._items, tail._start, tail._stop)
+        self._head = tuple(head)
+
+    def __len__(self) -> int:
+        return len(self._head) + self._stop - self._start
+
+    def __getitem__(self, i):
+        h = len(self._head)
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(self))
+            if step == 1 and a >= h:
+                return Frozen(self._items, self._start + a - h, self._start + max(a, b) - h)
+            return tuple(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("index out of range")
+        return self._head[i] if i < h else self._items[self._start + i - h]
+
+    def __iter__(self):
+        return chain(self._head, Frozen.__iter__(self))
+
+    def __repr__(self) -> str:
+        return f"Joined({tuple(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -323,6 +370,14 @@ class WaitingQueue:
     # its ``jobs`` is that very object, so ``dataclasses.replace(snap, jobs=...)`` falls
     # back to sorting instead of answering from a stale queue
     source: Optional[Mapping[str, Job]] = field(default=None, compare=False, repr=False)
+    # the change record (simulator only; None elsewhere): a Frozen view of an append-only
+    # list of job ids, one entry each time a job entered or left this order or its view in
+    # it was replaced, oldest first, since the order began.  A later snapshot of the same
+    # run gets a longer view of the same list (``Frozen.extends``), so a policy that kept
+    # an order of its own over these jobs (policies.kept_order) brings it up to date from
+    # the entries after the ones it has seen; every waiting job's view in ``source`` is
+    # the one of its last entry
+    changes: Optional[Sequence[str]] = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, jobs: Mapping[str, Job]) -> "WaitingQueue":

@@ -13,6 +13,8 @@ from .registry import register
 class Srsf(PreemptiveByKey):
     """SRSF: least remaining time x GPUs first, preemptive (needs lengths)."""
 
+    # a waiting job's remaining time is fixed while it waits: the order is kept across calls
+    static_waiting_key = True
     key_name = "remaining_service_gpus"
 
     def key(self, snap, job):

@@ -9,6 +9,8 @@ from .registry import register
 class Srtf(PreemptiveByKey):
     """SRTF: least remaining exclusive run time first, preemptive (needs lengths)."""
 
+    # a waiting job's remaining time is fixed while it waits: the order is kept across calls
+    static_waiting_key = True
     key_name = "remaining_s"
 
     def key(self, snap, job):

@@ -25,7 +25,8 @@ from __future__ import annotations
 import bisect
 from typing import Optional
 
-from .base import Policy, schedule_preemptive
+from .base import Policy
+from .kept_order import preemptive_with_kept_order
 from .registry import register
 
 
@@ -57,7 +58,10 @@ class Tiresias(Policy):
         return q
 
     def schedule(self, snap):
-        return schedule_preemptive(
-            snap, self.name, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
+        # a waiting job's attained service, hence its queue, is fixed while it waits unless
+        # the promote knob (which reads ``now``) is on: then the waiting order is kept
+        # across calls (policies.kept_order; same Plans as ranking every job per call)
+        return preemptive_with_kept_order(
+            self, snap, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
             lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)},
-            self.min_run_s)
+            self.min_run_s, self.promote_knob is None, (self.thresholds,))

@@ -189,7 +189,10 @@ class Simulator:
         self.wgpus: dict[int, int] = {}
         self.wterms: list[tuple[float, float]] = []  # per waiting job: _bi_term
         self.unqueue: list[Job] = []
-        self.queue_cache: Optional[tuple] = None  # (jobs view, ids view, max GPUs)
+        # the order's change record (WaitingQueue.changes): append-only, one id per job
+        # entering or leaving the order or getting a new view in it; snapshots see views
+        self.wlog: list[str] = []
+        self.queue_cache: Optional[tuple] = None  # (jobs view, ids view, max GPUs, changes)
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -465,6 +468,7 @@ class Simulator:
     def _enqueue(self, view: Job) -> None:
         """Put a waiting job's current view in the waiting order (replacing an older view)."""
         self._own_queue()
+        self.wlog.append(view.id)
         key = (view.submit_time, view.id)
         i = bisect_left(self.wkeys, key)
         if i < len(self.wkeys) and self.wkeys[i] == key:
@@ -483,6 +487,7 @@ class Simulator:
         i = bisect_left(self.wkeys, key)
         if i < len(self.wkeys) and self.wkeys[i] == key:
             self._own_queue()
+            self.wlog.append(spec.id)
             del self.wkeys[i], self.wjobs[i], self.wids[i], self.wterms[i]
             n = self.wgpus[spec.num_gpus] - 1
             if n:
@@ -542,8 +547,10 @@ class Simulator:
         free, index, buckets = self.free_cache
         jobs_view = MappingProxyType(jobs)
         if self.queue_cache is None:  # (not the snapshot's queue: that holds the job map)
-            self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0))
-        q = WaitingQueue(*self.queue_cache, jobs_view)
+            self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0),
+                                Frozen(self.wlog))
+        jv, iv, mg, cv = self.queue_cache
+        q = WaitingQueue(jv, iv, mg, jobs_view, cv)
         if self.history_view is None:  # a view of the append-only list: O(1)
             self.history_view = Frozen(self.history)
         if self.refit is not None and (self.last_fit is None

@@ -3,7 +3,11 @@ and the simulator's waiting order (issue #13): ``keep_running_reasons``,
 ``schedule_nonpreemptive`` and ``schedule_preemptive``, plus ``pending``, the sorting
 ``ClusterSnapshot.pending`` of then.  The differential test
 (test_queue_differential.py) runs fifo, sjf, srtf, srsf and tiresias with these in place of
-the package's and compares the Plans."""
+the package's and compares the Plans.
+
+Also verbatim: the ``schedule`` methods of Sjf, PreemptiveByKey (SRTF, SRSF) and Tiresias
+as they were before their waiting orders were kept across calls (policies/kept_order.py):
+each sorts the waiting (or every active) job per call by its key."""
 from __future__ import annotations
 
 from typing import Callable
@@ -165,3 +169,28 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
                                      "higher-priority jobs hold the GPUs", **numbers(job))
     keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, out_order, reasons, infeasible)
+
+
+# ---- the policies' schedule methods before policies/kept_order.py (verbatim) ----------
+
+def sjf_schedule(self, snap):
+    def key(j):
+        length = snap.job_length(j)
+        return (float("inf") if length is None else length, j.submit_time, j.id)
+    order = sorted(snap.pending(), key=key)
+    return schedule_nonpreemptive(
+        snap, self.name, order, self.backfill,
+        lambda j: {"length_s": snap.job_length(j) if snap.job_length(j) is not None else -1.0})
+
+
+def preemptive_by_key_schedule(self, snap):
+    return schedule_preemptive(snap, self.name,
+                               lambda j: (self.key(snap, j), j.submit_time, j.id),
+                               lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s)
+
+
+def tiresias_schedule(self, snap):
+    return schedule_preemptive(
+        snap, self.name, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
+        lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)},
+        self.min_run_s)

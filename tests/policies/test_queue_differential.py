@@ -20,15 +20,16 @@ from types import MappingProxyType
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 import policies
 import reference_queue as ref
 from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
-from policies import base, fifo, sjf, tiresias
-from policies.model import (Allocation, ClusterSnapshot, Gpu, Job, JobState, Node, WaitingQueue)
+from policies import base, fifo, kept_order, sjf, tiresias
+from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, Job, JobState, Node,
+                            WaitingQueue)
 from policies.plan import Reasons
 
 MODELS = default_models()
@@ -43,8 +44,10 @@ def reference_plan(pol, snap):
         for mod, name, fn in [(fifo, "schedule_nonpreemptive", ref.schedule_nonpreemptive),
                               (sjf, "schedule_nonpreemptive", ref.schedule_nonpreemptive),
                               (base, "schedule_preemptive", ref.schedule_preemptive),
-                              (tiresias, "schedule_preemptive", ref.schedule_preemptive),
-                              (ClusterSnapshot, "pending", ref.pending)]:
+                              (ClusterSnapshot, "pending", ref.pending),
+                              (sjf.Sjf, "schedule", ref.sjf_schedule),
+                              (base.PreemptiveByKey, "schedule", ref.preemptive_by_key_schedule),
+                              (tiresias.Tiresias, "schedule", ref.tiresias_schedule)]:
             stack.enter_context(mock.patch.object(mod, name, fn))
         return pol.schedule(snap)
 
@@ -78,6 +81,7 @@ class Differential:
         self.codes = Counter()
         self.longest = 0
         self.lazy = 0
+        self.kept_calls = 0
 
     def schedule(self, snap):
         assert snap.queue is not None and snap.queue.source is snap.jobs
@@ -89,6 +93,14 @@ class Differential:
         assert set(snap.waiting_ids) == {j.id for j in snap.jobs.values() if j.waiting}
         self.longest = max(self.longest, len(fresh))
         plan = self.inner.schedule(snap)
+        kept = self.inner.__dict__.get("_kept_order")
+        if kept is not None and kept._seen is not None:  # the kept order is the fresh sort
+            self.kept_calls += 1
+            assert kept.ids == sorted(kept.ids, key=lambda i: kept.key_of[i])
+            assert kept.ids == [j.id for j in kept.jobs]
+            assert set(kept.ids) == set(snap.queue.ids)
+            assert all(snap.jobs[j.id] is j for j in kept.jobs)  # the snapshot's own views
+            assert kept.asked == sum(j.num_gpus for j in fresh)
         old = reference_plan(self.inner, snap)
         if isinstance(plan.reasons, Reasons):
             self.lazy += 1
@@ -118,8 +130,27 @@ def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
 @pytest.mark.parametrize("cluster,seed", [("2x8", 0), ("4x4", 1), ("1x8", 2)])
 def test_simulator_runs(name, kw, cluster, seed):
     pol = Differential(name, kw)
-    simulate(_jobs(120, seed), parse_cluster(cluster), pol, MODELS,
-             SimConfig(interval=120.0, preempt_cost=5.0))
+    applied, merged = Counter(), Counter()
+    apply, merge = kept_order.KeptOrder._apply, kept_order.schedule_preemptive_kept
+
+    def count_apply(self, *a):
+        applied["calls"] += 1
+        return apply(self, *a)
+
+    def count_merge(*a):
+        plan = merge(*a)
+        merged[plan is not None] += 1
+        return plan
+
+    with mock.patch.object(kept_order.KeptOrder, "_apply", count_apply), \
+            mock.patch.object(kept_order, "schedule_preemptive_kept", count_merge):
+        simulate(_jobs(120, seed), parse_cluster(cluster), pol, MODELS,
+                 SimConfig(interval=120.0, preempt_cost=5.0))
+    if name != "fifo":  # the kept order was brought up to date from the change record
+        assert pol.kept_calls == pol.calls
+        assert applied["calls"] > pol.calls // 2
+    if name in ("srtf", "srsf", "tiresias"):  # ... and the merge answered most calls
+        assert merged[True] > pol.calls // 2
     assert pol.calls > 50
     assert pol.longest > 30  # a long queue
     assert pol.lazy == pol.calls
@@ -265,3 +296,195 @@ def test_frozen_views_slice_pickle_and_copy_as_their_content():
     assert v == ("b", "c") and v[-1] == "c" and list(v[::-1]) == ["c", "b"] and v[5:] == ()
     assert pickle.loads(pickle.dumps(v)) == ("b", "c") == copy.deepcopy(v)
     assert Frozen(items, 0, 2) != ("a", "b", "c") and ("a", "b") == Frozen(items, 0, 2)
+
+
+# ---- the kept orders over sequences of snapshots (policies/kept_order.py) --------------
+
+class Lineage:
+    """A stand-in for the simulator's bookkeeping: a job map changed step by step and the
+    change record (``WaitingQueue.changes``) naming every job that entered or left the
+    waiting order or got a new view in it, so one policy instance reuses its kept order
+    across the snapshots."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.jobs: dict = {}
+        self.log: list = []
+        self.now = 1000.0
+        self.n = 0
+
+    def free(self):
+        used = {g for j in self.jobs.values() if j.running for g in j.allocation.gpus}
+        return [g for n in self.nodes for g in n.gpus() if g not in used]
+
+    def set(self, job):
+        old = self.jobs.get(job.id)
+        self.jobs[job.id] = job
+        if job.waiting or (old is not None and old.waiting):
+            self.log.append(job.id)
+
+    def step(self, draw):
+        apps = list(MODELS.profiles)[:3]
+        self.now += draw(st.sampled_from([0.0, 30.0, 600.0, 7200.0]))
+        for _ in range(draw(st.integers(0, 6))):
+            op = draw(st.sampled_from(["arrive", "arrive", "arrive", "start", "finish",
+                                       "preempt", "view", "progress", "cancel"]))
+            waiting = sorted(j.id for j in self.jobs.values() if j.waiting)
+            running = sorted(j.id for j in self.jobs.values() if j.running)
+            if op == "arrive":
+                n = draw(st.sampled_from([1, 1, 2, 4, 8] * 4 + [16]))  # 16 may be infeasible
+                self.n += 1
+                self.set(Job(id=f"J{self.n:03d}",
+                             submit_time=draw(st.sampled_from([0.0, 10.0, self.now])),
+                             num_gpus=n, app=draw(st.sampled_from(apps)), global_batch=32 * n,
+                             total_iters=draw(st.floats(10, 1e5))))
+            elif op == "start" and waiting:
+                j = self.jobs[draw(st.sampled_from(waiting))]
+                free = self.free()
+                if j.num_gpus <= len(free):
+                    self.set(dataclasses.replace(
+                        j, state=JobState.RUNNING, allocation=Allocation(
+                            tuple(free[:j.num_gpus]), 32), start_time=j.start_time or self.now,
+                        as_of=self.now, iter_rate=draw(st.sampled_from([0.1, 1.0, 5.0])),
+                        run_start=self.now))
+            elif op == "finish" and running:
+                del self.jobs[draw(st.sampled_from(running))]
+            elif op == "preempt" and running:
+                j = self.jobs[draw(st.sampled_from(running))]
+                dt = self.now - j.as_of
+                self.set(dataclasses.replace(
+                    j, state=JobState.SUSPENDED, allocation=None, as_of=self.now,
+                    completed_iters=j.completed_iters + j.iter_rate * dt,
+                    attained_service=j.attained_service + j.num_gpus * dt,
+                    executed_time=j.executed_time + dt, iter_rate=0.0,
+                    preemptions=j.preemptions + 1, run_start=None))
+            elif op == "cancel" and waiting:  # leaves the waiting order
+                jid = draw(st.sampled_from(waiting))
+                del self.jobs[jid]
+                self.log.append(jid)
+            elif op == "view" and waiting:  # a new view of a waiting job (same job)
+                self.set(dataclasses.replace(self.jobs[draw(st.sampled_from(waiting))]))
+            elif op == "progress" and waiting:  # a waiting job whose key changes (recorded)
+                j = self.jobs[draw(st.sampled_from(waiting))]
+                self.set(dataclasses.replace(j, attained_service=j.attained_service + 7e4,
+                                             completed_iters=j.completed_iters + 3.0))
+
+    def snapshot(self, record=True):
+        jobs = MappingProxyType(dict(self.jobs))
+        q = WaitingQueue.of(jobs)
+        if record:
+            q = dataclasses.replace(q, changes=Frozen(self.log))
+        gj = {g: (j.id,) for j in jobs.values() if j.running for g in j.allocation.gpus}
+        return ClusterSnapshot(self.now, self.nodes, jobs, MappingProxyType(gj),
+                               tuple(self.free()), MODELS.profiles, MODELS.memory,
+                               waiting_ids=q.ids, queue=q)
+
+
+KEPT = [("sjf", {}), ("sjf", {"backfill": True}), ("srtf", {}), ("srsf", {}), ("tiresias", {}),
+        ("tiresias", {"promote_knob": 1.0}), ("srtf", {"min_run_s": 600.0})]
+
+
+@pytest.mark.parametrize("name,kw", KEPT, ids=[n + ("+" + ",".join(kw) if kw else "")
+                                               for n, kw in KEPT])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_order_over_snapshot_sequences(name, kw, data):
+    """One policy instance over a sequence of snapshots of one lineage (jobs arriving,
+    starting, finishing, pre-empted, new views, changed keys), now and then a snapshot
+    without a change record (the daemon's), an older snapshot again, or a second lineage:
+    every Plan equals the old code's on that snapshot alone."""
+    draw = data.draw
+    nodes = tuple(Node(f"n{i}", draw(st.sampled_from([2, 4, 8])))
+                  for i in range(draw(st.integers(1, 3))))
+    lines = [Lineage(nodes), Lineage(nodes)]
+    pol = policies.get_policy(name, **kw)
+    kept_order.kept_order_of(pol)  # made before the calls (the reference must not touch it)
+    seen = []
+    reused = 0
+    for _ in range(draw(st.integers(1, 12))):
+        line = lines[draw(st.sampled_from([0, 0, 0, 1]))]
+        line.step(draw)
+        how = draw(st.sampled_from(["record"] * 6 + ["none", "older"]))
+        snap = line.snapshot(how != "none")
+        if how == "older" and seen:
+            snap = draw(st.sampled_from(seen))
+        seen.append(snap)
+        before = pol._kept_order._seen
+        plan = pol.schedule(snap)
+        reused += before is not None and pol._kept_order._seen is not before
+        assert_same(plan, reference_plan(pol, snap))
+    note(f"reused {reused}")
+
+
+def test_kept_order_is_reused_and_rebuilt():
+    """The cases the sequences rely on: a longer record of the same list is applied (no
+    rebuild), a record of another list, a shorter one or another profile table rebuilds,
+    and no record leaves the order empty (the caller sorts)."""
+    line = Lineage((Node("n0", 4),))
+    for i in range(5):
+        line.set(Job(f"a{i}", float(i), 1, list(MODELS.profiles)[0], 32,
+                     total_iters=100.0 * (5 - i)))
+    pol = policies.get_policy("sjf")
+    kept = kept_order.kept_order_of(pol)
+    rebuilds = []
+    real = kept_order.KeptOrder._rebuild
+
+    def rebuild(self, *a):
+        rebuilds.append(1)
+        return real(self, *a)
+
+    with mock.patch.object(kept_order.KeptOrder, "_rebuild", rebuild):
+        s1 = line.snapshot()
+        pol.schedule(s1)
+        assert len(rebuilds) == 1 and kept.ids == ["a4", "a3", "a2", "a1", "a0"]
+        line.set(Job("b", 9.0, 1, list(MODELS.profiles)[0], 32, total_iters=1.0))
+        s2 = line.snapshot()
+        pol.schedule(s2)
+        assert len(rebuilds) == 1 and kept.ids[0] == "b"  # applied, not rebuilt
+        pol.schedule(s1)  # older: rebuilt
+        assert len(rebuilds) == 2 and "b" not in kept.ids
+        other = dataclasses.replace(s2, profiles=MappingProxyType(dict(MODELS.profiles)))
+        pol.schedule(other)
+        assert len(rebuilds) == 3
+        assert pol.schedule(line.snapshot(record=False)) is not None
+        assert kept.ids == [] and kept._seen is None
+
+
+def test_kept_views_handed_out_never_change():
+    """A plan's order and reasons keep their content when later calls change the kept
+    order (the lists are copied while a view of them is held)."""
+    line = Lineage((Node("n0", 1),))
+    app = list(MODELS.profiles)[0]
+    line.set(Job("r", 0.0, 1, app, 32, total_iters=1e6))
+    line.set(dataclasses.replace(line.jobs["r"], state=JobState.RUNNING,
+                                 allocation=Allocation((Gpu("n0", 0),), 32), as_of=0.0,
+                                 iter_rate=1.0, run_start=0.0))
+    for i in range(6):
+        line.set(Job(f"w{i}", float(i), 1, app, 32, total_iters=10.0 * (i + 1)))
+    for name in ("sjf", "srtf"):
+        pol = policies.get_policy(name)
+        plan = pol.schedule(line.snapshot())
+        order, reasons = tuple(plan.order), dict(plan.reasons)
+        assert len(order) >= 5
+        line.set(Job(f"x{name}", 0.5, 1, app, 32, total_iters=1.0))
+        del line.jobs[order[-1]]
+        line.log.append(order[-1])
+        pol.schedule(line.snapshot())
+        assert tuple(plan.order) == order and dict(plan.reasons) == reasons
+
+
+def test_joined_view():
+    from policies.model import Joined
+
+    v = Joined(("x", "y"), Frozen(["a", "b", "c"], 1))
+    assert v == ("x", "y", "b", "c") and len(v) == 4 and v[-1] == "c" and v[1] == "y"
+    assert v[2:] == ("b", "c") and isinstance(v[2:], Frozen) and v[1:3] == ("y", "b")
+    assert list(v[::-1]) == ["c", "b", "y", "x"]
+    with pytest.raises(IndexError):
+        v[4]
+    import pickle
+    assert pickle.loads(pickle.dumps(v)) == ("x", "y", "b", "c")
+    assert Frozen(["a", "b", "c"], 1, 3).extends(Frozen(["a"], 1, 2)) is False
+    base_list = ["a", "b", "c"]
+    assert Frozen(base_list, 0, 3).extends(Frozen(base_list, 0, 2))
+    assert not Frozen(base_list, 0, 2).extends(Frozen(base_list, 0, 3))

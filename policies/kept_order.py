@@ -1,0 +1,265 @@
+"""Waiting orders kept across policy calls by a key that does not change while a job
+waits (issue #13, docs/scale.md §2).
+
+SJF ranks waiting jobs by (exclusive length, submit time, id) (seed 000 §VI), SRTF and
+SRSF by (remaining exclusive time [x GPUs], submit time, id) (seed 001 §5), Tiresias by
+(queue of its attained service, submit time, id) (Gu et al., NSDI'19; without the
+promote knob).  A waiting job makes no progress, so its key is fixed while it waits
+(for a given throughput profile table and node size).  Sorting every waiting job per
+call by a Python key cost 16,000 key evaluations per call on the Philly trace at 64x8.
+
+:class:`KeptOrder` keeps the waiting jobs sorted by such a key across calls and brings
+the order up to date from the snapshot's change record (:attr:`WaitingQueue.changes`:
+the ids of the jobs that entered or left the waiting order, or got a new view in it,
+since the order began): O(changes) key evaluations and binary-search insertions per
+call.  The order is a pure function of the snapshot — the one a fresh sort of
+``snap.pending()`` gives — under the change record's contract (every change of the
+waiting set is recorded); without a record (the daemon's snapshots, hand-built ones), a
+record of another run, an older snapshot than the last one, another profile table or
+node tuple, or counts that disagree with the snapshot's queue, it is rebuilt by that
+fresh sort (or the caller takes its old path).
+
+:func:`schedule_preemptive_kept` is :func:`policies.base.schedule_preemptive` over such
+an order: it re-ranks only the running jobs (their keys change with time), merges them
+with the kept waiting order and stops walking once nothing more fits; the Plan is the
+same (tests/policies/test_queue_differential.py against verbatim copies of the old
+code)."""
+from __future__ import annotations
+
+import sys
+from bisect import bisect_left
+from operator import attrgetter, itemgetter
+from typing import Callable, Optional
+
+from .base import exclusive_config, free_gpus_of, keep_running_segment
+from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
+from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
+
+_FIRST = itemgetter(0)
+_GPUS = attrgetter("num_gpus")
+_RUNNING = attrgetter("running")
+_SUBMIT_ORDER = attrgetter("submit_time", "id")
+
+
+def _isnan(x) -> bool:
+    return x != x
+
+
+class KeptOrder:
+    """The waiting jobs of the last snapshot sorted by a static key (``keys``, ``jobs``
+    and ``ids`` aligned), the GPUs they ask in all (``asked``) and per count."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen: Optional[Frozen] = None  # the change record applied so far
+        self._ctx: Optional[tuple] = None  # (profiles, nodes, context) the keys were made with
+        self.keys: list = []
+        self.jobs: list[Job] = []
+        self.ids: list[str] = []
+        self.key_of: dict[str, tuple] = {}
+        self.gpus: dict[int, int] = {}  # GPU count -> waiting jobs asking it
+        self.asked = 0
+
+    # ------------------------------------------------------------------ upkeep
+    def update(self, snap: ClusterSnapshot, key: Callable[[Job], tuple],
+               context: tuple = ()) -> Optional["KeptOrder"]:
+        """Bring the order up to the waiting jobs of ``snap`` (``key``: the policy's key,
+        fixed while a job waits; ``context``: the policy's own parameters the key reads).
+        ``None`` when the snapshot carries no kept queue with a change record (the caller
+        sorts as before) or a key is NaN (a NaN key has no place in a sorted order)."""
+        q = snap.queue
+        log = q.changes if q is not None and q.source is snap.jobs else None
+        if not isinstance(log, Frozen):
+            self.clear()
+            return None
+        ctx = self._ctx
+        same = (ctx is not None and ctx[0] is snap.profiles and ctx[1] is snap.nodes
+                and ctx[2] == context and self._seen is not None and log.extends(self._seen))
+        ok = False
+        if same:
+            changed = dict.fromkeys(log[len(self._seen):])
+            ok = len(changed) <= len(q.ids) and self._apply(snap.jobs, changed, key)
+        if ok:  # cheap cross-checks against the snapshot's own queue
+            ok = len(self.ids) == len(q.ids) and max(self.gpus, default=0) == q.max_gpus
+        if not ok and not self._rebuild(q.jobs, key):
+            self.clear()
+            return None
+        self._seen, self._ctx = log, (snap.profiles, snap.nodes, context)
+        return self
+
+    def _own(self) -> None:
+        """Copy the lists handed out as views before changing them if a view is still
+        held (a plan's order or reasons), so that view never changes."""
+        # the attribute and getrefcount's argument: no view holds the list
+        if sys.getrefcount(self.jobs) > 2 or sys.getrefcount(self.ids) > 2:
+            self.jobs, self.ids = list(self.jobs), list(self.ids)
+
+    def _apply(self, jobs, changed, key) -> bool:
+        self._own()
+        keys, kjobs, kids, key_of, gpus = self.keys, self.jobs, self.ids, self.key_of, self.gpus
+        for jid in changed:
+            old = key_of.pop(jid, None)
+            if old is not None:
+                i = bisect_left(keys, old)
+                if i == len(keys) or keys[i] != old:
+                    return False  # not where it was put: rebuild
+                g = kjobs[i].num_gpus
+                del keys[i], kjobs[i], kids[i]
+                self.asked -= g
+                if gpus[g] == 1:
+                    del gpus[g]
+                else:
+                    gpus[g] -= 1
+            view = jobs.get(jid)
+            if view is not None and view.waiting:
+                k = key(view)
+                if k[0] != k[0]:
+                    return False
+                i = bisect_left(keys, k)
+                keys.insert(i, k)
+                kjobs.insert(i, view)
+                kids.insert(i, jid)
+                key_of[jid] = k
+                self.asked += view.num_gpus
+                gpus[view.num_gpus] = gpus.get(view.num_gpus, 0) + 1
+        return True
+
+    def _rebuild(self, waiting, key) -> bool:
+        """The fresh sort of the waiting jobs (as the policies' old code sorts them)."""
+        pairs = sorted(((key(j), j) for j in waiting), key=_FIRST)
+        if any(k[0] != k[0] for k, _ in pairs):
+            return False
+        self.keys = [k for k, _ in pairs]
+        self.jobs = [j for _, j in pairs]
+        self.ids = [j.id for j in self.jobs]
+        self.key_of = dict(zip(self.ids, self.keys))
+        self.gpus = {}
+        for j in self.jobs:
+            self.gpus[j.num_gpus] = self.gpus.get(j.num_gpus, 0) + 1
+        self.asked = sum(j.num_gpus for j in self.jobs)
+        return True
+
+    def queue(self, snap: ClusterSnapshot) -> WaitingQueue:
+        """The order as a :class:`WaitingQueue` of views (for
+        :func:`policies.base.schedule_nonpreemptive`'s blocked tail)."""
+        return WaitingQueue(Frozen(self.jobs), Frozen(self.ids), max(self.gpus, default=0),
+                            snap.jobs)
+
+
+def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
+                             priority: Callable[[Job], tuple], numbers: Callable[[Job], dict],
+                             min_run_s: float, kept: KeptOrder) -> Optional[Plan]:
+    """:func:`policies.base.schedule_preemptive`'s Plan, with the waiting jobs taken from
+    ``kept`` (sorted by ``priority``), or ``None`` where the old code should answer: every
+    waiting job fits in the free GPUs (the old code then ranks only the waiting ones, at
+    most as many as GPUs are free), a job asks more than the cluster (the infeasible list
+    needs the whole walk), or the running jobs cannot be told from ``gpu_jobs``.
+
+    The old code sorts every active job and admits greedily (a job that fits in the GPUs
+    left is admitted, one that does not is skipped); here only the running jobs are sorted,
+    merged with the kept order, and the walk stops once the GPUs left are fewer than any
+    job asks: nothing after that point is admitted, so the waiting jobs from there on are
+    the Plan's order as they stand in ``kept`` (a view, no per-job work)."""
+    total = snap.total_gpus
+    if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
+        return None
+    jobs = snap.jobs
+    if len(kept.ids) < len(snap.gpu_jobs):  # few waiting: scan the job map
+        running = [j for j in jobs.values() if j.running]
+    else:  # the jobs on GPUs (the simulator's gpu_jobs): cost by GPUs in use, not waiting
+        rids = {j for ids in snap.gpu_jobs.values() for j in ids}
+        if not rids <= jobs.keys():
+            return None
+        running = [jobs[i] for i in rids]
+        if not all(map(_RUNNING, running)):
+            return None
+    # with the kept (waiting) jobs, these are every job: they are the running ones
+    if len(running) + len(kept.ids) != len(jobs):
+        return None
+    if running and max(map(_GPUS, running)) > total:
+        return None
+    ranked = sorted(zip(map(priority, running), running))  # keys are unique (they end in the id)
+    if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
+        return None
+    reasons: dict = {}
+    admitted: set = set()
+    capacity = total
+    if min_run_s > 0:
+        now = snap.now
+        for j in running:
+            if j.run_start is not None and now - j.run_start < min_run_s:
+                admitted.add(j.id)
+                capacity -= j.num_gpus
+                reasons[j.id] = reason(
+                    ReasonCode.KEEP_RUNNING,
+                    f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
+                    ran_s=now - j.run_start, **numbers(j))
+    smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
+    wkeys, wjobs = kept.keys, kept.jobs
+    nw, nr = len(wkeys), len(ranked)
+    w = r = 0
+    starts: list[Job] = []
+    skipped: list[str] = []
+    while capacity >= smallest and (w < nw or r < nr):
+        if r < nr and (w == nw or ranked[r][0] < wkeys[w]):
+            job = ranked[r][1]
+            r += 1
+            if job.id not in admitted and job.num_gpus <= capacity:
+                admitted.add(job.id)
+                capacity -= job.num_gpus
+        else:
+            job = wjobs[w]
+            w += 1
+            if job.num_gpus <= capacity:
+                capacity -= job.num_gpus
+                starts.append(job)
+            else:
+                skipped.append(job.id)
+    actions: list = []
+    free = free_gpus_of(snap)
+    out = [j for j in running if j.id not in admitted]
+    for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
+        actions.append(PreemptJob(job.id))
+        reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
+                                 **numbers(job))
+        free.give(job.allocation.gpus)
+    for job in starts:
+        gpus = free.pick(job.num_gpus)
+        assert gpus is not None, "admission guarantees enough GPUs"
+        free.take(gpus)
+        b, s = exclusive_config(snap, job)
+        actions.append(StartJob(job.id, gpus, b, s))
+        code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
+        reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
+    out_order = Joined(tuple(skipped), Frozen(kept.ids, w))
+    waiting_why = (out_order, lambda jid: reason(
+        ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
+    return make_plan(policy, actions, out_order, reasons, [],
+                     [waiting_why, keep_running_segment(snap)])
+
+
+def kept_order_of(pol) -> KeptOrder:
+    """The policy instance's kept order (``pol._kept_order``), made on first use."""
+    kept = pol.__dict__.get("_kept_order")
+    if kept is None:
+        kept = pol._kept_order = KeptOrder()
+    return kept
+
+
+def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[Job], tuple],
+                               numbers: Callable[[Job], dict], min_run_s: float,
+                               static: bool, context: tuple) -> Plan:
+    """A pre-emptive policy's Plan: :func:`schedule_preemptive_kept` over the policy's
+    kept order (``pol._kept_order``, made on first use) when its key is ``static`` for
+    waiting jobs and the snapshot allows, else :func:`policies.base.schedule_preemptive`."""
+    from .base import schedule_preemptive
+
+    if static:
+        kept = kept_order_of(pol)
+        if kept.update(snap, priority, context) is not None:
+            plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept)
+            if plan is not None:
+                return plan
+    return schedule_preemptive(snap, pol.name, priority, numbers, min_run_s)
