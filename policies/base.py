@@ -384,6 +384,19 @@ class PreemptiveByKey(Policy):
             self.static_waiting_key, ())
 
 
+def start_admitted(snap: ClusterSnapshot, free: FreeGpus, job: Job, actions: list,
+                   reasons: dict, numbers: Callable[[Job], dict]) -> None:
+    """Start (or resume) a job the pre-emptive admission let in, on the consolidated free
+    GPUs (``free``, taken), with its reason."""
+    gpus = free.pick(job.num_gpus)
+    assert gpus is not None, "admission guarantees enough GPUs"
+    free.take(gpus)
+    b, s = exclusive_config(snap, job)
+    actions.append(StartJob(job.id, gpus, b, s))
+    code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
+    reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
+
+
 def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[Job], tuple],
                         numbers: Callable[[Job], dict] = lambda j: {},
                         min_run_s: float = 0.0) -> Plan:
@@ -442,13 +455,7 @@ def schedule_preemptive(snap: ClusterSnapshot, policy: str, priority: Callable[[
         if job.running or job.id in infeasible:
             continue
         if job.id in admitted:
-            gpus = free.pick(job.num_gpus)
-            assert gpus is not None, "admission guarantees enough GPUs"
-            free.take(gpus)
-            b, s = exclusive_config(snap, job)
-            actions.append(StartJob(job.id, gpus, b, s))
-            code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
-            reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
+            start_admitted(snap, free, job, actions, reasons, numbers)
         else:
             out_order.append(job.id)
     jobs = snap.jobs

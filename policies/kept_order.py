@@ -31,9 +31,9 @@ from bisect import bisect_left
 from operator import attrgetter, itemgetter
 from typing import Callable, Optional
 
-from .base import exclusive_config, free_gpus_of, keep_running_segment
+from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
-from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
+from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
@@ -226,13 +226,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                                  **numbers(job))
         free.give(job.allocation.gpus)
     for job in starts:
-        gpus = free.pick(job.num_gpus)
-        assert gpus is not None, "admission guarantees enough GPUs"
-        free.take(gpus)
-        b, s = exclusive_config(snap, job)
-        actions.append(StartJob(job.id, gpus, b, s))
-        code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
-        reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
+        start_admitted(snap, free, job, actions, reasons, numbers)
     out_order = Joined(tuple(skipped), Frozen(kept.ids, w))
     waiting_why = (out_order, lambda jid: reason(
         ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
