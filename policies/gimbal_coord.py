@@ -543,6 +543,24 @@ def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
                  for w in ws)
 
 
+_BELOW: dict[int, tuple] = {}  # id(allocation) -> (allocation, a worker below its ceiling?)
+
+
+def _below_ceiling(alloc) -> bool:
+    """Whether a worker of ``alloc`` runs below its MPS ceiling, memoised by the allocation's
+    identity (a pure function of the frozen record; the simulator and the daemon hand the
+    same record in every snapshot while the job keeps it, and GIMBAL asks it of every running
+    job at every 30 s round)."""
+    hit = _BELOW.get(id(alloc))
+    if hit is not None and hit[0] is alloc:
+        return hit[1]
+    flag = any(w.mps_pct is not None and w.mps_pct < capped(w, 100) for w in alloc.workers)
+    if len(_BELOW) > 65536:
+        _BELOW.clear()
+    _BELOW[id(alloc)] = (alloc, flag)  # keeps ``alloc`` alive, so its id stays unique
+    return flag
+
+
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
                skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
     """Run Algorithm 1 on every packing set of the snapshot (sets with a job in ``skip``, e.g.
@@ -556,11 +574,16 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
     in_sets = {m for ps in sets for m in ps.members}
     # a job whose partners have left keeps no GIMBAL limit: full GPU, even split.  Only jobs
     # with a worker below its ceiling can need that; they are taken in snap.running() order
-    below = sorted((j for j in snap.jobs.values()
-                    if j.running and j.allocation is not None
-                    and any(w.mps_pct is not None and w.mps_pct < capped(w, 100)
-                            for w in j.allocation.workers)),
-                   key=lambda j: (j.submit_time, j.id))
+    memo = _BELOW
+    below = []
+    for j in snap.jobs.values():  # the memo read inline: this walk runs at every round
+        a = j.allocation
+        if a is None:
+            continue
+        hit = memo.get(id(a))
+        if (hit[1] if hit is not None and hit[0] is a else _below_ceiling(a)) and j.running:
+            below.append(j)
+    below.sort(key=lambda j: (j.submit_time, j.id))
     for job in below:
         if job.id in in_sets or job.id in skip:
             continue

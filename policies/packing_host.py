@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Policy, exclusive_config, free_gpus_of, keep_running_reasons
+from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_coord import coordinate
 from .model import ClusterSnapshot, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress
@@ -83,8 +83,10 @@ class PackingHost(Policy):
         return {}
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
-        free = free_gpus_of(snap)
-        nfree = free.total
+        # the free-GPU index is built for the first job in the order (GIMBAL's 30 s rounds
+        # call with nothing waiting, where building it was a fifth of the call)
+        free = None
+        nfree = 0
         total = snap.total_gpus
         rnd = None  # the packing round's indexes, built when a job first finds no free GPUs
         actions, reasons, order, infeasible = [], {}, [], []
@@ -96,6 +98,9 @@ class PackingHost(Policy):
                 reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                          f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
                 continue
+            if free is None:
+                free = free_gpus_of(snap)
+                nfree = free.total
             gpus = free.pick(job.num_gpus) if job.num_gpus <= nfree else None
             if gpus is not None:
                 free.take(gpus)
@@ -129,5 +134,7 @@ class PackingHost(Policy):
                         ReasonCode.RESIZED, f"GIMBAL coordination of the set of {c.jmax}",
                         objective_before=c.result.objective_before,
                         objective_after=c.result.objective_after)
-        keep_running_reasons(snap, reasons)
-        return make_plan(self.name, actions, order, reasons, infeasible)
+        # running jobs the plan does not mention: the shared KEEP_RUNNING reason, computed
+        # when a consumer asks (explicit reasons win, as keep_running_reasons gives them)
+        return make_plan(self.name, actions, order, reasons, infeasible,
+                         [keep_running_segment(snap)])

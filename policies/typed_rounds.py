@@ -6,10 +6,11 @@ job where it is when its decision did not change (the overhead-saving rule seed 
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
 from .base import FreeGpus, exclusive_config
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job, Node
 from .plan import PreemptJob, Reason, ReasonCode, StartJob, reason
 
 
@@ -19,15 +20,35 @@ class Choice(Protocol):
     batch: int
 
 
-def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
-    """GPU type -> [GPUs, most GPUs on one node, smallest GPU memory MiB]."""
-    out: dict[str, list] = {}
-    for n in snap.nodes:
-        t = out.setdefault(n.gpu_type, [0, 0, n.gpu_mem_mb])
+_NODE_MEMO: dict[int, tuple] = {}
+
+
+def _node_memo(nodes: tuple[Node, ...]) -> tuple:
+    """(type capacity, node name -> GPU type, every node's GPUs aligned with ``nodes``) of a
+    node tuple, memoised by identity (the simulator passes the same tuple in every snapshot;
+    a round-based policy asked these of every node at every round)."""
+    hit = _NODE_MEMO.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1]
+    cap: dict[str, list] = {}
+    for n in nodes:
+        t = cap.setdefault(n.gpu_type, [0, 0, n.gpu_mem_mb])
         t[0] += n.num_gpus
         t[1] = max(t[1], n.num_gpus)
         t[2] = min(t[2], n.gpu_mem_mb)
-    return out
+    facts = ({t: tuple(v) for t, v in cap.items()},
+             MappingProxyType({n.name: n.gpu_type for n in nodes}),
+             tuple(n.gpus() for n in nodes))
+    if len(_NODE_MEMO) > 32:
+        _NODE_MEMO.clear()
+    _NODE_MEMO[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
+    return facts
+
+
+def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
+    """GPU type -> [GPUs, most GPUs on one node, smallest GPU memory MiB] (a fresh dict of
+    fresh lists: callers may change them)."""
+    return {t: list(v) for t, v in _node_memo(snap.nodes)[0].items()}
 
 
 def start_on(snap: ClusterSnapshot, job: Job, gpus, batch: int, share_with=()) -> StartJob:
@@ -55,7 +76,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
-    gtype_of = {n.name: n.gpu_type for n in snap.nodes}
+    _, gtype_of, node_gpus = _node_memo(snap.nodes)
     reasons: dict[str, Reason] = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
@@ -75,9 +96,11 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
                                  else "not chosen for this round")
     held = {g for gs in kept.values() for g in gs}
+    held_nodes = {g.node for g in held}
     by_type: dict[str, dict[str, tuple[Gpu, ...]]] = {}
-    for n in snap.nodes:
-        gs = tuple(g for g in n.gpus() if g not in held)
+    for n, all_gs in zip(snap.nodes, node_gpus):
+        # only a node with a kept job's GPU loses any: the others offer all their GPUs
+        gs = tuple(g for g in all_gs if g not in held) if n.name in held_nodes else all_gs
         if gs:
             by_type.setdefault(n.gpu_type, {})[n.name] = gs
     rank = snap.node_rank
