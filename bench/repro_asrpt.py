@@ -57,6 +57,19 @@ def load_philly(path=PHILLY) -> pd.DataFrame:
     return df
 
 
+def share_list(text: str) -> str:
+    """argparse type of ``--single-gpu-share``: comma-separated numbers within [0, 1] (the
+    text itself is kept for the run's command line); anything else is a usage error."""
+    for x in (t.strip() for t in text.split(",")) if text else ():
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x!r} is not a number (e.g. 0.8,0.6,0)") from None
+        if not 0.0 <= v <= 1.0:
+            raise argparse.ArgumentTypeError(f"{x!r}: a share must be within [0, 1]")
+    return text
+
+
 def set_single_gpu_share(df: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
     """§V-B 2-b (Fig. 7): each job is set single-GPU with probability ``share``, otherwise
     distributed, independently per job ("jobs randomly set for single-GPU or distributed
@@ -187,7 +200,7 @@ def main(argv=None):
     ap.add_argument("--table2", action="store_true", help="only Table II (Heavy-Edge vs ILP)")
     ap.add_argument("--nic", default="10", help="NIC bandwidths in Gbps, comma-separated (Fig. 8)")
     ap.add_argument("--policies", default="", help="comma-separated subset of the runs")
-    ap.add_argument("--single-gpu-share", default="",
+    ap.add_argument("--single-gpu-share", default="", type=share_list,
                     help="Fig. 7 (§V-B 2-b): comma-separated shares of single-GPU jobs, e.g. "
                          "0.8,0.6,0.4,0.2,0 (each job redrawn, see set_single_gpu_share)")
     ap.add_argument("--tau", type=float, default=None,
@@ -203,7 +216,7 @@ def main(argv=None):
     rng = np.random.default_rng(a.seed)
     rows, errs = [], []
     starts = sorted(int(x) for x in rng.integers(a.history, len(base) - a.jobs, a.windows))
-    shares = [float(x) for x in a.single_gpu_share.split(",")] if a.single_gpu_share else [None]
+    shares = [float(x) for x in a.single_gpu_share.split(",")] if a.single_gpu_share else [None]  # checked by share_list
     for w, lo in enumerate(starts):
         for share in shares:
             df = base if share is None else set_single_gpu_share(base, share, a.seed + w)

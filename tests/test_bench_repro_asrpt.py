@@ -137,3 +137,14 @@ def test_fig7_table_reports_reduction_against_best_and_worst_baseline():
     assert "| 80 % | 90 | 100 | 120 | +10 % | +25 % |" in text
     assert "| 0 % | 50 | 100 | 200 | +50 % | +75 % |" in text
     assert text.index("| 80 %") < text.index("| 0 %")  # shares falling, as Fig. 7
+
+
+@pytest.mark.parametrize("bad,why", [("0.8,x", "'x' is not a number"), ("0.5,1.2", "within")])
+def test_single_gpu_share_bad_list_is_a_usage_error(bad, why, capsys):
+    b = _bench()
+    with pytest.raises(SystemExit) as e:
+        b.main(["--single-gpu-share", bad])
+    assert e.value.code == 2  # argparse's usage error, before any trace is read
+    err = capsys.readouterr().err
+    assert "--single-gpu-share" in err and why in err
+    assert b.share_list("0.8, 0.6,0") == "0.8, 0.6,0"
