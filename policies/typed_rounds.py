@@ -24,7 +24,8 @@ _NODE_MEMO: dict[int, tuple] = {}
 
 
 def _node_memo(nodes: tuple[Node, ...]) -> tuple:
-    """(type capacity, node name -> GPU type, every node's GPUs aligned with ``nodes``) of a
+    """(type capacity, node name -> GPU type, GPU type -> its nodes' (name, GPUs) in node
+    order) of a
     node tuple, memoised by identity (the simulator passes the same tuple in every snapshot;
     a round-based policy asked these of every node at every round)."""
     hit = _NODE_MEMO.get(id(nodes))
@@ -36,9 +37,12 @@ def _node_memo(nodes: tuple[Node, ...]) -> tuple:
         t[0] += n.num_gpus
         t[1] = max(t[1], n.num_gpus)
         t[2] = min(t[2], n.gpu_mem_mb)
+    of_type: dict[str, list] = {}
+    for n in nodes:
+        of_type.setdefault(n.gpu_type, []).append((n.name, n.gpus()))
     facts = ({t: tuple(v) for t, v in cap.items()},
              MappingProxyType({n.name: n.gpu_type for n in nodes}),
-             tuple(n.gpus() for n in nodes))
+             MappingProxyType({t: tuple(v) for t, v in of_type.items()}))
     if len(_NODE_MEMO) > 32:
         _NODE_MEMO.clear()
     _NODE_MEMO[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
@@ -76,7 +80,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
-    _, gtype_of, node_gpus = _node_memo(snap.nodes)
+    _, gtype_of, of_type = _node_memo(snap.nodes)
     reasons: dict[str, Reason] = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
@@ -97,12 +101,18 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
                                  else "not chosen for this round")
     held = {g for gs in kept.values() for g in gs}
     held_nodes = {g.node for g in held}
-    by_type: dict[str, dict[str, tuple[Gpu, ...]]] = {}
-    for n, all_gs in zip(snap.nodes, node_gpus):
-        # only a node with a kept job's GPU loses any: the others offer all their GPUs
-        gs = tuple(g for g in all_gs if g not in held) if n.name in held_nodes else all_gs
-        if gs:
-            by_type.setdefault(n.gpu_type, {})[n.name] = gs
+
+    def free_of_type(t: str) -> dict[str, tuple[Gpu, ...]]:
+        """Node -> GPUs no kept job holds, the type's nodes in node order (built for a type
+        when a job first starts on it: most rounds start nothing)."""
+        by_node: dict[str, tuple[Gpu, ...]] = {}
+        for name, all_gs in of_type.get(t, ()):
+            # only a node with a kept job's GPU loses any: the others offer all their GPUs
+            gs = tuple(g for g in all_gs if g not in held) if name in held_nodes else all_gs
+            if gs:
+                by_node[name] = gs
+        return by_node
+
     rank = snap.node_rank
     placed: dict[str, tuple[Gpu, ...]] = dict(kept)
     starts: list[StartJob] = []
@@ -113,7 +123,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
             continue
         pool = free.get(opt.gpu_type)
         if pool is None:
-            pool = free[opt.gpu_type] = FreeGpus(by_type.get(opt.gpu_type, {}), rank)
+            pool = free[opt.gpu_type] = FreeGpus(free_of_type(opt.gpu_type), rank)
         gpus = pool.pick(opt.ngpu)  # = pick_consolidated over the type's free GPUs
         if gpus is None:
             raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}: "
