@@ -42,25 +42,40 @@ def iter_rate(snap: ClusterSnapshot, job: Job, gtype: str, per_node: int) -> flo
 
 def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
               alloc: Mapping[str, Mapping[str, float]], label: str):
-    """Serve ``jobs`` by Gavel priority under allocation ``alloc`` (job -> type -> X)."""
+    """Serve ``jobs`` by Gavel priority under allocation ``alloc`` (job -> type -> X).
+
+    Jobs may share one allocation mapping (isolation gives every job of a GPU count the
+    same): what is derived from a mapping alone — its total, its types by decreasing share,
+    a kept job's reason on one type — is computed once per mapping and call (by identity;
+    ``alloc`` holds the mappings for the call), and a KEEP_RUNNING reason is one shared
+    immutable object per (mapping, type)."""
     types = type_capacity(snap)
     cap = {t: v[0] for t, v in types.items()}
+    now, executed = snap.now, snap.executed_time
+    total_of: dict[int, float] = {}
+    empty: Mapping[str, float] = {}
 
     def prio(j: Job):
-        x = sum(alloc.get(j.id, {}).values())
-        age = snap.now - j.submit_time
-        got = snap.executed_time(j) / age if age > 0 else 0.0
+        xs = alloc.get(j.id, empty)
+        x = total_of.get(id(xs))
+        if x is None:
+            x = total_of[id(xs)] = sum(xs.values())
+        age = now - j.submit_time
+        got = executed(j) / age if age > 0 else 0.0
         p = math.inf if got <= 0 else x / got
         return (-p if x > 1e-9 else math.inf, j.submit_time, j.id)
 
     ordered = sorted(jobs, key=prio)
-    decided, pri = {}, {}
+    decided = {}
+    by_share: dict[int, list] = {}
     for j in ordered:
-        xs = alloc.get(j.id, {})
-        for t in sorted(xs, key=lambda t: (-xs[t], t)):
+        xs = alloc.get(j.id, empty)
+        ts = by_share.get(id(xs))
+        if ts is None:
+            ts = by_share[id(xs)] = sorted(xs, key=lambda t: (-xs[t], t))
+        for t in ts:
             if xs[t] > 1e-9 and cap.get(t, 0) >= j.num_gpus:
                 decided[j.id] = _Pick(t, j.num_gpus, j.global_batch)
-                pri[j.id] = prio(j)[0]
                 cap[t] -= j.num_gpus
                 break
 
@@ -72,8 +87,15 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
         code = ReasonCode.RESUMED if j.start_time is not None else ReasonCode.STARTED
         return reason(code, f"{opt.ngpu} x {opt.gpu_type}: highest {label} priority", **nums(j, opt))
 
+    kept_reason: dict[tuple, object] = {}
+
     def kept(j, opt):
-        return reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share", **nums(j, opt))
+        key = (id(alloc.get(j.id, empty)), opt.gpu_type)
+        r = kept_reason.get(key)
+        if r is None:
+            r = kept_reason[key] = reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share",
+                                          **nums(j, opt))
+        return r
 
     preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
     order = []

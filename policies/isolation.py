@@ -29,10 +29,14 @@ class Isolation(Policy):
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         demand = sum(j.num_gpus for j in jobs) or 1
         alloc = {}
+        per_count: dict[int, dict] = {}  # a job's shares depend only on its GPU count
         for j in jobs:
-            xs = {t: v[0] / demand for t, v in types.items() if j.num_gpus <= v[0]}
-            tot = sum(xs.values())
-            if tot > 1.0:
-                xs = {t: x / tot for t, x in xs.items()}
-            alloc[j.id] = xs
+            xs = per_count.get(j.num_gpus)
+            if xs is None:
+                xs = {t: v[0] / demand for t, v in types.items() if j.num_gpus <= v[0]}
+                tot = sum(xs.values())
+                if tot > 1.0:
+                    xs = {t: x / tot for t, x in xs.items()}
+                per_count[j.num_gpus] = xs
+            alloc[j.id] = xs  # shared, read only (policies.gavel_rounds.run_round)
         return run_round(snap, self.name, jobs, alloc, "isolation")

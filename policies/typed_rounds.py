@@ -49,6 +49,26 @@ def _node_memo(nodes: tuple[Node, ...]) -> tuple:
     return facts
 
 
+_TYPES_OF: dict[int, tuple] = {}  # id(allocation) -> (allocation, gtype_of, its GPU types)
+
+
+def _all_of_type(alloc, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
+    """Whether every GPU of ``alloc`` is of ``gpu_type``; the types of an allocation's GPUs are
+    memoised per (allocation record, node-type map) by identity (a round-based policy asks it
+    of every running job at every round)."""
+    hit = _TYPES_OF.get(id(alloc))
+    if hit is None or hit[0] is not alloc or hit[1] is not gtype_of:
+        try:
+            ts = frozenset(gtype_of[g.node] for g in alloc.gpus)
+        except KeyError:  # a GPU on a node the snapshot does not list: the plain test
+            return all(gtype_of[g.node] == gpu_type for g in alloc.gpus)
+        if len(_TYPES_OF) > 65536:
+            _TYPES_OF.clear()
+        hit = _TYPES_OF[id(alloc)] = (alloc, gtype_of, ts)  # keeps both alive: ids stay unique
+    ts = hit[2]
+    return not ts or (len(ts) == 1 and gpu_type in ts)
+
+
 def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
     """GPU type -> [GPUs, most GPUs on one node, smallest GPU memory MiB] (a fresh dict of
     fresh lists: callers may change them)."""
@@ -89,7 +109,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
         alloc, opt = job.allocation, decided.get(job.id)
         cur = current_batch(job)
         same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
-                and all(gtype_of[g.node] == opt.gpu_type for g in alloc.gpus))
+                and _all_of_type(alloc, gtype_of, opt.gpu_type))
         if not reallocate or same:
             kept[job.id] = alloc.gpus
             batch_of[job.id] = cur

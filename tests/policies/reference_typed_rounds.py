@@ -1,5 +1,7 @@
-"""Verbatim copy of policies/typed_rounds.py type_capacity and apply_decisions before the
-node memo (issue #13): the reference for tests/policies/test_typed_rounds_differential.py."""
+"""Verbatim copies, before issue #13's memos, of policies/typed_rounds.py (type_capacity,
+apply_decisions, ...), policies/gavel_rounds.py (_Pick, iter_rate, run_round) and
+Isolation.schedule (as ``isolation_schedule``): the reference for
+tests/policies/test_typed_rounds_differential.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -98,3 +100,91 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
         starts.append(start_on(snap, job, gpus, opt.batch))
         reasons[job.id] = started_why(job, opt)
     return preempted, starts, placed, batch_of, reasons
+
+
+# ---- policies/gavel_rounds.py, verbatim from _Pick on
+import math  # noqa: E402
+
+from policies.base import keep_running_reasons  # noqa: E402
+from policies.plan import make_plan  # noqa: E402
+
+
+class _Pick:
+    __slots__ = ("gpu_type", "ngpu", "batch")
+
+    def __init__(self, t, n, b):
+        self.gpu_type, self.ngpu, self.batch = t, n, b
+
+
+def iter_rate(snap: ClusterSnapshot, job: Job, gtype: str, per_node: int) -> float:
+    """Iterations/s of ``job`` as submitted (count, batch) on type ``gtype``."""
+    prof = snap.profiles.get(job.app)
+    if prof is None:
+        return 0.0
+    n = job.num_gpus
+    local = job.global_batch / n
+    s = prof.min_accum_steps(local)
+    nodes = -(-n // max(per_node, 1))
+    return snap.gpu_types.speed(job.app, gtype) / prof.iter_time(local, n, nodes, s)
+
+
+def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
+              alloc: Mapping[str, Mapping[str, float]], label: str):
+    """Serve ``jobs`` by Gavel priority under allocation ``alloc`` (job -> type -> X)."""
+    types = type_capacity(snap)
+    cap = {t: v[0] for t, v in types.items()}
+
+    def prio(j: Job):
+        x = sum(alloc.get(j.id, {}).values())
+        age = snap.now - j.submit_time
+        got = snap.executed_time(j) / age if age > 0 else 0.0
+        p = math.inf if got <= 0 else x / got
+        return (-p if x > 1e-9 else math.inf, j.submit_time, j.id)
+
+    ordered = sorted(jobs, key=prio)
+    decided, pri = {}, {}
+    for j in ordered:
+        xs = alloc.get(j.id, {})
+        for t in sorted(xs, key=lambda t: (-xs[t], t)):
+            if xs[t] > 1e-9 and cap.get(t, 0) >= j.num_gpus:
+                decided[j.id] = _Pick(t, j.num_gpus, j.global_batch)
+                pri[j.id] = prio(j)[0]
+                cap[t] -= j.num_gpus
+                break
+
+    def nums(j, opt):
+        xs = alloc.get(j.id, {})
+        return {f"x_{t}": v for t, v in sorted(xs.items())} | {"gpu_type_x": xs.get(opt.gpu_type, 0.0)}
+
+    def started(j, opt):
+        code = ReasonCode.RESUMED if j.start_time is not None else ReasonCode.STARTED
+        return reason(code, f"{opt.ngpu} x {opt.gpu_type}: highest {label} priority", **nums(j, opt))
+
+    def kept(j, opt):
+        return reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share", **nums(j, opt))
+
+    preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
+    order = []
+    for j in ordered:
+        if j.id not in placed:
+            order.append(j.id)
+            if j.id not in reasons:
+                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                       f"lower {label} priority this round")
+    keep_running_reasons(snap, reasons)
+    return make_plan(name, list(preempted.values()) + starts, order, reasons)
+
+
+# ---- policies/isolation.py Isolation.schedule, verbatim (a function of the policy)
+def isolation_schedule(self, snap: ClusterSnapshot):
+    types = type_capacity(snap)
+    jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+    demand = sum(j.num_gpus for j in jobs) or 1
+    alloc = {}
+    for j in jobs:
+        xs = {t: v[0] / demand for t, v in types.items() if j.num_gpus <= v[0]}
+        tot = sum(xs.values())
+        if tot > 1.0:
+            xs = {t: x / tot for t, x in xs.items()}
+        alloc[j.id] = xs
+    return run_round(snap, self.name, jobs, alloc, "isolation")

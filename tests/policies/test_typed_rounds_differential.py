@@ -1,9 +1,11 @@
-"""The typed-round policies (isolation, gavel-mtd, similarity: policies/typed_rounds.py)
-with the node memo — type capacity, node types and every node's GPUs memoised per node
-tuple, a node without a kept job's GPU offered whole (issue #13, docs/scale.md §2) —
-return exactly the Plans of the code as it was (reference_typed_rounds.py, verbatim),
-patched into the modules that call it: at every call of simulator runs on heterogeneous
-clusters, on hypothesis-random rounds, and on the daemon benchmark's state."""
+"""The typed-round policies (isolation, gavel-mtd, similarity: policies/typed_rounds.py,
+policies/gavel_rounds.py) with issue #13's memos — type capacity, node types and every
+node's GPUs memoised per node tuple, a node without a kept job's GPU offered whole, an
+allocation's GPU types memoised, Gavel's per-mapping totals, type orders and shared
+KEEP_RUNNING reasons, isolation's shares per GPU count (docs/scale.md §2) — return exactly
+the Plans of the code as it was (reference_typed_rounds.py, verbatim), patched into the
+modules that call it: at every call of simulator runs on heterogeneous clusters, on
+hypothesis-random rounds, and on the daemon benchmark's state."""
 from __future__ import annotations
 
 import sys
@@ -34,8 +36,12 @@ def old_rounds():
     saved = [(m, n, getattr(m, n)) for m in _USERS for n in ("apply_decisions", "type_capacity")
              if hasattr(m, n)]
     assert len(saved) == 6  # every user is patched (a new import would escape the test)
-    for m, n, _ in saved:
+    saved += [(policies.gavel_mtd, "run_round", policies.gavel_mtd.run_round),
+              (policies.isolation.Isolation, "schedule", policies.isolation.Isolation.schedule)]
+    for m, n, _ in saved[:6]:
         setattr(m, n, getattr(ref, n))
+    policies.gavel_mtd.run_round = ref.run_round
+    policies.isolation.Isolation.schedule = ref.isolation_schedule
     try:
         yield
     finally:
