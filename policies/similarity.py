@@ -43,13 +43,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping, Optional
 
 from .base import Policy, exclusive_config, keep_running_reasons
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
-from .typed_rounds import apply_decisions, start_on, type_capacity
+from .typed_rounds import apply_decisions, node_maps, start_on, type_capacity
 
 DECIDE = ("gpu", "gpu_ngpu", "gpu_ngpu_bs")
 # model characteristics, in vector order: layers by kind, parameters (M), forward GFLOPs
@@ -74,6 +75,21 @@ def scaled(v) -> tuple[float, ...]:
     return tuple(math.log1p(max(0.0, float(x))) for x in v)
 
 
+@lru_cache(maxsize=4096)
+def _closest(v, refs) -> Optional[tuple[str, float]]:
+    """The most similar of ``refs`` ((name, vector or None) in name order) to vector ``v``
+    (eq. 3 on scaled features; a later reference wins only by more than 1e-12)."""
+    sv = scaled(v)
+    best = None
+    for ff, fv in refs:
+        if fv is None:
+            continue
+        s = cosine(sv, scaled(fv))
+        if best is None or s > best[1] + 1e-12:
+            best = (ff, s)
+    return best
+
+
 @dataclass(frozen=True)
 class SimilarityDB:
     """The reference database: each model's raw characteristics (``features``, keyed by the
@@ -86,22 +102,20 @@ class SimilarityDB:
 
     def closest(self, app: str) -> Optional[tuple[str, float]]:
         """Algorithm 1: similarity of ``app`` to every reference; the most similar
-        (ties by name), or ``None`` when ``app`` has no recorded characteristics."""
+        (ties by name), or ``None`` when ``app`` has no recorded characteristics.
+
+        The answer is a pure function of ``app``'s vector and the references' (name,
+        vector) pairs; with tuple vectors it is memoised by those values
+        (:func:`_closest`), as a round-based policy asks it for every job at every round."""
         v = self.features.get(app)
         if v is None:
             return None
-        sv = scaled(v)
-        best = None
-        for ff in sorted(self.references):
-            if self.exclude_self and ff == app:
-                continue
-            fv = self.features.get(ff)
-            if fv is None:
-                continue
-            s = cosine(sv, scaled(fv))
-            if best is None or s > best[1] + 1e-12:
-                best = (ff, s)
-        return best
+        refs = tuple((ff, self.features.get(ff)) for ff in sorted(self.references)
+                     if not (self.exclude_self and ff == app))
+        try:
+            return _closest(v, refs)
+        except TypeError:  # an unhashable vector (a list): computed without the memo
+            return _closest.__wrapped__(v, refs)
 
 
 @dataclass(frozen=True)
@@ -178,8 +192,7 @@ class Similarity(Policy):
         reasons: dict = {}
         types = type_capacity(snap)
         cap = {t: v[0] for t, v in types.items()}
-        gtype_of = {n.name: n.gpu_type for n in snap.nodes}
-        mem_of_node = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        gtype_of, mem_of_node = node_maps(snap)
         ref_cache: dict[str, Optional[tuple[str, float]]] = {}
 
         def ref_for(app):
@@ -201,12 +214,23 @@ class Similarity(Policy):
         # ---- Algorithm 2: walk the queue, take the first suggestion that fits
         decided: dict[str, Option] = {}
         refs: dict[str, tuple] = {}
+        sugg: dict[tuple, list[Option]] = {}
         for job in queue:
             if not any(c > 0 for c in cap.values()):
                 break
             m = ref_for(job.app)
             ref = m[0] if m else None
-            for opt in self.suggestions(snap, job, ref, types):
+            # sch_m depends on the job only through these fields: once per class and round
+            cls = (ref, job.num_gpus, job.gpu_range, job.global_batch, job.batch_range)
+            try:
+                opts = sugg.get(cls)
+            except TypeError:  # an unhashable range (a list): no memo for this job
+                cls, opts = None, None
+            if opts is None:
+                opts = self.suggestions(snap, job, ref, types)
+                if cls is not None:
+                    sugg[cls] = opts
+            for opt in opts:
                 if opt.ngpu <= cap[opt.gpu_type]:
                     decided[job.id] = opt
                     refs[job.id] = m
@@ -219,9 +243,16 @@ class Similarity(Policy):
             return reason(code, f"{opt.ngpu} x {opt.gpu_type}, batch {opt.batch}: the fastest "
                           f"suggestion that fits", **self._nums(refs.get(job.id), opt))
 
-        def kept_why(job, opt):
-            return reason(ReasonCode.KEEP_RUNNING, "same decision as last round",
-                          **self._nums(refs.get(job.id), opt))
+        kept_reason: dict[tuple, object] = {}
+
+        def kept_why(job, opt):  # one shared immutable reason per (reference match, option)
+            m = refs.get(job.id)
+            r = kept_reason.get((m, opt))
+            if r is None:
+                r = kept_reason[(m, opt)] = reason(ReasonCode.KEEP_RUNNING,
+                                                   "same decision as last round",
+                                                   **self._nums(m, opt))
+            return r
 
         preempted, starts, placed, batch_of, why = apply_decisions(
             snap, queue, decided, self.cd, started_why, kept_why)

@@ -25,7 +25,7 @@ _NODE_MEMO: dict[int, tuple] = {}
 
 def _node_memo(nodes: tuple[Node, ...]) -> tuple:
     """(type capacity, node name -> GPU type, GPU type -> its nodes' (name, GPUs) in node
-    order) of a
+    order, node name -> GPU memory MiB) of a
     node tuple, memoised by identity (the simulator passes the same tuple in every snapshot;
     a round-based policy asked these of every node at every round)."""
     hit = _NODE_MEMO.get(id(nodes))
@@ -42,7 +42,8 @@ def _node_memo(nodes: tuple[Node, ...]) -> tuple:
         of_type.setdefault(n.gpu_type, []).append((n.name, n.gpus()))
     facts = ({t: tuple(v) for t, v in cap.items()},
              MappingProxyType({n.name: n.gpu_type for n in nodes}),
-             MappingProxyType({t: tuple(v) for t, v in of_type.items()}))
+             MappingProxyType({t: tuple(v) for t, v in of_type.items()}),
+             MappingProxyType({n.name: n.gpu_mem_mb for n in nodes}))
     if len(_NODE_MEMO) > 32:
         _NODE_MEMO.clear()
     _NODE_MEMO[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
@@ -67,6 +68,13 @@ def _all_of_type(alloc, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
         hit = _TYPES_OF[id(alloc)] = (alloc, gtype_of, ts)  # keeps both alive: ids stay unique
     ts = hit[2]
     return not ts or (len(ts) == 1 and gpu_type in ts)
+
+
+def node_maps(snap: ClusterSnapshot) -> tuple[Mapping[str, str], Mapping[str, int]]:
+    """(node name -> GPU type, node name -> GPU memory MiB), read-only, memoised per node
+    tuple."""
+    facts = _node_memo(snap.nodes)
+    return facts[1], facts[3]
 
 
 def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
@@ -100,7 +108,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
-    _, gtype_of, of_type = _node_memo(snap.nodes)
+    _, gtype_of, of_type, _ = _node_memo(snap.nodes)
     reasons: dict[str, Reason] = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}

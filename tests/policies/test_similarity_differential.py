@@ -86,3 +86,27 @@ def test_equal_candidates_of_two_classes_go_by_arrival():
     assert_same(plan, RefSimilarity(decide="gpu_ngpu_bs").schedule(sn))
     assert {s.job_id: s.share_with for s in plan.starts() if s.share_with} == \
         {"j2": ("j0",), "j3": ("j1",)}
+
+
+_VEC = st.lists(st.floats(0, 1e6, allow_nan=False), min_size=3, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(feats=st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]),
+                             st.one_of(_VEC.map(tuple), _VEC), max_size=5),
+       refs=st.lists(st.sampled_from(["a", "b", "c", "d", "x"]), max_size=5, unique=True),
+       ex=st.booleans(), app=st.sampled_from(["a", "b", "c", "e", "x"]), dup=st.booleans())
+def test_closest_memo_answers_as_the_scan(feats, refs, ex, app, dup):
+    """SimilarityDB.closest (memoised by the vectors' values) = the scan it replaced, on
+    random databases: missing vectors, references without features, exclude_self, list
+    vectors (no memo), equal vectors (ties by name), asked twice."""
+    from policies.similarity import SimilarityDB
+    from reference_similarity import ref_closest
+
+    if dup and len(feats) >= 2:  # two models with the same vector: the tie goes by name
+        k = sorted(feats)
+        feats[k[1]] = feats[k[0]]
+    db = SimilarityDB(feats, tuple(refs), exclude_self=ex)
+    want = ref_closest(db, app)
+    assert db.closest(app) == want
+    assert db.closest(app) == want  # the memo's answer
