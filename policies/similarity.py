@@ -200,7 +200,6 @@ class Similarity(Policy):
                 ref_cache[app] = db.closest(app) if db is not None else None
             return ref_cache[app]
 
-        running = snap.running()
         if self.cd:  # everything is re-allocated: all GPUs count, queue = started then new
             started = sorted((j for j in snap.jobs.values() if j.start_time is not None),
                              key=lambda j: (j.submit_time, j.id))
@@ -247,11 +246,14 @@ class Similarity(Policy):
 
         def kept_why(job, opt):  # one shared immutable reason per (reference match, option)
             m = refs.get(job.id)
-            r = kept_reason.get((m, opt))
+            # by identity: ``refs`` and ``sugg`` hold both objects for the call, and jobs of
+            # one class share them (hashing the Option dataclass cost more than the reason)
+            key = (id(m), id(opt))
+            r = kept_reason.get(key)
             if r is None:
-                r = kept_reason[(m, opt)] = reason(ReasonCode.KEEP_RUNNING,
-                                                   "same decision as last round",
-                                                   **self._nums(m, opt))
+                r = kept_reason[key] = reason(ReasonCode.KEEP_RUNNING,
+                                              "same decision as last round",
+                                              **self._nums(m, opt))
             return r
 
         preempted, starts, placed, batch_of, why = apply_decisions(
