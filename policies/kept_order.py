@@ -197,6 +197,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     if running and max(map(_GPUS, running)) > total:
         return None
     sure: list = []
+    rjobs = running  # the running jobs ranked by their keys (the others are sure)
     if (runkeys is not None and horizon is not None and sum(map(_GPUS, running)) <= total
             and isfinite(snap.now)):
         sure, rkeys, rjobs = runkeys.split(snap, running, kept.keys[0], priority, horizon,
@@ -219,10 +220,12 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                     ReasonCode.KEEP_RUNNING,
                     f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
                     ran_s=now - j.run_start, **numbers(j))
-    for job in sure:  # ranked before every waiting job, and every running job fits
-        if job.id not in admitted:
-            admitted.add(job.id)
-            capacity -= job.num_gpus
+    # the sure ones: ranked before every waiting job, and every running job fits (admitted;
+    # not in ``admitted``, which only the ranked ones and the leased ones are looked up in)
+    if admitted:
+        capacity -= sum(j.num_gpus for j in sure if j.id not in admitted)
+    else:
+        capacity -= sum(map(_GPUS, sure))
     smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
     nw, nr = len(wkeys), len(ranked)
@@ -246,7 +249,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                 skipped.append(job.id)
     actions: list = []
     free = free_gpus_of(snap)
-    out = [j for j in running if j.id not in admitted]
+    out = [j for j in rjobs if j.id not in admitted]
     for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
         actions.append(PreemptJob(job.id))
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",

@@ -34,13 +34,14 @@ import bisect
 import math
 from typing import Callable, Optional
 
-from .model import ClusterSnapshot, Frozen, Job
+from .model import ClusterSnapshot, Frozen, Job, JobState
 
 # (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
 # in [t0, until]; ``falling``: after ``until`` it is still an upper bound (it never rises)
 Horizon = Callable[[Job, tuple], tuple]
 
 _INF = math.inf
+_RUN = JobState.RUNNING
 
 
 def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
@@ -74,7 +75,7 @@ class RunningKeys:
         cand = dict.fromkeys(self._ids)
         cand.update(dict.fromkeys(log[len(seen):]))
         get = snap.jobs.get
-        out = [v for v in map(get, cand) if v is not None and v.running]
+        out = [v for v in map(get, cand) if v is not None and v.state is _RUN]
         # distinct running jobs of the map, as many as it holds: they are all of them
         return out if len(out) + nwaiting == len(snap.jobs) else None
 
@@ -97,25 +98,26 @@ class RunningKeys:
         sure: list = []
         keys: list = []
         jobs: list = []
+        get, keep, key_, job_ = cache.get, sure.append, keys.append, jobs.append
         for j in running:
-            hit = cache.get(j.id)
+            hit = get(j.id)
             if hit is not None and hit[0] is j and hit[2] <= now:
                 k = hit[1]
                 if now <= hit[3]:  # exact
                     if k < first:
-                        sure.append(j)
+                        keep(j)
                     else:
-                        keys.append(k)
-                        jobs.append(j)
+                        key_(k)
+                        job_(j)
                     continue
                 if hit[4] and k < first:  # an upper bound below the first waiting key
-                    sure.append(j)
+                    keep(j)
                     continue
             k = priority(j)
             until, falling = horizon(j, k)
             cache[j.id] = (j, k, now, until, falling)
-            keys.append(k)
-            jobs.append(j)
+            key_(k)
+            job_(j)
         if len(cache) > 2 * len(running) + 256:  # finished jobs' entries
             self.cache = {j.id: cache[j.id] for j in running if j.id in cache}
         return sure, keys, jobs
