@@ -685,3 +685,24 @@ def test_tiresias_horizon_is_exact(a, held, as_of, dt, th, frac):
     if q < len(th) and until < float("inf"):  # not far short of the threshold either
         later = until + max(1.0, until * 1e-6) + (th[q] - a) / held
         assert pol.queue_of(dataclasses.replace(snap, now=later), job) > q
+
+
+def test_running_keys_only_when_the_running_jobs_fit():
+    """Two running jobs on the same two GPUs (a daemon's snapshot with sharing): they do
+    not fit together, so the one ranked second is pre-empted at every call, a cached
+    bound below the first waiting key notwithstanding."""
+    app = list(MODELS.profiles)[0]
+    line = Lineage((Node("n0", 2),))
+    gpus = (Gpu("n0", 0), Gpu("n0", 1))
+    for jid, iters in (("a", 100.0), ("b", 200.0)):
+        line.set(Job(jid, 0.0, 2, app, 64, total_iters=iters, state=JobState.RUNNING,
+                     allocation=Allocation(gpus, 32), as_of=line.now, iter_rate=1.0,
+                     run_start=line.now))
+    line.set(Job("w", 0.0, 1, app, 32, total_iters=1e6))
+    pol = policies.get_policy("srtf")
+    for step in (0.0, 10.0, 20.0):
+        line.now += step
+        snap = line.snapshot()
+        plan = pol.schedule(snap)
+        assert_same(plan, reference_plan(pol, snap))
+        assert [a.job_id for a in plan.actions] == ["b"]
