@@ -177,8 +177,14 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
         return None
     jobs = snap.jobs
-    running = runkeys.running(snap, len(kept.ids)) if runkeys is not None else None
-    if running is not None:
+    first = kept.keys[0]
+    found = None
+    if runkeys is not None and horizon is not None:
+        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context)
+    sure = rjobs = rkeys = None
+    if found is not None:
+        running, sure, rkeys, rjobs, until = found
+    elif runkeys is not None and (running := runkeys.running(snap, len(kept.ids))) is not None:
         pass
     elif len(kept.ids) < len(snap.gpu_jobs):  # few waiting: scan the job map
         running = [j for j in jobs.values() if j.running]
@@ -192,19 +198,21 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # with the kept (waiting) jobs, these are every job: they are the running ones
     if len(running) + len(kept.ids) != len(jobs):
         return None
-    if runkeys is not None:
-        runkeys.remember(snap, running)
     if running and max(map(_GPUS, running)) > total:
+        if runkeys is not None:
+            runkeys.remember(snap, running)
         return None
-    sure: list = []
-    rjobs = running  # the running jobs ranked by their keys (the others are sure)
     if (runkeys is not None and horizon is not None and sum(map(_GPUS, running)) <= total
             and isfinite(snap.now)):
-        sure, rkeys, rjobs = runkeys.split(snap, running, kept.keys[0], priority, horizon,
-                                           context)
-        ranked = sorted(zip(rkeys, rjobs))  # keys are unique (they end in the id)
-    else:
-        ranked = sorted(zip(map(priority, running), running))
+        if sure is None:
+            sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
+                                                      context)
+    else:  # every running job ranked by its key (the sure ones from ``collect`` too)
+        sure, rjobs, until = [], running, -float("inf")
+        rkeys = list(map(priority, running))
+    if runkeys is not None:
+        runkeys.remember(snap, running, sure, rjobs, first, until)
+    ranked = sorted(zip(rkeys, rjobs))  # keys are unique (they end in the id)
     if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
         return None
     reasons: dict = {}

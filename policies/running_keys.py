@@ -27,11 +27,15 @@ against verbatim copies of the old code).
 :class:`RunningKeys` also finds the running jobs without scanning every GPU: the jobs
 running at the last call of the same run plus the ones the change record names since (a
 job enters the running set only by leaving the waiting order), checked by count against
-the snapshot (a miss takes the scan)."""
+the snapshot (a miss takes the scan).  The last call's sure jobs are taken over as a whole
+(one identity check of their views, at C speed, instead of a Python step per job) when
+``now`` has not gone back, the first waiting key has not fallen and no Tiresias key among
+them has reached its horizon."""
 from __future__ import annotations
 
 import bisect
 import math
+from operator import attrgetter, is_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job, JobState
@@ -42,6 +46,7 @@ Horizon = Callable[[Job, tuple], tuple]
 
 _INF = math.inf
 _RUN = JobState.RUNNING
+_ID = attrgetter("id")
 
 
 def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
@@ -52,7 +57,9 @@ def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
 
 class RunningKeys:
     """Per policy instance: job id -> (view, key, t0, until, falling) for the running jobs
-    of the last calls, and the running ids of the last call with the change record seen."""
+    of the last calls; the running ids of the last call with the change record seen; and
+    that call's sure jobs (ids and views), its ``now``, first waiting key and the time up
+    to which all of their keys stay below it (``until``)."""
 
     def __init__(self):
         self.clear()
@@ -62,6 +69,21 @@ class RunningKeys:
         self._seen: Optional[Frozen] = None  # the change record at the last call
         self._ids: list = []  # the running job ids at the last call
         self.cache: dict = {}
+        self._forget()
+
+    def _forget(self) -> None:
+        self._sure_ids: tuple = ()
+        self._sure_views: tuple = ()
+        self._rest_ids: list = []  # the last call's running ids that were not sure
+        self._now = self._until = -_INF
+        self._first: Optional[tuple] = None
+
+    def _context(self, snap: ClusterSnapshot, context: tuple) -> None:
+        c = self._ctx
+        if c is None or c[0] is not snap.profiles or c[1] is not snap.nodes or c[2] != context:
+            self.cache = {}
+            self._forget()
+            self._ctx = (snap.profiles, snap.nodes, context)
 
     def running(self, snap: ClusterSnapshot, nwaiting: int) -> Optional[list]:
         """The running jobs of ``snap`` from the last call's running ids and the change
@@ -79,33 +101,87 @@ class RunningKeys:
         # distinct running jobs of the map, as many as it holds: they are all of them
         return out if len(out) + nwaiting == len(snap.jobs) else None
 
-    def remember(self, snap: ClusterSnapshot, running: list) -> None:
-        """The running jobs of ``snap`` (found by :meth:`running` or by the scan)."""
+    def collect(self, snap: ClusterSnapshot, nwaiting: int, first: tuple,
+                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+        """:meth:`running` and :meth:`split` in one: (running, sure, keys, jobs, until), or
+        ``None`` as :meth:`running`.  The last call's sure jobs are taken over as a whole
+        (no per-job step) while all of their views are the snapshot's, ``now`` is not
+        earlier than that call's nor later than their ``until``, and the first waiting key
+        is not lower (their keys are then still below it)."""
+        log = _record(snap)
+        seen = self._seen
+        if seen is None or log is None or not log.extends(seen):
+            return None
+        self._context(snap, context)
+        now = snap.now
+        get = snap.jobs.get
+        sure: list = []
+        until = _INF
+        ids = self._ids
+        if self._sure_ids and self._now <= now <= self._until and not first < self._first:
+            cur = list(map(get, self._sure_ids))
+            if all(map(is_, cur, self._sure_views)):  # the very views: still running
+                sure, until, ids = cur, self._until, self._rest_ids
+        cand = dict.fromkeys(ids)
+        cand.update(dict.fromkeys(log[len(seen):]))
+        if sure:
+            for jid in cand.keys() & set(self._sure_ids):
+                del cand[jid]
+        running = list(sure)
+        keys: list = []
+        jobs: list = []
+        until = min(until, self._visit(map(get, cand), now, first, priority, horizon,
+                                       running, sure, keys, jobs))
+        # distinct running jobs of the map, as many as it holds: they are all of them
+        if len(running) + nwaiting != len(snap.jobs):
+            return None
+        return running, sure, keys, jobs, until
+
+    def remember(self, snap: ClusterSnapshot, running: list, sure: list = (),
+                 rest: Optional[list] = None, first: Optional[tuple] = None,
+                 until: float = -_INF) -> None:
+        """The running jobs of ``snap`` (found by :meth:`collect`, :meth:`running` or by the
+        scan), the sure ones among them, the others (``rest``), the first waiting key and
+        the time up to which the sure ones stay sure."""
         self._seen = _record(snap)
-        self._ids = [j.id for j in running]
+        self._ids = list(map(_ID, running))
+        self._sure_ids = tuple(map(_ID, sure))
+        self._sure_views = tuple(sure)
+        self._rest_ids = list(map(_ID, running if rest is None else rest))
+        self._now, self._first, self._until = snap.now, first, until if sure else -_INF
 
     def split(self, snap: ClusterSnapshot, running: list, first: tuple,
               priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
-        """(sure, keys, jobs): the running jobs certainly ranked below ``first`` (the first
-        waiting key) without a key, and the others with their exact keys at ``snap.now``."""
-        ctx = (snap.profiles, snap.nodes, context)
-        c = self._ctx
-        if c is None or c[0] is not ctx[0] or c[1] is not ctx[1] or c[2] != context:
-            self.cache = {}
-            self._ctx = ctx
-        now = snap.now
-        cache = self.cache
+        """(sure, keys, jobs, until): the running jobs certainly ranked below ``first`` (the
+        first waiting key) without a key, the others with their exact keys at ``snap.now``,
+        and the time up to which the sure ones stay below ``first``."""
+        self._context(snap, context)
         sure: list = []
         keys: list = []
         jobs: list = []
-        get, keep, key_, job_ = cache.get, sure.append, keys.append, jobs.append
-        for j in running:
+        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs)
+        return sure, keys, jobs, until
+
+    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs) -> float:
+        """Sort the running ones of ``views`` (``None`` and waiting ones skipped) into
+        ``sure`` or ``keys``/``jobs`` (all into ``running``); the time up to which the
+        sure ones stay below ``first``."""
+        cache = self.cache
+        until = _INF
+        get, run, keep, key_, job_ = (cache.get, running.append, sure.append, keys.append,
+                                      jobs.append)
+        for j in views:
+            if j is None or j.state is not _RUN:
+                continue
+            run(j)
             hit = get(j.id)
             if hit is not None and hit[0] is j and hit[2] <= now:
                 k = hit[1]
                 if now <= hit[3]:  # exact
                     if k < first:
                         keep(j)
+                        if not hit[4] and hit[3] < until:
+                            until = hit[3]
                     else:
                         key_(k)
                         job_(j)
@@ -114,13 +190,13 @@ class RunningKeys:
                     keep(j)
                     continue
             k = priority(j)
-            until, falling = horizon(j, k)
-            cache[j.id] = (j, k, now, until, falling)
+            u, falling = horizon(j, k)
+            cache[j.id] = (j, k, now, u, falling)
             key_(k)
             job_(j)
         if len(cache) > 2 * len(running) + 256:  # finished jobs' entries
             self.cache = {j.id: cache[j.id] for j in running if j.id in cache}
-        return sure, keys, jobs
+        return until
 
 
 def running_keys_of(pol) -> RunningKeys:

@@ -571,34 +571,50 @@ def test_running_keys_over_snapshot_sequences(name, kw, data):
 
 
 class KeyCount:
-    """Counts a policy's key evaluations and the running jobs admitted without one."""
+    """Counts a policy's key evaluations, the running jobs admitted without one, and the
+    calls whose running jobs came from the last call's (``found``) or a scan."""
 
     def __init__(self):
-        self.sure = self.evaluated = self.found = self.scanned = 0
+        self.sure = self.evaluated = self.found = self.scanned = self.visited_sure = 0
+
+    @property
+    def reused(self):
+        """Running jobs admitted as part of the last call's sure set taken over whole."""
+        return self.sure - self.visited_sure
 
     def patches(self):
         from policies import running_keys
 
-        split, running = running_keys.RunningKeys.split, running_keys.RunningKeys.running
+        rk = running_keys.RunningKeys
+        visit, split, collect = rk._visit, rk.split, rk.collect
         me = self
 
-        def count_split(self, snap, run, first, priority, *a):
+        def count_visit(self, views, now, first, priority, horizon, running, sure, *a):
             def counted(j):
                 me.evaluated += 1
                 return priority(j)
 
-            sure, keys, jobs = split(self, snap, run, first, counted, *a)
-            me.sure += len(sure)
-            return sure, keys, jobs
-
-        def count_running(self, *a):
-            out = running(self, *a)
-            me.found += out is not None
-            me.scanned += out is None
+            before = len(sure)
+            out = visit(self, views, now, first, counted, horizon, running, sure, *a)
+            me.visited_sure += len(sure) - before
             return out
 
-        return [mock.patch.object(running_keys.RunningKeys, "split", count_split),
-                mock.patch.object(running_keys.RunningKeys, "running", count_running)]
+        def count_split(self, *a):
+            out = split(self, *a)
+            me.sure += len(out[0])
+            return out
+
+        def count_collect(self, *a):
+            out = collect(self, *a)
+            me.found += out is not None
+            me.scanned += out is None
+            if out is not None:
+                me.sure += len(out[1])
+            return out
+
+        return [mock.patch.object(rk, "_visit", count_visit),
+                mock.patch.object(rk, "split", count_split),
+                mock.patch.object(rk, "collect", count_collect)]
 
 
 @pytest.mark.parametrize("name,kw", RUNKEYS[:4], ids=[_runkeys_id(n, kw) for n, kw in RUNKEYS[:4]])
@@ -615,6 +631,7 @@ def test_running_keys_are_reused_in_simulator_runs(name, kw):
     assert pol.calls > 50
     assert count.sure > count.evaluated > 0
     assert count.found > count.scanned
+    assert count.reused > 0
 
 
 def test_running_keys_cache_rules():
