@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from operator import attrgetter, is_
+from itertools import chain, compress
+from operator import attrgetter, is_, not_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job, JobState
@@ -104,10 +105,10 @@ class RunningKeys:
     def collect(self, snap: ClusterSnapshot, nwaiting: int, first: tuple,
                 priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
         """:meth:`running` and :meth:`split` in one: (running, sure, keys, jobs, until), or
-        ``None`` as :meth:`running`.  The last call's sure jobs are taken over as a whole
-        (no per-job step) while all of their views are the snapshot's, ``now`` is not
-        earlier than that call's nor later than their ``until``, and the first waiting key
-        is not lower (their keys are then still below it)."""
+        ``None`` as :meth:`running`.  The last call's sure jobs whose views are still the
+        snapshot's are taken over (no per-job step) while ``now`` is not earlier than that
+        call's nor later than their ``until`` and the first waiting key is not lower
+        (their keys are then still below it); the others are looked at one by one."""
         log = _record(snap)
         seen = self._seen
         if seen is None or log is None or not log.extends(seen):
@@ -118,14 +119,21 @@ class RunningKeys:
         sure: list = []
         until = _INF
         ids = self._ids
+        kept_ids = ()
         if self._sure_ids and self._now <= now <= self._until and not first < self._first:
             cur = list(map(get, self._sure_ids))
-            if all(map(is_, cur, self._sure_views)):  # the very views: still running
-                sure, until, ids = cur, self._until, self._rest_ids
+            same = list(map(is_, cur, self._sure_views))  # the very views: still running
+            if all(same):
+                sure, kept_ids = cur, self._sure_ids
+                ids = self._rest_ids
+            else:  # the others are looked at one by one
+                sure, kept_ids = list(compress(cur, same)), list(compress(self._sure_ids, same))
+                ids = chain(self._rest_ids, compress(self._sure_ids, map(not_, same)))
+            until = self._until
         cand = dict.fromkeys(ids)
         cand.update(dict.fromkeys(log[len(seen):]))
         if sure:
-            for jid in cand.keys() & set(self._sure_ids):
+            for jid in cand.keys() & set(kept_ids):
                 del cand[jid]
         running = list(sure)
         keys: list = []
