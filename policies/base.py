@@ -364,6 +364,9 @@ class PreemptiveByKey(Policy):
     # and nodes (not on ``now``), so the waiting order is kept across calls
     # (policies.kept_order); the running jobs are re-ranked at every call
     static_waiting_key = False
+    # True: a running job's key never rises while its view keeps running (it falls with its
+    # remaining time), so keys computed at an earlier call bound it (policies.running_keys)
+    falling_running_key = False
 
     def __init__(self, min_run_s: float = 0.0):
         """``min_run_s``: minimum run time before a job may be pre-empted again
@@ -377,11 +380,13 @@ class PreemptiveByKey(Policy):
 
     def schedule(self, snap):
         from .kept_order import preemptive_with_kept_order
+        from .running_keys import falling_horizon
 
         return preemptive_with_kept_order(
             self, snap, lambda j: (self.key(snap, j), j.submit_time, j.id),
             lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s,
-            self.static_waiting_key, ())
+            self.static_waiting_key, (),
+            falling_horizon(snap) if self.falling_running_key else None)
 
 
 def start_admitted(snap: ClusterSnapshot, free: FreeGpus, job: Job, actions: list,

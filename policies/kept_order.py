@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left
+from math import isfinite
 from operator import attrgetter, itemgetter
 from typing import Callable, Optional
 
 from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
+from .running_keys import Horizon, RunningKeys, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
@@ -150,7 +152,10 @@ class KeptOrder:
 
 def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                              priority: Callable[[Job], tuple], numbers: Callable[[Job], dict],
-                             min_run_s: float, kept: KeptOrder) -> Optional[Plan]:
+                             min_run_s: float, kept: KeptOrder,
+                             runkeys: Optional[RunningKeys] = None,
+                             horizon: Optional[Horizon] = None,
+                             context: tuple = ()) -> Optional[Plan]:
     """:func:`policies.base.schedule_preemptive`'s Plan, with the waiting jobs taken from
     ``kept`` (sorted by ``priority``), or ``None`` where the old code should answer: every
     waiting job fits in the free GPUs (the old code then ranks only the waiting ones, at
@@ -161,12 +166,27 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     left is admitted, one that does not is skipped); here only the running jobs are sorted,
     merged with the kept order, and the walk stops once the GPUs left are fewer than any
     job asks: nothing after that point is admitted, so the waiting jobs from there on are
-    the Plan's order as they stand in ``kept`` (a view, no per-job work)."""
+    the Plan's order as they stand in ``kept`` (a view, no per-job work).
+
+    ``runkeys`` and ``horizon`` (:mod:`policies.running_keys`): the running jobs are found
+    from the last call's and ranked from cached keys; those certainly ranked before the
+    first waiting job are admitted without a key (only when the running jobs' GPUs fit in
+    the cluster all together, as they do in the simulator: then all of them are admitted
+    by the merge, in any order)."""
     total = snap.total_gpus
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
         return None
     jobs = snap.jobs
-    if len(kept.ids) < len(snap.gpu_jobs):  # few waiting: scan the job map
+    first = kept.keys[0]
+    found = None
+    if runkeys is not None and horizon is not None:
+        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context)
+    sure = rjobs = rkeys = None
+    if found is not None:
+        running, sure, rkeys, rjobs, until = found
+    elif runkeys is not None and (running := runkeys.running(snap, len(kept.ids))) is not None:
+        pass
+    elif len(kept.ids) < len(snap.gpu_jobs):  # few waiting: scan the job map
         running = [j for j in jobs.values() if j.running]
     else:  # the jobs on GPUs (the simulator's gpu_jobs): cost by GPUs in use, not waiting
         rids = {j for ids in snap.gpu_jobs.values() for j in ids}
@@ -179,8 +199,20 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     if len(running) + len(kept.ids) != len(jobs):
         return None
     if running and max(map(_GPUS, running)) > total:
+        if runkeys is not None:
+            runkeys.remember(snap, running)
         return None
-    ranked = sorted(zip(map(priority, running), running))  # keys are unique (they end in the id)
+    if (runkeys is not None and horizon is not None and sum(map(_GPUS, running)) <= total
+            and isfinite(snap.now)):
+        if sure is None:
+            sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
+                                                      context)
+    else:  # every running job ranked by its key (the sure ones from ``collect`` too)
+        sure, rjobs, until = [], running, -float("inf")
+        rkeys = list(map(priority, running))
+    if runkeys is not None:
+        runkeys.remember(snap, running, sure, rjobs, first, until)
+    ranked = sorted(zip(rkeys, rjobs))  # keys are unique (they end in the id)
     if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
         return None
     reasons: dict = {}
@@ -196,6 +228,12 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                     ReasonCode.KEEP_RUNNING,
                     f"within its minimum run time of {min_run_s:.0f} s: not pre-empted yet",
                     ran_s=now - j.run_start, **numbers(j))
+    # the sure ones: ranked before every waiting job, and every running job fits (admitted;
+    # not in ``admitted``, which only the ranked ones and the leased ones are looked up in)
+    if admitted:
+        capacity -= sum(j.num_gpus for j in sure if j.id not in admitted)
+    else:
+        capacity -= sum(map(_GPUS, sure))
     smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
     nw, nr = len(wkeys), len(ranked)
@@ -219,7 +257,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                 skipped.append(job.id)
     actions: list = []
     free = free_gpus_of(snap)
-    out = [j for j in running if j.id not in admitted]
+    out = [j for j in rjobs if j.id not in admitted]
     for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
         actions.append(PreemptJob(job.id))
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
@@ -244,16 +282,20 @@ def kept_order_of(pol) -> KeptOrder:
 
 def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[Job], tuple],
                                numbers: Callable[[Job], dict], min_run_s: float,
-                               static: bool, context: tuple) -> Plan:
+                               static: bool, context: tuple,
+                               horizon: Optional[Horizon] = None) -> Plan:
     """A pre-emptive policy's Plan: :func:`schedule_preemptive_kept` over the policy's
     kept order (``pol._kept_order``, made on first use) when its key is ``static`` for
-    waiting jobs and the snapshot allows, else :func:`policies.base.schedule_preemptive`."""
+    waiting jobs and the snapshot allows, else :func:`policies.base.schedule_preemptive`.
+    ``horizon``: how long a running job's key stays exact or a bound
+    (:mod:`policies.running_keys`; ``None``: every running job's key is evaluated)."""
     from .base import schedule_preemptive
 
     if static:
         kept = kept_order_of(pol)
         if kept.update(snap, priority, context) is not None:
-            plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept)
+            plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept,
+                                            running_keys_of(pol), horizon, context)
             if plan is not None:
                 return plan
     return schedule_preemptive(snap, pol.name, priority, numbers, min_run_s)

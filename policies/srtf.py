@@ -12,6 +12,8 @@ class Srtf(PreemptiveByKey):
     # a waiting job's remaining time is fixed while it waits: the order is kept across calls
     static_waiting_key = True
     key_name = "remaining_s"
+    # a running job's remaining time only falls while it runs (policies.running_keys)
+    falling_running_key = True
 
     def key(self, snap, job):
         r = snap.remaining_time(job)

@@ -28,6 +28,7 @@ from typing import Optional
 from .base import Policy
 from .kept_order import preemptive_with_kept_order
 from .registry import register
+from .running_keys import tiresias_horizon
 
 
 @register("tiresias")
@@ -60,8 +61,11 @@ class Tiresias(Policy):
     def schedule(self, snap):
         # a waiting job's attained service, hence its queue, is fixed while it waits unless
         # the promote knob (which reads ``now``) is on: then the waiting order is kept
-        # across calls (policies.kept_order; same Plans as ranking every job per call)
+        # across calls (policies.kept_order; same Plans as ranking every job per call); a
+        # running job's queue stays until its service reaches the next threshold, so its
+        # key is cached until then (policies.running_keys)
         return preemptive_with_kept_order(
             self, snap, lambda j: (self.queue_of(snap, j), j.submit_time, j.id),
             lambda j: {"queue": self.queue_of(snap, j), "attained_gpu_s": snap.attained_service(j)},
-            self.min_run_s, self.promote_knob is None, (self.thresholds,))
+            self.min_run_s, self.promote_knob is None, (self.thresholds,),
+            tiresias_horizon(snap, self.thresholds))

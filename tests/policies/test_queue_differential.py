@@ -488,3 +488,238 @@ def test_joined_view():
     base_list = ["a", "b", "c"]
     assert Frozen(base_list, 0, 3).extends(Frozen(base_list, 0, 2))
     assert not Frozen(base_list, 0, 2).extends(Frozen(base_list, 0, 3))
+
+
+# ---- the running jobs' keys kept across calls (policies/running_keys.py) ---------------
+
+class RunLineage(Lineage):
+    """A lineage whose running jobs also change as the simulator's do, without an entry in
+    the change record: a new view of a running job (its progress checkpointed at ``now``,
+    maybe at another rate, as after a co-location change), a restore after a start, an
+    allocation smaller than the GPUs asked (elastic: Tiresias counts the GPUs held), and
+    time steps of 0 and 1 s (the same running view seen at several ``now``)."""
+
+    def step(self, draw):
+        super().step(draw)
+        self.now += draw(st.sampled_from([0.0, 0.0, 1.0, 5.0]))
+        for _ in range(draw(st.integers(0, 3))):
+            op = draw(st.sampled_from(["runview", "restore", "resize", "short"]))
+            running = sorted(j.id for j in self.jobs.values() if j.running)
+            if op == "short":  # a short arrival: lowers the first waiting key
+                self.n += 1
+                self.set(Job(id=f"J{self.n:03d}", submit_time=self.now,
+                             num_gpus=draw(st.sampled_from([1, 2, 8])),
+                             app=list(MODELS.profiles)[0], global_batch=32,
+                             total_iters=draw(st.sampled_from([1.0, 5.0, 50.0]))))
+                continue
+            if not running:
+                continue
+            j = self.jobs[draw(st.sampled_from(running))]
+            dt = self.now - j.as_of
+            held = len(j.allocation.gpus)
+            if op == "runview":  # progress checkpointed, maybe a new rate: same job
+                self.set(dataclasses.replace(
+                    j, as_of=self.now, completed_iters=j.completed_iters + j.iter_rate * dt,
+                    attained_service=j.attained_service + held * dt,
+                    executed_time=j.executed_time + dt,
+                    iter_rate=draw(st.sampled_from([j.iter_rate, 0.0, 0.1, 20.0]))))
+            elif op == "restore":
+                self.set(dataclasses.replace(j, restore_left=draw(st.sampled_from([5.0, 600.0]))))
+            elif op == "resize" and held > 1:  # holds fewer GPUs than it asked
+                keep = draw(st.integers(1, held - 1))
+                self.set(dataclasses.replace(
+                    j, allocation=Allocation(j.allocation.gpus[:keep], 32), as_of=self.now,
+                    attained_service=j.attained_service + held * dt,
+                    completed_iters=j.completed_iters + j.iter_rate * dt,
+                    executed_time=j.executed_time + dt))
+
+
+RUNKEYS = [("srtf", {}), ("srsf", {}), ("tiresias", {}),
+           ("tiresias", {"thresholds": (50.0, 400.0, 3000.0)}), ("srtf", {"min_run_s": 600.0}),
+           ("tiresias", {"min_run_s": 30.0, "thresholds": (200.0,)})]
+
+
+def _runkeys_id(n, kw):
+    return n + ("+" + ",".join(kw) if kw else "")
+
+
+@pytest.mark.parametrize("name,kw", RUNKEYS, ids=[_runkeys_id(n, kw) for n, kw in RUNKEYS])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_running_keys_over_snapshot_sequences(name, kw, data):
+    """One policy instance over snapshot sequences in which the same running view is seen
+    at increasing ``now`` (its cached key a bound or, for Tiresias, exact until the next
+    threshold), an older ``now`` again, a new view of a running job, threshold crossings,
+    short arrivals that lower the first waiting key, and a second lineage: every Plan
+    equals the old code's on that snapshot alone."""
+    draw = data.draw
+    nodes = tuple(Node(f"n{i}", draw(st.sampled_from([2, 4, 8])))
+                  for i in range(draw(st.integers(1, 3))))
+    lines = [RunLineage(nodes), RunLineage(nodes)]
+    pol = policies.get_policy(name, **kw)
+    kept_order.kept_order_of(pol)
+    seen = []
+    for _ in range(draw(st.integers(1, 14))):
+        line = lines[draw(st.sampled_from([0, 0, 0, 0, 1]))]
+        line.step(draw)
+        how = draw(st.sampled_from(["record"] * 8 + ["none", "older", "again"]))
+        snap = line.snapshot(how != "none")
+        if how in ("older", "again") and seen:
+            snap = draw(st.sampled_from(seen)) if how == "older" else seen[-1]
+        seen.append(snap)
+        assert_same(pol.schedule(snap), reference_plan(pol, snap))
+
+
+class KeyCount:
+    """Counts a policy's key evaluations, the running jobs admitted without one, and the
+    calls whose running jobs came from the last call's (``found``) or a scan."""
+
+    def __init__(self):
+        self.sure = self.evaluated = self.found = self.scanned = self.visited_sure = 0
+
+    @property
+    def reused(self):
+        """Running jobs admitted as part of the last call's sure set taken over whole."""
+        return self.sure - self.visited_sure
+
+    def patches(self):
+        from policies import running_keys
+
+        rk = running_keys.RunningKeys
+        visit, split, collect = rk._visit, rk.split, rk.collect
+        me = self
+
+        def count_visit(self, views, now, first, priority, horizon, running, sure, *a):
+            def counted(j):
+                me.evaluated += 1
+                return priority(j)
+
+            before = len(sure)
+            out = visit(self, views, now, first, counted, horizon, running, sure, *a)
+            me.visited_sure += len(sure) - before
+            return out
+
+        def count_split(self, *a):
+            out = split(self, *a)
+            me.sure += len(out[0])
+            return out
+
+        def count_collect(self, *a):
+            out = collect(self, *a)
+            me.found += out is not None
+            me.scanned += out is None
+            if out is not None:
+                me.sure += len(out[1])
+            return out
+
+        return [mock.patch.object(rk, "_visit", count_visit),
+                mock.patch.object(rk, "split", count_split),
+                mock.patch.object(rk, "collect", count_collect)]
+
+
+@pytest.mark.parametrize("name,kw", RUNKEYS[:4], ids=[_runkeys_id(n, kw) for n, kw in RUNKEYS[:4]])
+def test_running_keys_are_reused_in_simulator_runs(name, kw):
+    """In a simulator run (every Plan checked against the old code's) most running jobs
+    are admitted from a cached key, and the running set comes from the last call's."""
+    pol = Differential(name, kw)
+    count = KeyCount()
+    with ExitStack() as stack:
+        for p in count.patches():
+            stack.enter_context(p)
+        simulate(_jobs(160, 3), parse_cluster("2x8"), pol, MODELS,
+                 SimConfig(interval=120.0, preempt_cost=5.0))
+    assert pol.calls > 50
+    assert count.sure > count.evaluated > 0
+    assert count.found > count.scanned
+    assert count.reused > 0
+
+
+def test_running_keys_cache_rules():
+    """The cases the cache relies on, on one running job and one waiting job: a bound
+    computed earlier admits the job without a key; a new view, an older ``now``, another
+    profile table or a waiting key below the bound evaluate it again."""
+    from policies import running_keys
+
+    app = list(MODELS.profiles)[0]
+    line = Lineage((Node("n0", 2),))
+    line.set(Job("r", 0.0, 1, app, 32, total_iters=1e4))
+    line.set(dataclasses.replace(line.jobs["r"], state=JobState.RUNNING,
+                                 allocation=Allocation((Gpu("n0", 0),), 32), as_of=line.now,
+                                 iter_rate=1.0, run_start=line.now))
+    line.set(Job("w", 0.0, 2, app, 64, total_iters=2e4))  # waits: asks both GPUs
+    pol = policies.get_policy("srtf")
+    count = KeyCount()
+    with ExitStack() as stack:
+        for p in count.patches():
+            stack.enter_context(p)
+
+        def call(snap):
+            assert_same(pol.schedule(snap), reference_plan(pol, snap))
+            return count.sure, count.evaluated
+
+        s0 = line.snapshot()
+        assert call(s0) == (0, 1)  # first sight: evaluated
+        line.now += 10.0
+        s1 = line.snapshot()
+        assert call(s1) == (1, 1)  # same view later: the bound admits it
+        assert call(s0) == (2, 1)  # the very time of the bound: still admitted
+        line.now += 10.0
+        line.set(dataclasses.replace(line.jobs["r"], iter_rate=2.0))
+        s2 = line.snapshot()
+        assert call(s2) == (2, 2)  # a new view: evaluated
+        assert call(s2) == (3, 2)
+        assert call(dataclasses.replace(s2, now=s2.now - 5.0)) == (3, 3)  # an older now
+        line.set(Job("x", 0.0, 2, app, 64, total_iters=1.0))  # a short arrival: the
+        assert call(line.snapshot()) == (3, 4)  # first waiting key is below the bound
+        other = dataclasses.replace(line.snapshot(), profiles=MappingProxyType(
+            dict(MODELS.profiles)))
+        assert call(other) == (3, 5)  # another profile table: the cache is dropped
+    assert isinstance(pol._running_keys, running_keys.RunningKeys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(0, 1e6), held=st.integers(1, 64), as_of=st.floats(0, 1e6),
+       dt=st.floats(0, 1e6), th=st.lists(st.floats(1.0, 2e6), min_size=1, max_size=4),
+       frac=st.floats(0, 1))
+def test_tiresias_horizon_is_exact(a, held, as_of, dt, th, frac):
+    """Over [now, until] the queue a running job's attained service gives is the one at
+    ``now`` (the model's own sum at the horizon is below the next threshold)."""
+    from policies.running_keys import tiresias_horizon
+
+    th = tuple(sorted(set(th)))
+    now = as_of + dt
+    gpus = tuple(Gpu("n0", i) for i in range(held))
+    job = Job("r", 0.0, 64, "x", 32, state=JobState.RUNNING, allocation=Allocation(gpus, 32),
+              as_of=as_of, attained_service=a)
+    snap = ClusterSnapshot(now, (Node("n0", 64),), MappingProxyType({"r": job}),
+                           MappingProxyType({}), ())
+    pol = policies.get_policy("tiresias", thresholds=th)
+    q = pol.queue_of(snap, job)
+    until, falling = tiresias_horizon(snap, th)(job, (q, 0.0, "r"))
+    assert until >= now and not falling
+    for t in (now, until, now + frac * (until - now)) if until < float("inf") else (now, now * 2):
+        assert pol.queue_of(dataclasses.replace(snap, now=t), job) == q
+    if q < len(th) and until < float("inf"):  # not far short of the threshold either
+        later = until + max(1.0, until * 1e-6) + (th[q] - a) / held
+        assert pol.queue_of(dataclasses.replace(snap, now=later), job) > q
+
+
+def test_running_keys_only_when_the_running_jobs_fit():
+    """Two running jobs on the same two GPUs (a daemon's snapshot with sharing): they do
+    not fit together, so the one ranked second is pre-empted at every call, a cached
+    bound below the first waiting key notwithstanding."""
+    app = list(MODELS.profiles)[0]
+    line = Lineage((Node("n0", 2),))
+    gpus = (Gpu("n0", 0), Gpu("n0", 1))
+    for jid, iters in (("a", 100.0), ("b", 200.0)):
+        line.set(Job(jid, 0.0, 2, app, 64, total_iters=iters, state=JobState.RUNNING,
+                     allocation=Allocation(gpus, 32), as_of=line.now, iter_rate=1.0,
+                     run_start=line.now))
+    line.set(Job("w", 0.0, 1, app, 32, total_iters=1e6))
+    pol = policies.get_policy("srtf")
+    for step in (0.0, 10.0, 20.0):
+        line.now += step
+        snap = line.snapshot()
+        plan = pol.schedule(snap)
+        assert_same(plan, reference_plan(pol, snap))
+        assert [a.job_id for a in plan.actions] == ["b"]

@@ -1,0 +1,266 @@
+"""Running jobs' keys kept across policy calls (issue #13, docs/scale.md §2).
+
+:func:`policies.kept_order.schedule_preemptive_kept` ranks the running jobs of every call
+by the policy's key and merges them with the kept waiting order.  On the Philly trace at
+64x8 (~150 running jobs per call, 100k calls) evaluating those keys was most of SRTF's,
+SRSF's and Tiresias' time.  Two facts make most of them unnecessary:
+
+* SRTF and SRSF (seed 001 §5) rank by (remaining exclusive time [x GPUs], submit time,
+  id).  While one job view keeps running, its completed iterations (or executed time)
+  only grow with ``now``, so its key never rises: a key computed at ``t0 <= now`` is an
+  upper bound of the key at ``now`` (same view, same profiles and nodes).
+* Tiresias (Gu et al., NSDI'19, discretized 2D-LAS, promote knob off) ranks by (queue of
+  the attained GPU-service, submit time, id).  While one view keeps running, its attained
+  service grows linearly with ``now`` (on the GPUs it holds), so its queue, hence its key,
+  stays the same until the service reaches the next threshold: the key computed at ``t0``
+  is exact up to a time :func:`tiresias_horizon` computes (checked against
+  :meth:`ClusterSnapshot.attained_service` itself).
+
+In the merge every running job whose key is below the first waiting key is admitted before
+any waiting job is considered, and, when the running jobs' GPUs fit in the cluster all
+together, every one of them fits: their relative order does not matter.  So a running job
+whose cached bound (or exact key) is already below the first waiting key is admitted
+without a key; only the others get one (exact: cached while valid, else evaluated) and are
+sorted and merged.  The Plan is the same (tests/policies/test_queue_differential.py,
+against verbatim copies of the old code).
+
+:class:`RunningKeys` also finds the running jobs without scanning every GPU: the jobs
+running at the last call of the same run plus the ones the change record names since (a
+job enters the running set only by leaving the waiting order), checked by count against
+the snapshot (a miss takes the scan).  The last call's sure jobs are taken over as a whole
+(one identity check of their views, at C speed, instead of a Python step per job) when
+``now`` has not gone back, the first waiting key has not fallen and no Tiresias key among
+them has reached its horizon."""
+from __future__ import annotations
+
+import bisect
+import math
+from itertools import chain, compress
+from operator import attrgetter, is_, not_
+from typing import Callable, Optional
+
+from .model import ClusterSnapshot, Frozen, Job, JobState
+
+# (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
+# in [t0, until]; ``falling``: after ``until`` it is still an upper bound (it never rises)
+Horizon = Callable[[Job, tuple], tuple]
+
+_INF = math.inf
+_RUN = JobState.RUNNING
+_ID = attrgetter("id")
+
+
+def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
+    q = snap.queue
+    log = q.changes if q is not None and q.source is snap.jobs else None
+    return log if isinstance(log, Frozen) else None
+
+
+class RunningKeys:
+    """Per policy instance: job id -> (view, key, t0, until, falling) for the running jobs
+    of the last calls; the running ids of the last call with the change record seen; and
+    that call's sure jobs (ids and views), its ``now``, first waiting key and the time up
+    to which all of their keys stay below it (``until``)."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._ctx: Optional[tuple] = None  # (profiles, nodes, context) the keys were made with
+        self._seen: Optional[Frozen] = None  # the change record at the last call
+        self._ids: list = []  # the running job ids at the last call
+        self.cache: dict = {}
+        self._forget()
+
+    def _forget(self) -> None:
+        self._sure_ids: tuple = ()
+        self._sure_views: tuple = ()
+        self._rest_ids: list = []  # the last call's running ids that were not sure
+        self._now = self._until = -_INF
+        self._first: Optional[tuple] = None
+
+    def _context(self, snap: ClusterSnapshot, context: tuple) -> None:
+        c = self._ctx
+        if c is None or c[0] is not snap.profiles or c[1] is not snap.nodes or c[2] != context:
+            self.cache = {}
+            self._forget()
+            self._ctx = (snap.profiles, snap.nodes, context)
+
+    def running(self, snap: ClusterSnapshot, nwaiting: int) -> Optional[list]:
+        """The running jobs of ``snap`` from the last call's running ids and the change
+        record's entries since (``nwaiting``: the waiting jobs, all not running), or
+        ``None`` (another run, an older snapshot, a first call, or a count that disagrees
+        with the snapshot: the caller scans)."""
+        log = _record(snap)
+        seen = self._seen
+        if seen is None or log is None or not log.extends(seen):
+            return None
+        cand = dict.fromkeys(self._ids)
+        cand.update(dict.fromkeys(log[len(seen):]))
+        get = snap.jobs.get
+        out = [v for v in map(get, cand) if v is not None and v.state is _RUN]
+        # distinct running jobs of the map, as many as it holds: they are all of them
+        return out if len(out) + nwaiting == len(snap.jobs) else None
+
+    def collect(self, snap: ClusterSnapshot, nwaiting: int, first: tuple,
+                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+        """:meth:`running` and :meth:`split` in one: (running, sure, keys, jobs, until), or
+        ``None`` as :meth:`running`.  The last call's sure jobs whose views are still the
+        snapshot's are taken over (no per-job step) while ``now`` is not earlier than that
+        call's nor later than their ``until`` and the first waiting key is not lower
+        (their keys are then still below it); the others are looked at one by one."""
+        log = _record(snap)
+        seen = self._seen
+        if seen is None or log is None or not log.extends(seen):
+            return None
+        self._context(snap, context)
+        now = snap.now
+        get = snap.jobs.get
+        sure: list = []
+        until = _INF
+        ids = self._ids
+        kept_ids = ()
+        if self._sure_ids and self._now <= now <= self._until and not first < self._first:
+            cur = list(map(get, self._sure_ids))
+            same = list(map(is_, cur, self._sure_views))  # the very views: still running
+            if all(same):
+                sure, kept_ids = cur, self._sure_ids
+                ids = self._rest_ids
+            else:  # the others are looked at one by one
+                sure, kept_ids = list(compress(cur, same)), list(compress(self._sure_ids, same))
+                ids = chain(self._rest_ids, compress(self._sure_ids, map(not_, same)))
+            until = self._until
+        cand = dict.fromkeys(ids)
+        cand.update(dict.fromkeys(log[len(seen):]))
+        if sure:
+            for jid in cand.keys() & set(kept_ids):
+                del cand[jid]
+        running = list(sure)
+        keys: list = []
+        jobs: list = []
+        until = min(until, self._visit(map(get, cand), now, first, priority, horizon,
+                                       running, sure, keys, jobs))
+        # distinct running jobs of the map, as many as it holds: they are all of them
+        if len(running) + nwaiting != len(snap.jobs):
+            return None
+        return running, sure, keys, jobs, until
+
+    def remember(self, snap: ClusterSnapshot, running: list, sure: list = (),
+                 rest: Optional[list] = None, first: Optional[tuple] = None,
+                 until: float = -_INF) -> None:
+        """The running jobs of ``snap`` (found by :meth:`collect`, :meth:`running` or by the
+        scan), the sure ones among them, the others (``rest``), the first waiting key and
+        the time up to which the sure ones stay sure."""
+        self._seen = _record(snap)
+        self._ids = list(map(_ID, running))
+        self._sure_ids = tuple(map(_ID, sure))
+        self._sure_views = tuple(sure)
+        self._rest_ids = list(map(_ID, running if rest is None else rest))
+        self._now, self._first, self._until = snap.now, first, until if sure else -_INF
+
+    def split(self, snap: ClusterSnapshot, running: list, first: tuple,
+              priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+        """(sure, keys, jobs, until): the running jobs certainly ranked below ``first`` (the
+        first waiting key) without a key, the others with their exact keys at ``snap.now``,
+        and the time up to which the sure ones stay below ``first``."""
+        self._context(snap, context)
+        sure: list = []
+        keys: list = []
+        jobs: list = []
+        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs)
+        return sure, keys, jobs, until
+
+    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs) -> float:
+        """Sort the running ones of ``views`` (``None`` and waiting ones skipped) into
+        ``sure`` or ``keys``/``jobs`` (all into ``running``); the time up to which the
+        sure ones stay below ``first``."""
+        cache = self.cache
+        until = _INF
+        get, run, keep, key_, job_ = (cache.get, running.append, sure.append, keys.append,
+                                      jobs.append)
+        for j in views:
+            if j is None or j.state is not _RUN:
+                continue
+            run(j)
+            hit = get(j.id)
+            if hit is not None and hit[0] is j and hit[2] <= now:
+                k = hit[1]
+                if now <= hit[3]:  # exact
+                    if k < first:
+                        keep(j)
+                        if not hit[4] and hit[3] < until:
+                            until = hit[3]
+                    else:
+                        key_(k)
+                        job_(j)
+                    continue
+                if hit[4] and k < first:  # an upper bound below the first waiting key
+                    keep(j)
+                    continue
+            k = priority(j)
+            u, falling = horizon(j, k)
+            cache[j.id] = (j, k, now, u, falling)
+            key_(k)
+            job_(j)
+        if len(cache) > 2 * len(running) + 256:  # finished jobs' entries
+            self.cache = {j.id: cache[j.id] for j in running if j.id in cache}
+        return until
+
+
+def running_keys_of(pol) -> RunningKeys:
+    """The policy instance's running-key cache (``pol._running_keys``), made on first use."""
+    rk = pol.__dict__.get("_running_keys")
+    if rk is None:
+        rk = pol._running_keys = RunningKeys()
+    return rk
+
+
+def falling_horizon(snap: ClusterSnapshot) -> Horizon:
+    """SRTF's and SRSF's: the key is exact at ``now`` only and never rises after (a job
+    running at a rate of at least 0 iterations per second)."""
+    now = snap.now
+    return lambda job, key: (now, job.iter_rate >= 0)
+
+
+class _Clock:
+    """A stand-in snapshot for :meth:`ClusterSnapshot.attained_service` at another time
+    (it reads ``now`` and the job only)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: float):
+        self.now = now
+
+
+def _attained(job: Job, t: float) -> float:
+    return ClusterSnapshot.attained_service(_Clock(t), job)
+
+
+def tiresias_horizon(snap: ClusterSnapshot, thresholds: tuple) -> Horizon:
+    """Tiresias' (promote knob off): the queue of a running job stays while its attained
+    service is below the next threshold; the time returned is one at which
+    :meth:`ClusterSnapshot.attained_service` (non-decreasing in ``now``) is still below it,
+    so the key is exact on [now, until] (falling: never)."""
+    now = snap.now
+
+    def horizon(job: Job, key: tuple) -> tuple:
+        a0 = snap.attained_service(job)
+        q = bisect.bisect_right(thresholds, a0)
+        if q != key[0] or not job.running:  # not the key this horizon is for
+            return now, False
+        if q == len(thresholds):
+            return _INF, False  # the last queue: no threshold ahead
+        nxt = thresholds[q]
+        held = len(job.allocation.gpus) if job.allocation is not None else job.num_gpus
+        if held <= 0:
+            return (_INF if _attained(job, _INF) < nxt else now), False
+        v = now + (nxt - a0) / held
+        for i in range(64):  # step back until the model's own sum is below the threshold
+            if not v > now:
+                return now, False
+            if _attained(job, v) < nxt:
+                return v, False
+            v = now + (v - now) * (0.5 if i >= 4 else 1.0 - 1e-9)
+        return now, False
+
+    return horizon
