@@ -324,22 +324,3 @@ class RefSimilarity(Policy):
                 best, best_key = (job, b, key), key
         return best
 
-
-def ref_closest(db, app: str):
-    """SimilarityDB.closest before the value memo (issue #13), verbatim but for ``self``."""
-    self = db
-    v = self.features.get(app)
-    if v is None:
-        return None
-    sv = scaled(v)
-    best = None
-    for ff in sorted(self.references):
-        if self.exclude_self and ff == app:
-            continue
-        fv = self.features.get(ff)
-        if fv is None:
-            continue
-        s = cosine(sv, scaled(fv))
-        if best is None or s > best[1] + 1e-12:
-            best = (ff, s)
-    return best
