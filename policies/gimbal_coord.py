@@ -67,7 +67,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional
 
-from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc
+from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc, identity_memo
 from .plan import ResizeJob
 
 OBJECTIVES = ("jct", "deadline", "makespan")
@@ -551,14 +551,8 @@ def _below_ceiling(alloc) -> bool:
     identity (a pure function of the frozen record; the simulator and the daemon hand the
     same record in every snapshot while the job keeps it, and GIMBAL asks it of every running
     job at every 30 s round)."""
-    hit = _BELOW.get(id(alloc))
-    if hit is not None and hit[0] is alloc:
-        return hit[1]
-    flag = any(w.mps_pct is not None and w.mps_pct < capped(w, 100) for w in alloc.workers)
-    if len(_BELOW) > 65536:
-        _BELOW.clear()
-    _BELOW[id(alloc)] = (alloc, flag)  # keeps ``alloc`` alive, so its id stays unique
-    return flag
+    return identity_memo(_BELOW, alloc, lambda a: any(
+        w.mps_pct is not None and w.mps_pct < capped(w, 100) for w in a.workers), 65536)
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,

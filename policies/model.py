@@ -18,7 +18,7 @@ from itertools import chain, islice
 from operator import attrgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from .throughput import GpuTypeTable, InterferenceTable, MemoryProfile, ThroughputProfile
 
@@ -238,20 +238,32 @@ _FACTS: dict[int, tuple] = {}
 _XIT: dict[tuple, tuple] = {}  # ClusterSnapshot.exclusive_iter_time's memo
 
 
+def identity_memo(store: dict, obj, compute: Callable, limit: int):
+    """``compute(obj)`` memoised in ``store`` by ``obj``'s identity, for pure functions of an
+    immutable object the simulator and the daemon hand in again and again (a node tuple, an
+    allocation record).  The entry keeps ``obj`` alive, so its id stays unique; the store is
+    emptied once it holds more than ``limit`` entries."""
+    hit = store.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = compute(obj)
+    if len(store) > limit:
+        store.clear()
+    store[id(obj)] = (obj, value)
+    return value
+
+
 def _node_facts(nodes: tuple[Node, ...]) -> tuple:
     """(total GPUs, max GPUs per node, name -> rank, name -> GPUs, smallest GPU memory) of a
     node tuple, memoised by identity: the simulator passes the same tuple in every snapshot."""
-    hit = _FACTS.get(id(nodes))
-    if hit is not None and hit[0] is nodes:
-        return hit[1]
-    facts = (sum(n.num_gpus for n in nodes), max((n.num_gpus for n in nodes), default=0),
-             MappingProxyType({n.name: i for i, n in enumerate(nodes)}),
-             MappingProxyType({n.name: n.num_gpus for n in nodes}),
-             min((n.gpu_mem_mb for n in nodes), default=None))
-    if len(_FACTS) > 32:
-        _FACTS.clear()
-    _FACTS[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
-    return facts
+    return identity_memo(_FACTS, nodes, _compute_node_facts, 32)
+
+
+def _compute_node_facts(nodes: tuple[Node, ...]) -> tuple:
+    return (sum(n.num_gpus for n in nodes), max((n.num_gpus for n in nodes), default=0),
+            MappingProxyType({n.name: i for i, n in enumerate(nodes)}),
+            MappingProxyType({n.name: n.num_gpus for n in nodes}),
+            min((n.gpu_mem_mb for n in nodes), default=None))
 
 
 class Frozen(abc.Sequence):

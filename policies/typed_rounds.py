@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
 from .base import FreeGpus, exclusive_config
-from .model import ClusterSnapshot, Gpu, Job, Node
+from .model import ClusterSnapshot, Gpu, Job, Node, identity_memo
 from .plan import PreemptJob, Reason, ReasonCode, StartJob, reason
 
 
@@ -25,12 +25,13 @@ _NODE_MEMO: dict[int, tuple] = {}
 
 def _node_memo(nodes: tuple[Node, ...]) -> tuple:
     """(type capacity, node name -> GPU type, GPU type -> its nodes' (name, GPUs) in node
-    order, node name -> GPU memory MiB) of a
-    node tuple, memoised by identity (the simulator passes the same tuple in every snapshot;
-    a round-based policy asked these of every node at every round)."""
-    hit = _NODE_MEMO.get(id(nodes))
-    if hit is not None and hit[0] is nodes:
-        return hit[1]
+    order, node name -> GPU memory MiB) of a node tuple, memoised by identity (the simulator
+    passes the same tuple in every snapshot; a round-based policy asked these of every node
+    at every round)."""
+    return identity_memo(_NODE_MEMO, nodes, _compute_node_memo, 32)
+
+
+def _compute_node_memo(nodes: tuple[Node, ...]) -> tuple:
     cap: dict[str, list] = {}
     for n in nodes:
         t = cap.setdefault(n.gpu_type, [0, 0, n.gpu_mem_mb])
@@ -40,14 +41,10 @@ def _node_memo(nodes: tuple[Node, ...]) -> tuple:
     of_type: dict[str, list] = {}
     for n in nodes:
         of_type.setdefault(n.gpu_type, []).append((n.name, n.gpus()))
-    facts = ({t: tuple(v) for t, v in cap.items()},
-             MappingProxyType({n.name: n.gpu_type for n in nodes}),
-             MappingProxyType({t: tuple(v) for t, v in of_type.items()}),
-             MappingProxyType({n.name: n.gpu_mem_mb for n in nodes}))
-    if len(_NODE_MEMO) > 32:
-        _NODE_MEMO.clear()
-    _NODE_MEMO[id(nodes)] = (nodes, facts)  # keeps ``nodes`` alive, so the id stays unique
-    return facts
+    return ({t: tuple(v) for t, v in cap.items()},
+            MappingProxyType({n.name: n.gpu_type for n in nodes}),
+            MappingProxyType({t: tuple(v) for t, v in of_type.items()}),
+            MappingProxyType({n.name: n.gpu_mem_mb for n in nodes}))
 
 
 _TYPES_OF: dict[int, tuple] = {}  # id(allocation) -> (allocation, gtype_of, its GPU types)
