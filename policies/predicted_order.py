@@ -14,9 +14,11 @@ The thin modules :mod:`policies.spjf`, :mod:`policies.spwf`, :mod:`policies.wcs_
 from __future__ import annotations
 
 from .asrpt_core import Placer, alpha_bounds, prediction, predicted_seconds
-from .base import Policy, exclusive_config, keep_running_reasons
+from .base import Policy, exclusive_config, keep_running_segment
+from .kept_order import kept_order_of
+from .model import Frozen, Joined
 from .pipeline import Network
-from .plan import ReasonCode, StartJob, make_plan, reason
+from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 
 
 class PredictedOrder(Policy):
@@ -33,39 +35,128 @@ class PredictedOrder(Policy):
         raise NotImplementedError
 
     def schedule(self, snap):
-        facts = {}
-        for j in snap.pending():
-            amin, _ = alpha_bounds(snap, j, self.net)
-            val, unit, src = prediction(snap, j, False)
-            facts[j.id] = (predicted_seconds(val, unit, amin), val, unit, src)
-        order_jobs = sorted(snap.pending(), key=lambda j: self.key(j, facts[j.id][0]) + (j.submit_time, j.id))
+        kept = self._kept(snap)
+        if kept is not None:  # the simulator's snapshots: the order kept across calls
+            return self._walk(snap, kept.jobs, kept.ids, dict(kept.gpus), self._fact)
+        # no change record (the daemon's snapshots, hand-built ones) or a NaN key: sort
+        facts = {j.id: _facts(snap, j, self.net) for j in snap.pending()}
+        order_jobs = sorted(snap.pending(),
+                            key=lambda j: self.key(j, facts[j.id][0]) + (j.submit_time, j.id))
+        counts: dict[int, int] = {}
+        for j in order_jobs:
+            counts[j.num_gpus] = counts.get(j.num_gpus, 0) + 1
+        return self._walk(snap, order_jobs, [j.id for j in order_jobs], counts,
+                          lambda snap, j: facts[j.id])
+
+    # ------------------------------------------------------------------ kept order
+    def _fact(self, snap, j) -> tuple:
+        """:func:`_facts` of a waiting job, memoised by its view (a pure function of the
+        view, the predictors, the profile table, the node tuple and ``self.net``;
+        :meth:`_kept` empties the memo when any of the last three changes)."""
+        hit = self._memo.get(j.id)
+        if hit is not None and hit[0] is j:
+            return hit[1]
+        f = _facts(snap, j, self.net)
+        self._memo[j.id] = (j, f)
+        return f
+
+    def _kept(self, snap):
+        """The waiting order kept across calls (:mod:`policies.kept_order`), keyed by
+        ``self.key(job, predicted seconds) + (submit time, id)`` — fixed while a job waits
+        under the same predictors (a refit hands over new ones: then the order is sorted
+        afresh, as before).  ``None``: the caller sorts."""
+        ctx = (snap.predictors, snap.profiles, snap.nodes)
+        seen = self.__dict__.get("_ctx")
+        if seen is None or any(a is not b for a, b in zip(seen, ctx)):
+            self._ctx, self._memo = ctx, {}
+            self._version = self.__dict__.get("_version", 0) + 1
+        if len(self._memo) > 2 * len(snap.waiting_ids or ()) + 4096:  # drop started jobs
+            waiting = set(snap.waiting_ids or ())
+            self._memo = {k: v for k, v in self._memo.items() if k in waiting}
+        fact, key = self._fact, self.key
+        return kept_order_of(self).update(
+            snap, lambda j: key(j, fact(snap, j)[0]) + (j.submit_time, j.id),
+            (self._version, self.net))
+
+    # ------------------------------------------------------------------ the walk
+    def _walk(self, snap, order_jobs, ids: list, left: dict, fact) -> Plan:
+        """Start the jobs of ``order_jobs`` (``ids`` the list of their ids, ``left`` GPU count ->
+        jobs asking it) that fit, in order: strict or work-conserving.  Once nothing behind
+        a point can start — strict: a job ahead waits; work-conserving: fewer GPUs free than
+        any job behind asks — and no job behind is infeasible, the rest share one lazy reason
+        segment (each job's reason made from the snapshot when first asked), so a call costs
+        the jobs it starts or skips, not the queue."""
         placer = Placer(snap, self.net)
         nfree, total = len(snap.free_gpus), snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
+        shared: list = []
         blocked = False
         for pos, j in enumerate(order_jobs):
-            dur, val, unit, src = facts[j.id]
+            if (blocked or (self.work_conserving and nfree < min(left))) \
+                    and max(left) <= total:
+                tail = Frozen(ids, pos)  # a view: the kept order copies its list if held
+                shared.append((tail, self._tail_reason(snap, tail, pos, blocked, nfree)))
+                if not order:
+                    order = tail
+                elif len(order) == 1 and order[0] == ids[pos - 1]:
+                    order = Frozen(ids, pos - 1)
+                else:
+                    order = Joined(tuple(order), tail)
+                break
+            g = j.num_gpus
+            if left[g] == 1:
+                del left[g]
+            else:
+                left[g] -= 1
+            dur, val, unit, src = fact(snap, j)
             nums = dict(predicted=val, predicted_s=dur, pos=pos)
             text = f"predicted {val:.0f} {unit} ({src})"
             if j.num_gpus > total:
                 infeasible.append(j.id)
                 reasons[j.id] = reason(ReasonCode.INFEASIBLE,
                                        f"asks {j.num_gpus} GPUs, cluster has {total}", **nums)
-                continue
-            if blocked or j.num_gpus > nfree:
+            elif blocked or j.num_gpus > nfree:
                 order.append(j.id)
                 code = ReasonCode.WAIT_ORDER if blocked else ReasonCode.WAIT_RESOURCES
                 reasons[j.id] = reason(code, (f"a job ahead is waiting; " if blocked else
                                               f"needs {j.num_gpus} GPUs, {nfree} free; ") + text,
                                        **nums)
                 blocked = blocked or not self.work_conserving
-                continue
-            servers, gpus, workers, alpha = placer.place(j, "best-fit")
-            placer.take(servers, gpus)
-            nfree -= len(gpus)
-            b, s = exclusive_config(snap, j, placer.mem)
-            actions.append(StartJob(j.id, gpus, b, s, workers=workers))
-            reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; " + text,
-                                   alpha=alpha, **nums)
-        keep_running_reasons(snap, reasons)
-        return make_plan(self.name, actions, order, reasons, infeasible)
+            else:
+                servers, gpus, workers, alpha = placer.place(j, "best-fit")
+                placer.take(servers, gpus)
+                nfree -= len(gpus)
+                b, s = exclusive_config(snap, j, placer.mem)
+                actions.append(StartJob(j.id, gpus, b, s, workers=workers))
+                reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; " + text,
+                                       alpha=alpha, **nums)
+            if not left:
+                break
+        shared.append(keep_running_segment(snap))
+        return make_plan(self.name, actions, order, reasons, infeasible, shared)
+
+    def _tail_reason(self, snap, tail, start: int, blocked: bool, nfree: int):
+        """``job id -> Reason`` of the jobs of ``tail`` (from position ``start``): the
+        reason the walk would give each, its facts recomputed from ``snap``."""
+        net, where = self.net, {}
+
+        def why(jid):
+            if not where:
+                where.update((k, start + i) for i, k in enumerate(tail))
+            j = snap.jobs[jid]
+            dur, val, unit, src = _facts(snap, j, net)
+            text = f"predicted {val:.0f} {unit} ({src})"
+            if blocked:
+                return reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting; " + text,
+                              predicted=val, predicted_s=dur, pos=where[jid])
+            return reason(ReasonCode.WAIT_RESOURCES,
+                          f"needs {j.num_gpus} GPUs, {nfree} free; " + text,
+                          predicted=val, predicted_s=dur, pos=where[jid])
+        return why
+
+
+def _facts(snap, j, net) -> tuple:
+    """(predicted seconds ``ñ_i·α̂_i^min``, predicted value, unit, source) of a waiting job."""
+    amin, _ = alpha_bounds(snap, j, net)
+    val, unit, src = prediction(snap, j, False)
+    return predicted_seconds(val, unit, amin), val, unit, src
