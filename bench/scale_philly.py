@@ -2,6 +2,7 @@
 
     python bench/scale_philly.py [--clusters 300x8 64x8] [--policies NAME ...]
                                  [--sizes 5000 20000 0] [--timeout 120] [--min-run 0]
+                                 [--predictor rf|mean|median|perfect] [--refit 3600]
 
 For each cluster and trace size (``0`` = the whole trace) every policy runs in its
 own process (its peak RSS is its own; the trace is loaded there too, with the
@@ -12,6 +13,13 @@ pre-emptions, and the cost per job (CPU ms / job) so its growth with trace size
 shows.  A same-run baseline is the bare event loop over the same jobs (heap of
 arrivals and completions with fixed run times, no policy, no model): "x bare" is
 the simulator's cost relative to merely walking the events.
+
+``--predictor`` fits that job-length predictor on the jobs finished so far every
+``--refit`` seconds of simulated time and hands it to the policies, as ``gimbalctl
+simulate --predictor`` does (seed 003's A-SRPT and §V-A baselines order by it; without
+one they see no length — the simulator reveals lengths only to policies that declare
+they need them — and fall back to the user's time limit, absent in this trace, so
+their orders are submit order).
 
 Target (issue #13): < 60 s per policy on the whole trace at 300x8 and 64x8.
 """
@@ -64,9 +72,13 @@ def one(a) -> dict:
     pol = get_policy(a.one)
     if a.min_run and getattr(pol, "accepts_min_run", False):
         pol = get_policy(a.one, min_run_s=a.min_run)
+    kw = {}
+    if a.predictor:
+        from gimbalctl.predictor import refitter
+        kw = dict(refit=refitter(a.predictor, 0), refit_every=a.refit)
     bare = bare_event_loop(jobs, models)
     w0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(jobs, nodes, pol, models, SimConfig())
+    res = simulate(jobs, nodes, pol, models, SimConfig(), **kw)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     s = res.summary
     return {"jobs": len(jobs), "wall_s": wall, "cpu_s": cpu, "bare_s": bare,
@@ -86,6 +98,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="wall seconds per run")
     ap.add_argument("--min-run", type=float, default=0.0,
                     help="min_run_s for the pre-emptive policies that take it")
+    ap.add_argument("--predictor", choices=["rf", "mean", "median", "perfect"], default=None,
+                    help="refit this job-length predictor on the finished jobs (seed 003)")
+    ap.add_argument("--refit", type=float, default=3600.0,
+                    help="seconds of simulated time between refits (with --predictor)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--cluster", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
@@ -94,6 +110,8 @@ def main() -> int:
         print(f"error: {a.trace} not found (needs the shared traces folder; --trace FILE)",
               file=sys.stderr)
         return 2
+    if a.refit <= 0:
+        ap.error(f"--refit must be > 0 seconds, got {a.refit}")
     if a.one:
         print(json.dumps(one(a)))
         return 0
@@ -101,7 +119,8 @@ def main() -> int:
 
     pols = a.policies or names()
     print(f"trace {a.trace.name}; each run in its own process, timeout {a.timeout:.0f} s; "
-          f"min_run_s {a.min_run:.0f}")
+          f"min_run_s {a.min_run:.0f}"
+          + (f"; predictor {a.predictor}, refit every {a.refit:.0f} s" if a.predictor else ""))
     print("| cluster | jobs | policy | wall (s) | CPU (s) | x bare | CPU ms/job | peak RSS (MB) "
           "| calls | avg JCT (h) | avg queue (h) | avg wait (h) | pre-emptions | < 60 s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -110,6 +129,8 @@ def main() -> int:
             for name in pols:
                 cmd = [sys.executable, __file__, "--one", name, "--cluster", cluster,
                        "--limit", str(size), "--trace", str(a.trace), "--min-run", str(a.min_run)]
+                if a.predictor:
+                    cmd += ["--predictor", a.predictor, "--refit", str(a.refit)]
                 label = f"| {cluster} | {size or 'all'} | {name} |"
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)

@@ -1,0 +1,35 @@
+"""bench/scale_philly.py: one run with and without a refitted predictor on the bundled
+Pollux workload (the Philly trace itself lives outside the repository), and its check of
+``--refit``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench" / "scale_philly.py"
+TRACE = ROOT / "gimbalctl" / "data" / "traces" / "pollux" / "workload-1.csv"
+
+
+def _one(*extra):
+    out = subprocess.run([sys.executable, str(BENCH), "--one", "spjf", "--cluster", "4x8",
+                          "--trace", str(TRACE), *extra], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_predictor_changes_what_spjf_sees():
+    plain, fitted = _one(), _one("--predictor", "mean", "--refit", "600")
+    assert plain["jobs"] == fitted["jobs"] == 160
+    assert plain["calls"] > 0 and fitted["calls"] > 0
+    # without a predictor SPJF sees no lengths (submit order); the fitted means reorder it
+    assert plain["avg_jct_h"] != fitted["avg_jct_h"]
+
+
+def test_refit_must_be_positive():
+    out = subprocess.run([sys.executable, str(BENCH), "--refit", "0", "--one", "spjf"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--refit must be > 0 seconds, got 0.0" in out.stderr
