@@ -84,18 +84,20 @@ class PredictedOrder(Policy):
         jobs asking it) that fit, in order: strict or work-conserving.  Once nothing behind
         a point can start — strict: a job ahead waits; work-conserving: fewer GPUs free than
         any job behind asks — and no job behind is infeasible, the rest share one lazy reason
-        segment (each job's reason made from the snapshot when first asked), so a call costs
-        the jobs it starts or skips, not the queue."""
+        segment (each job's reason made from the snapshot when first asked); the jobs passed over
+        before that point get theirs lazily too, so a call costs the jobs it starts plus a
+        cheap step per job it passes, not a reason per waiting job."""
         placer = Placer(snap, self.net)
         nfree, total = len(snap.free_gpus), snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
-        shared: list = []
+        waits: dict = {}  # a job passed over: id -> (position, blocked, GPUs free then)
+        shared: list = [(waits, self._wait_reason(snap, waits))]
         blocked = False
         for pos, j in enumerate(order_jobs):
             if (blocked or (self.work_conserving and nfree < min(left))) \
                     and max(left) <= total:
                 tail = Frozen(ids, pos)  # a view: the kept order copies its list if held
-                shared.append((tail, self._tail_reason(snap, tail, pos, blocked, nfree)))
+                shared.append((tail, self._wait_reason(snap, None, tail, pos, blocked, nfree)))
                 if not order:
                     order = tail
                 elif len(order) == 1 and order[0] == ids[pos - 1]:
@@ -108,50 +110,55 @@ class PredictedOrder(Policy):
                 del left[g]
             else:
                 left[g] -= 1
-            dur, val, unit, src = fact(snap, j)
-            nums = dict(predicted=val, predicted_s=dur, pos=pos)
-            text = f"predicted {val:.0f} {unit} ({src})"
-            if j.num_gpus > total:
+            if g > total:
+                dur, val, unit, src = fact(snap, j)
                 infeasible.append(j.id)
                 reasons[j.id] = reason(ReasonCode.INFEASIBLE,
-                                       f"asks {j.num_gpus} GPUs, cluster has {total}", **nums)
-            elif blocked or j.num_gpus > nfree:
+                                       f"asks {j.num_gpus} GPUs, cluster has {total}",
+                                       predicted=val, predicted_s=dur, pos=pos)
+            elif blocked or g > nfree:
                 order.append(j.id)
-                code = ReasonCode.WAIT_ORDER if blocked else ReasonCode.WAIT_RESOURCES
-                reasons[j.id] = reason(code, (f"a job ahead is waiting; " if blocked else
-                                              f"needs {j.num_gpus} GPUs, {nfree} free; ") + text,
-                                       **nums)
+                waits[j.id] = (pos, blocked, nfree)  # its reason is made when asked
                 blocked = blocked or not self.work_conserving
             else:
+                dur, val, unit, src = fact(snap, j)
                 servers, gpus, workers, alpha = placer.place(j, "best-fit")
                 placer.take(servers, gpus)
                 nfree -= len(gpus)
                 b, s = exclusive_config(snap, j, placer.mem)
                 actions.append(StartJob(j.id, gpus, b, s, workers=workers))
-                reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; " + text,
-                                       alpha=alpha, **nums)
+                reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; "
+                                       f"predicted {val:.0f} {unit} ({src})",
+                                       alpha=alpha, predicted=val, predicted_s=dur, pos=pos)
             if not left:
                 break
         shared.append(keep_running_segment(snap))
         return make_plan(self.name, actions, order, reasons, infeasible, shared)
 
-    def _tail_reason(self, snap, tail, start: int, blocked: bool, nfree: int):
-        """``job id -> Reason`` of the jobs of ``tail`` (from position ``start``): the
-        reason the walk would give each, its facts recomputed from ``snap``."""
+    def _wait_reason(self, snap, waits, tail=(), start: int = 0, blocked: bool = False,
+                     nfree: int = 0):
+        """``job id -> Reason`` of a waiting job the walk passed over, made from ``snap``
+        when a consumer first asks: from ``waits`` (id -> (position, blocked, GPUs free
+        then)), or every job of ``tail`` from position ``start`` with ``blocked`` and
+        ``nfree``.  The reason the literal walk gives (its facts recomputed, same values)."""
         net, where = self.net, {}
 
         def why(jid):
-            if not where:
-                where.update((k, start + i) for i, k in enumerate(tail))
+            if waits is not None:
+                pos, blk, free = waits[jid]
+            else:
+                if not where:
+                    where.update((k, start + i) for i, k in enumerate(tail))
+                pos, blk, free = where[jid], blocked, nfree
             j = snap.jobs[jid]
             dur, val, unit, src = _facts(snap, j, net)
             text = f"predicted {val:.0f} {unit} ({src})"
-            if blocked:
+            if blk:
                 return reason(ReasonCode.WAIT_ORDER, "a job ahead is waiting; " + text,
-                              predicted=val, predicted_s=dur, pos=where[jid])
+                              predicted=val, predicted_s=dur, pos=pos)
             return reason(ReasonCode.WAIT_RESOURCES,
-                          f"needs {j.num_gpus} GPUs, {nfree} free; " + text,
-                          predicted=val, predicted_s=dur, pos=where[jid])
+                          f"needs {j.num_gpus} GPUs, {free} free; " + text,
+                          predicted=val, predicted_s=dur, pos=pos)
         return why
 
 
