@@ -150,14 +150,66 @@ FITTERS = {"rf": fit_rf, "mean": lambda h, seed=0, unit=None: fit_group_stat(h, 
            "median": lambda h, seed=0, unit=None: fit_group_stat(h, "median", unit)}
 
 
+class GroupStatRefit:
+    """:func:`fit_group_stat` over a history that only grows (the simulator's append-only
+    ``snapshot.history`` view, :meth:`policies.model.Frozen.extends`), brought up to date
+    from the records added since the last call: the groups' target lists are extended and
+    only the groups that got a record are summarised again (the same ``np.mean`` /
+    ``np.median`` of the same list, so the same table).  Any other history — not a view of
+    the same list, shorter, or one whose unit turns from iterations to seconds — is fitted
+    from scratch.  A refit over the whole Philly trace made 2,279 passes over a history of
+    up to 82k records (124 of 167 CPU-s of an SPJF run at 64x8, docs/scale.md §2)."""
+
+    def __init__(self, stat: str = "mean"):
+        if stat not in ("mean", "median"):
+            raise ValueError(f"stat must be mean or median, not {stat!r}")
+        self.stat = stat
+        self.seen = None  # the history view fitted last
+        self.unit: Optional[str] = None
+        self.by: dict[str, list[float]] = {}
+        self.table: dict[tuple, float] = {}
+
+    def __call__(self, history: Sequence[FinishedJob]) -> TablePredictor:
+        import numpy as np  # lazily: the snapshot builder imports this module
+
+        from policies.model import Frozen
+
+        new: Sequence[FinishedJob] = history
+        if (self.seen is not None and len(self.seen) and isinstance(history, Frozen)
+                and history.extends(self.seen)):  # (an empty one has unit seconds)
+            new = history[len(self.seen):]
+            unit = self.unit if self.unit == "seconds" or all(
+                f.iterations is not None for f in new) else "seconds"
+            if unit != self.unit:  # every target changes: fit from scratch
+                new, self.by, self.table = history, {}, {}
+        else:
+            unit, self.by, self.table = target_unit(history), {}, {}
+        by, touched = self.by, {}  # in order of first appearance, as fit_group_stat's table
+        for f in new:
+            if unit == "seconds" or f.iterations is not None:
+                g = group_of(f)
+                by.setdefault(g, []).append(target_of(f, unit))
+                touched[g] = None
+        fn = np.mean if self.stat == "mean" else np.median
+        for g in touched:
+            self.table[(g, None)] = float(fn(by[g]))
+        self.seen = history if isinstance(history, Frozen) else None
+        self.unit = unit
+        return TablePredictor(self.stat, unit, dict(self.table))
+
+
 def refitter(kind: str = "rf", seed: int = 0, min_rows: int = 1):
     """A simulator ``refit`` callable: fits ``kind`` on the jobs finished so far (§IV-C 3's
-    periodic retraining); ``kind="perfect"`` returns the perfect predictor."""
+    periodic retraining); ``kind="perfect"`` returns the perfect predictor.  ``mean`` and
+    ``median`` refit incrementally (:class:`GroupStatRefit`, the same tables)."""
     if kind == "perfect":
         return lambda history, now: {"iterations": PerfectPredictor()}
     if kind not in FITTERS:
         raise ValueError(f"unknown predictor {kind!r}; valid: rf, mean, median, perfect")
     fit = FITTERS[kind]
+    if kind in ("mean", "median"):
+        inc = GroupStatRefit(kind)
+        fit = lambda history, seed=0: inc(history)  # noqa: E731
 
     def refit(history, now):
         if len(history) < min_rows:

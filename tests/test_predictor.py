@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from gimbalctl.cli import main
-from gimbalctl.predictor import (PerfectPredictor, evaluate, fit_group_stat, fit_rf, group_key,
-                                 group_of, history_from_sacct, plot_error_cdf, refitter)
-from policies.model import FinishedJob, Job
+from gimbalctl.predictor import (GroupStatRefit, PerfectPredictor, evaluate, fit_group_stat,
+                                 fit_rf, group_key, group_of, history_from_sacct, plot_error_cdf,
+                                 refitter)
+from policies.model import FinishedJob, Frozen, Job
 
 
 def hist(n=400, seed=0):
@@ -59,6 +60,67 @@ def test_group_stats_and_perfect():
     assert mean.predict(j) == pytest.approx(np.mean(vals))
     assert med.predict(j) == pytest.approx(np.median(vals))
     assert PerfectPredictor().predict(Job("y", 0, 1, "a", 1, total_iters=12.0)) == 12.0
+
+
+@pytest.mark.parametrize("stat", ["mean", "median"])
+def test_incremental_group_stat_refit_is_the_full_fit(stat):
+    """GroupStatRefit over a growing append-only history (the simulator's views), over
+    other sequences, and when a record without iterations turns the unit to seconds: the
+    same table (same values, same group order) and unit as fit_group_stat every time."""
+    rng = random.Random(7)
+    h = hist(300, seed=3)
+    items: list = []
+    inc = GroupStatRefit(stat)
+    steps = 0
+    for i, f in enumerate(h):
+        if i == 220:  # a record without iterations: every target becomes seconds
+            f = FinishedJob("noit", "u0", 0.0, 1.0, 41.0, 1, "resnet152", "", "g9", None, 32)
+        items.append(f)
+        if rng.random() < 0.3:
+            view = Frozen(items) if rng.random() < 0.9 else tuple(items)
+            got, want = inc(view), fit_group_stat(view, stat)
+            assert (got.kind, got.unit) == (want.kind, want.unit)
+            assert list(got.table.items()) == list(want.table.items())
+            steps += 1
+    assert steps > 50 and got.unit == "seconds"
+    # an empty history first (unit seconds), then records with iterations
+    inc = GroupStatRefit(stat)
+    items = []
+    assert inc(Frozen(items)).unit == "seconds"
+    items.extend(h[:10])
+    assert list(inc(Frozen(items)).table.items()) == list(fit_group_stat(h[:10], stat).table.items())
+    assert inc(Frozen(items)).unit == "iterations"
+    # a shorter view of another list: fitted from scratch
+    assert inc(Frozen(list(h[:5]))).table == fit_group_stat(h[:5], stat).table
+    with pytest.raises(ValueError, match="stat must be mean or median"):
+        GroupStatRefit("max")
+
+
+def test_refitter_mean_in_the_simulator_sees_what_a_full_fit_sees():
+    """At every refit of a simulation (the bundled Pollux workload, SPJF), the incremental
+    refitter's table equals a full fit of the same history."""
+    from pathlib import Path
+
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.profiles import default_models
+    from gimbalctl.sim import SimConfig, simulate
+    from gimbalctl.traces import load_trace
+    from policies import get_policy
+
+    models, nodes = default_models(), parse_cluster("4x4")
+    trace = Path(__file__).resolve().parents[1] / "gimbalctl/data/traces/pollux/workload-2.csv"
+    jobs = [j for j in load_trace(trace, models=models, nodes=nodes) if j.num_gpus <= 16]
+    inc, seen = refitter("mean"), []
+
+    def refit(history, now):
+        got = inc(history, now)
+        want = fit_group_stat(history, "mean")
+        assert list(got["iterations"].table.items()) == list(want.table.items())
+        seen.append(len(history))
+        return got
+
+    simulate(jobs, nodes, get_policy("spjf"), models, SimConfig(), refit=refit, refit_every=300)
+    assert len(seen) > 10 and seen[-1] > 50 and len(set(seen)) > 10
 
 
 def test_group_key_fallback_is_stable_and_field_sensitive():
