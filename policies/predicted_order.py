@@ -13,12 +13,18 @@ The thin modules :mod:`policies.spjf`, :mod:`policies.spwf`, :mod:`policies.wcs_
 """
 from __future__ import annotations
 
+from collections import Counter
+from itertools import islice
+from operator import attrgetter
+
 from .asrpt_core import Placer, alpha_bounds, prediction, predicted_seconds
 from .base import Policy, exclusive_config, keep_running_segment
 from .kept_order import kept_order_of
 from .model import Frozen, Joined
 from .pipeline import Network
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
+
+_GPUS = attrgetter("num_gpus")
 
 
 class PredictedOrder(Policy):
@@ -85,17 +91,19 @@ class PredictedOrder(Policy):
         a point can start — strict: a job ahead waits; work-conserving: fewer GPUs free than
         any job behind asks — and no job behind is infeasible, the rest share one lazy reason
         segment (each job's reason made from the snapshot when first asked); the jobs passed over
-        before that point get theirs lazily too, so a call costs the jobs it starts plus a
-        cheap step per job it passes, not a reason per waiting job."""
+        before that point get theirs lazily too (work-conserving: a run of jobs that do not fit
+        is passed over as one segment), so a call costs the jobs it starts plus a cheap step
+        per job it passes, not a reason per waiting job."""
         placer = Placer(snap, self.net)
         nfree, total = len(snap.free_gpus), snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
         waits: dict = {}  # a job passed over: id -> (position, blocked, GPUs free then)
         shared: list = [(waits, self._wait_reason(snap, waits))]
-        blocked = False
-        for pos, j in enumerate(order_jobs):
-            if (blocked or (self.work_conserving and nfree < min(left))) \
-                    and max(left) <= total:
+        blocked, wc = False, self.work_conserving
+        pos, n = 0, len(order_jobs)
+        while pos < n:
+            lo, hi = min(left), max(left)
+            if (blocked or (wc and nfree < lo)) and hi <= total:
                 tail = Frozen(ids, pos)  # a view: the kept order copies its list if held
                 shared.append((tail, self._wait_reason(snap, None, tail, pos, blocked, nfree)))
                 if not order:
@@ -105,7 +113,24 @@ class PredictedOrder(Policy):
                 else:
                     order = Joined(tuple(order), tail)
                 break
+            j = order_jobs[pos]
             g = j.num_gpus
+            if wc and g > nfree and hi <= total:
+                # work-conserving, nothing infeasible: pass over the run of jobs that do not
+                # fit up to the next one that does (one does: nfree >= lo), as one segment
+                a = pos
+                while order_jobs[pos].num_gpus > nfree:
+                    pos += 1
+                run = Frozen(ids, a, pos)
+                shared.append((run, self._wait_reason(snap, None, run, a, False, nfree)))
+                order.extend(run)
+                for k, c in Counter(map(_GPUS, islice(order_jobs, a, pos))).items():
+                    if left[k] == c:
+                        del left[k]
+                    else:
+                        left[k] -= c
+                continue
+            pos += 1
             if left[g] == 1:
                 del left[g]
             else:
@@ -115,11 +140,11 @@ class PredictedOrder(Policy):
                 infeasible.append(j.id)
                 reasons[j.id] = reason(ReasonCode.INFEASIBLE,
                                        f"asks {j.num_gpus} GPUs, cluster has {total}",
-                                       predicted=val, predicted_s=dur, pos=pos)
+                                       predicted=val, predicted_s=dur, pos=pos - 1)
             elif blocked or g > nfree:
                 order.append(j.id)
-                waits[j.id] = (pos, blocked, nfree)  # its reason is made when asked
-                blocked = blocked or not self.work_conserving
+                waits[j.id] = (pos - 1, blocked, nfree)  # its reason is made when asked
+                blocked = blocked or not wc
             else:
                 dur, val, unit, src = fact(snap, j)
                 servers, gpus, workers, alpha = placer.place(j, "best-fit")
@@ -129,7 +154,7 @@ class PredictedOrder(Policy):
                 actions.append(StartJob(j.id, gpus, b, s, workers=workers))
                 reasons[j.id] = reason(ReasonCode.STARTED, f"{j.num_gpus} GPUs free; "
                                        f"predicted {val:.0f} {unit} ({src})",
-                                       alpha=alpha, predicted=val, predicted_s=dur, pos=pos)
+                                       alpha=alpha, predicted=val, predicted_s=dur, pos=pos - 1)
             if not left:
                 break
         shared.append(keep_running_segment(snap))
