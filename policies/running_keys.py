@@ -30,7 +30,13 @@ job enters the running set only by leaving the waiting order), checked by count 
 the snapshot (a miss takes the scan).  The last call's sure jobs are taken over as a whole
 (one identity check of their views, at C speed, instead of a Python step per job) when
 ``now`` has not gone back, the first waiting key has not fallen and no Tiresias key among
-them has reached its horizon."""
+them has reached its horizon.
+
+SRTF's and SRSF's keys of the running jobs that are not sure are evaluated at every call
+(their bound is not below the first waiting key); :func:`remaining_time_rekey` makes, once
+per view, a function of ``now`` that gives that key from the view's constants (the
+arithmetic of :meth:`ClusterSnapshot.remaining_time`, step for step, so the very same
+float) instead of the policy's key through the snapshot's methods."""
 from __future__ import annotations
 
 import bisect
@@ -44,6 +50,10 @@ from .model import ClusterSnapshot, Frozen, Job, JobState
 # (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
 # in [t0, until]; ``falling``: after ``until`` it is still an upper bound (it never rises)
 Horizon = Callable[[Job, tuple], tuple]
+# a running view -> a function of ``now`` giving its exact key at any ``now`` not earlier
+# than the call that made it (or ``None``: no such function for this view); used only for
+# keys with a falling horizon, the new key then exact at that ``now`` only
+Rekey = Callable[[Job], Optional[Callable[[float], tuple]]]
 
 _INF = math.inf
 _RUN = JobState.RUNNING
@@ -103,7 +113,8 @@ class RunningKeys:
         return out if len(out) + nwaiting == len(snap.jobs) else None
 
     def collect(self, snap: ClusterSnapshot, nwaiting: int, first: tuple,
-                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple,
+                rekey: Optional[Rekey] = None):
         """:meth:`running` and :meth:`split` in one: (running, sure, keys, jobs, until), or
         ``None`` as :meth:`running`.  The last call's sure jobs whose views are still the
         snapshot's are taken over (no per-job step) while ``now`` is not earlier than that
@@ -139,7 +150,7 @@ class RunningKeys:
         keys: list = []
         jobs: list = []
         until = min(until, self._visit(map(get, cand), now, first, priority, horizon,
-                                       running, sure, keys, jobs))
+                                       running, sure, keys, jobs, rekey))
         # distinct running jobs of the map, as many as it holds: they are all of them
         if len(running) + nwaiting != len(snap.jobs):
             return None
@@ -159,7 +170,8 @@ class RunningKeys:
         self._now, self._first, self._until = snap.now, first, until if sure else -_INF
 
     def split(self, snap: ClusterSnapshot, running: list, first: tuple,
-              priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+              priority: Callable[[Job], tuple], horizon: Horizon, context: tuple,
+              rekey: Optional[Rekey] = None):
         """(sure, keys, jobs, until): the running jobs certainly ranked below ``first`` (the
         first waiting key) without a key, the others with their exact keys at ``snap.now``,
         and the time up to which the sure ones stay below ``first``."""
@@ -167,13 +179,16 @@ class RunningKeys:
         sure: list = []
         keys: list = []
         jobs: list = []
-        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs)
+        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs,
+                            rekey)
         return sure, keys, jobs, until
 
-    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs) -> float:
+    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs,
+               rekey: Optional[Rekey] = None) -> float:
         """Sort the running ones of ``views`` (``None`` and waiting ones skipped) into
         ``sure`` or ``keys``/``jobs`` (all into ``running``); the time up to which the
-        sure ones stay below ``first``."""
+        sure ones stay below ``first``.  Cache entries: (view, key, t0, until, falling,
+        the view's ``rekey`` function or ``None``)."""
         cache = self.cache
         until = _INF
         get, run, keep, key_, job_ = (cache.get, running.append, sure.append, keys.append,
@@ -194,12 +209,21 @@ class RunningKeys:
                         key_(k)
                         job_(j)
                     continue
-                if hit[4] and k < first:  # an upper bound below the first waiting key
-                    keep(j)
-                    continue
+                if hit[4]:
+                    if k < first:  # an upper bound below the first waiting key
+                        keep(j)
+                        continue
+                    at = hit[5]
+                    if at is not None:  # the key at ``now`` from the view's constants
+                        k = at(now)
+                        cache[j.id] = (j, k, now, now, True, at)
+                        key_(k)
+                        job_(j)
+                        continue
             k = priority(j)
             u, falling = horizon(j, k)
-            cache[j.id] = (j, k, now, u, falling)
+            cache[j.id] = (j, k, now, u, falling,
+                           rekey(j) if falling and rekey is not None else None)
             key_(k)
             job_(j)
         if len(cache) > 2 * len(running) + 256:  # finished jobs' entries
@@ -220,6 +244,41 @@ def falling_horizon(snap: ClusterSnapshot) -> Horizon:
     running at a rate of at least 0 iterations per second)."""
     now = snap.now
     return lambda job, key: (now, job.iter_rate >= 0)
+
+
+def remaining_time_rekey(snap: ClusterSnapshot, per_gpu: bool) -> Rekey:
+    """SRTF's key ``(remaining_time, submit time, id)`` (SRSF's with the time x
+    ``num_gpus``: ``per_gpu``) of a running view as a function of ``now``: the view's
+    constants and its exclusive iteration time (fixed for the snapshot's profiles and
+    nodes, which the cache is kept for) taken once, then
+    :meth:`ClusterSnapshot.completed`, :meth:`~ClusterSnapshot.remaining_iters` and
+    :meth:`~ClusterSnapshot.remaining_time` computed as they compute them.  ``None`` for
+    a view without ``total_iters`` (its key reads the estimate instead)."""
+    xit_of = snap.exclusive_iter_time
+
+    def make(job: Job) -> Optional[Callable[[float], tuple]]:
+        if job.total_iters is None or job.state is not _RUN:
+            return None
+        xit = xit_of(job)
+        total, done, rate, as_of, restore = (job.total_iters, job.completed_iters,
+                                             job.iter_rate, job.as_of, job.restore_left)
+        g, submit, jid = job.num_gpus, job.submit_time, job.id
+
+        if per_gpu:
+            def at(now: float) -> tuple:
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                return (max(0.0, total - (done + rate * dt)) * xit * g, submit, jid)
+        else:
+            def at(now: float) -> tuple:
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                return (max(0.0, total - (done + rate * dt)) * xit, submit, jid)
+        return at
+
+    return make
 
 
 class _Clock:
