@@ -200,11 +200,13 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # with the kept (waiting) jobs, these are every job: they are the running ones
     if len(running) + len(kept.ids) != len(jobs):
         return None
-    if running and max(map(_GPUS, running)) > total:
+    rgpus = list(map(_GPUS, running))  # one pass: the largest, the sum and the smallest
+    if running and max(rgpus) > total:
         if runkeys is not None:
             runkeys.remember(snap, running)
         return None
-    if (runkeys is not None and horizon is not None and sum(map(_GPUS, running)) <= total
+    held = sum(rgpus)
+    if (runkeys is not None and horizon is not None and held <= total
             and isfinite(snap.now)):
         if sure is None:
             sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
@@ -234,9 +236,9 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # not in ``admitted``, which only the ranked ones and the leased ones are looked up in)
     if admitted:
         capacity -= sum(j.num_gpus for j in sure if j.id not in admitted)
-    else:
-        capacity -= sum(map(_GPUS, sure))
-    smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
+    elif sure:  # every running job is a sure one or a ranked one (``rjobs``), never both
+        capacity -= held - sum(map(_GPUS, rjobs))
+    smallest = min(min(kept.gpus, default=total + 1), min(rgpus, default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
     nw, nr = len(wkeys), len(ranked)
     w = r = 0

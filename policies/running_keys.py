@@ -78,14 +78,18 @@ class RunningKeys:
     def clear(self) -> None:
         self._ctx: Optional[tuple] = None  # (profiles, nodes, context) the keys were made with
         self._seen: Optional[Frozen] = None  # the change record at the last call
-        self._ids: list = []  # the running job ids at the last call
+        self._run: list = []  # the running views at the last call (their ids: the set)
         self.cache: dict = {}
         self._forget()
 
     def _forget(self) -> None:
         self._sure_ids: tuple = ()
         self._sure_views: tuple = ()
+        self._sure_set: Optional[set] = None  # ``_sure_ids`` as a set, made when asked
         self._rest_ids: list = []  # the last call's running ids that were not sure
+        # (the ``sure`` list :meth:`collect` returned, how many of its first views are the
+        # last call's sure ones taken over whole): :meth:`remember` then extends the ids
+        self._taken: Optional[tuple] = None
         self._now = self._until = -_INF
         self._first: Optional[tuple] = None
 
@@ -105,7 +109,7 @@ class RunningKeys:
         seen = self._seen
         if seen is None or log is None or not log.extends(seen):
             return None
-        cand = dict.fromkeys(self._ids)
+        cand = dict.fromkeys(map(_ID, self._run))
         cand.update(dict.fromkeys(log[len(seen):]))
         get = snap.jobs.get
         out = [v for v in map(get, cand) if v is not None and v.state is _RUN]
@@ -129,23 +133,32 @@ class RunningKeys:
         get = snap.jobs.get
         sure: list = []
         until = _INF
-        ids = self._ids
-        kept_ids = ()
+        ids = None  # the last call's running ids
+        kept = None  # the ids of the sure ones taken over
+        self._taken = None
         if self._sure_ids and self._now <= now <= self._until and not first < self._first:
-            cur = list(map(get, self._sure_ids))
-            same = list(map(is_, cur, self._sure_views))  # the very views: still running
-            if all(same):
-                sure, kept_ids = cur, self._sure_ids
+            old_ids, old_views = self._sure_ids, self._sure_views
+            # the very views: still running (one pass, no list, while all are the same)
+            if all(map(is_, map(get, old_ids), old_views)):
+                sure = list(old_views)
+                kept = self._sure_set
+                if kept is None:
+                    kept = self._sure_set = set(old_ids)
                 ids = self._rest_ids
+                self._taken = (sure, len(sure))
             else:  # the others are looked at one by one
-                sure, kept_ids = list(compress(cur, same)), list(compress(self._sure_ids, same))
-                ids = chain(self._rest_ids, compress(self._sure_ids, map(not_, same)))
+                same = list(map(is_, map(get, old_ids), old_views))
+                sure, kept = list(compress(old_views, same)), set(compress(old_ids, same))
+                ids = chain(self._rest_ids, compress(old_ids, map(not_, same)))
             until = self._until
-        cand = dict.fromkeys(ids)
-        cand.update(dict.fromkeys(log[len(seen):]))
-        if sure:
-            for jid in cand.keys() & set(kept_ids):
-                del cand[jid]
+        # the last call's running ids (less the sure ones taken over), then the record's
+        cand = dict.fromkeys(map(_ID, self._run) if ids is None else ids)
+        if sure:  # not the ones taken over (the others are disjoint from them)
+            for jid in log[len(seen):]:
+                if jid not in kept:
+                    cand[jid] = None
+        else:
+            cand.update(dict.fromkeys(log[len(seen):]))
         running = list(sure)
         keys: list = []
         jobs: list = []
@@ -163,9 +176,21 @@ class RunningKeys:
         scan), the sure ones among them, the others (``rest``), the first waiting key and
         the time up to which the sure ones stay sure."""
         self._seen = _record(snap)
-        self._ids = list(map(_ID, running))
-        self._sure_ids = tuple(map(_ID, sure))
-        self._sure_views = tuple(sure)
+        self._run = running
+        taken, self._taken = self._taken, None
+        if taken is not None and taken[0] is sure:  # the last sure ones, then new ones
+            n = taken[1]
+            if len(sure) > n:
+                more = sure[n:]
+                add = tuple(map(_ID, more))
+                self._sure_ids += add
+                self._sure_views += tuple(more)
+                if self._sure_set is not None:
+                    self._sure_set.update(add)
+        else:
+            self._sure_ids = tuple(map(_ID, sure))
+            self._sure_views = tuple(sure)
+            self._sure_set = None
         self._rest_ids = list(map(_ID, running if rest is None else rest))
         self._now, self._first, self._until = snap.now, first, until if sure else -_INF
 
