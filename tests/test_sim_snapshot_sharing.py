@@ -32,23 +32,30 @@ class Probe:
         self.inner = policies.get_policy(name)
         self.name, self.preemptive = self.inner.name, self.inner.preemptive
         self.keep, self.kept, self.sim = keep, [], None
-        self.reused = 0
-        self.last_id = None
+        self.reused = self.gpus_reused = 0
+        self.last_id = self.last_gpus = None
 
     def schedule(self, snap):
         assert dict(snap.jobs) == self.sim.views  # same content as a fresh copy
         assert list(snap.jobs) == list(self.sim.views)  # and the same order
         self.reused += self.sim.snap_jobs is not None and id(self.sim.snap_jobs) == self.last_id
         self.last_id = id(self.sim.snap_jobs)
+        # the GPU map: the simulator's, items in the same order as a fresh copy of it
+        assert list(snap.gpu_jobs.items()) == list(self.sim.gpu_jobs.items())
+        self.gpus_reused += id(self.sim.snap_gpus) == self.last_gpus
+        self.last_gpus = id(self.sim.snap_gpus)
         if self.keep == "snapshot":
-            self.kept.append((snap, dict(snap.jobs)))
+            self.kept.append((snap, dict(snap.jobs), list(snap.gpu_jobs.items())))
         elif self.keep == "jobs":
-            self.kept.append((snap.jobs, dict(snap.jobs)))
+            self.kept.append((snap.jobs, dict(snap.jobs), None))
+        elif self.keep == "gpus":
+            self.kept.append((snap.gpu_jobs, None, list(snap.gpu_jobs.items())))
         return self.inner.schedule(snap)
 
 
 @pytest.mark.parametrize("name,keep", [("fifo", None), ("tiresias", None), ("sjf-bsbf", None),
-                                       ("tiresias", "snapshot"), ("sjf-bsbf", "jobs")])
+                                       ("tiresias", "snapshot"), ("sjf-bsbf", "jobs"),
+                                       ("srtf", "gpus"), ("gandiva", None)])
 def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
     probe = Probe(name, keep)
     sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS, SimConfig(interval=120.0))
@@ -58,11 +65,19 @@ def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
     calls = res.summary["policy_calls"]
     if keep is None:
         assert probe.reused >= calls - 2  # in place from the second call on
+        assert probe.gpus_reused >= calls - 2  # the GPU map too
     else:
-        assert probe.reused == 0
-        for held, content in probe.kept:  # what a policy kept never changed
-            jobs = held.jobs if keep == "snapshot" else held
-            assert dict(jobs) == content
+        if keep != "gpus":
+            assert probe.reused == 0
+        if keep != "jobs":
+            assert probe.gpus_reused == 0
+        for held, content, gpus in probe.kept:  # what a policy kept never changed
+            if content is not None:
+                jobs = held.jobs if keep == "snapshot" else held
+                assert dict(jobs) == content
+            if gpus is not None:
+                held_gpus = held.gpu_jobs if keep == "snapshot" else held
+                assert list(held_gpus.items()) == gpus
 
 
 class QueueProbe:
