@@ -588,16 +588,27 @@ class Simulator:
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
-            rec.view = dataclasses.replace(
-                rec.spec,
-                total_iters=rec.spec.total_iters if self.reveal else None,
+            spec, run = rec.spec, rec.state is JobState.RUNNING
+            changes = dict(
+                total_iters=spec.total_iters if self.reveal else None,
                 state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
                 as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
                 executed_time=rec.executed,
-                iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
-                restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
+                iter_rate=rec.rate if run else 0.0,
+                restore_left=rec.overhead if run else 0.0,
                 preemptions=rec.preemptions,
-                run_start=rec.run_start if rec.state is JobState.RUNNING else None)
+                run_start=rec.run_start if run else None)
+            if type(spec) is Job:
+                # ``dataclasses.replace``'s object without its per-field __init__: a Job
+                # (frozen, no __post_init__, no init=False field) is its attribute dict, in
+                # field order; the spec's, with the changed fields' values put in place
+                view = object.__new__(Job)
+                attrs = view.__dict__
+                attrs.update(spec.__dict__)
+                attrs.update(changes)
+                rec.view = view
+            else:
+                rec.view = dataclasses.replace(spec, **changes)
         return rec.view
 
     def _schedule(self) -> None:
