@@ -378,15 +378,22 @@ class PreemptiveByKey(Policy):
     def key(self, snap: ClusterSnapshot, job: Job) -> float:
         raise NotImplementedError
 
+    def running_rekey(self, snap: ClusterSnapshot):
+        """A running view's key ``(key, submit time, id)`` as a function of ``now``
+        (:data:`policies.running_keys.Rekey`), or ``None``: the key is evaluated."""
+        return None
+
     def schedule(self, snap):
         from .kept_order import preemptive_with_kept_order
         from .running_keys import falling_horizon
 
+        falling = self.falling_running_key
         return preemptive_with_kept_order(
             self, snap, lambda j: (self.key(snap, j), j.submit_time, j.id),
             lambda j: {self.key_name: self.key(snap, j)}, self.min_run_s,
             self.static_waiting_key, (),
-            falling_horizon(snap) if self.falling_running_key else None)
+            falling_horizon(snap) if falling else None,
+            self.running_rekey(snap) if falling else None)
 
 
 def start_admitted(snap: ClusterSnapshot, free: FreeGpus, job: Job, actions: list,

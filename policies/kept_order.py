@@ -35,7 +35,7 @@ from typing import Callable, Optional
 from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
-from .running_keys import Horizon, RunningKeys, running_keys_of
+from .running_keys import Horizon, Rekey, RunningKeys, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
@@ -155,7 +155,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                              min_run_s: float, kept: KeptOrder,
                              runkeys: Optional[RunningKeys] = None,
                              horizon: Optional[Horizon] = None,
-                             context: tuple = ()) -> Optional[Plan]:
+                             context: tuple = (), rekey: Optional[Rekey] = None
+                             ) -> Optional[Plan]:
     """:func:`policies.base.schedule_preemptive`'s Plan, with the waiting jobs taken from
     ``kept`` (sorted by ``priority``), or ``None`` where the old code should answer: every
     waiting job fits in the free GPUs (the old code then ranks only the waiting ones, at
@@ -172,7 +173,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     from the last call's and ranked from cached keys; those certainly ranked before the
     first waiting job are admitted without a key (only when the running jobs' GPUs fit in
     the cluster all together, as they do in the simulator: then all of them are admitted
-    by the merge, in any order)."""
+    by the merge, in any order).  ``rekey``: the key of a running view as a function of
+    ``now`` (:func:`policies.running_keys.remaining_time_rekey`; with a falling horizon)."""
     total = snap.total_gpus
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
         return None
@@ -180,7 +182,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     first = kept.keys[0]
     found = None
     if runkeys is not None and horizon is not None:
-        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context)
+        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context, rekey)
     sure = rjobs = rkeys = None
     if found is not None:
         running, sure, rkeys, rjobs, until = found
@@ -198,15 +200,17 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # with the kept (waiting) jobs, these are every job: they are the running ones
     if len(running) + len(kept.ids) != len(jobs):
         return None
-    if running and max(map(_GPUS, running)) > total:
+    rgpus = list(map(_GPUS, running))  # one pass: the largest, the sum and the smallest
+    if running and max(rgpus) > total:
         if runkeys is not None:
             runkeys.remember(snap, running)
         return None
-    if (runkeys is not None and horizon is not None and sum(map(_GPUS, running)) <= total
+    held = sum(rgpus)
+    if (runkeys is not None and horizon is not None and held <= total
             and isfinite(snap.now)):
         if sure is None:
             sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
-                                                      context)
+                                                      context, rekey)
     else:  # every running job ranked by its key (the sure ones from ``collect`` too)
         sure, rjobs, until = [], running, -float("inf")
         rkeys = list(map(priority, running))
@@ -232,9 +236,9 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # not in ``admitted``, which only the ranked ones and the leased ones are looked up in)
     if admitted:
         capacity -= sum(j.num_gpus for j in sure if j.id not in admitted)
-    else:
-        capacity -= sum(map(_GPUS, sure))
-    smallest = min(min(kept.gpus, default=total + 1), min(map(_GPUS, running), default=total + 1))
+    elif sure:  # every running job is a sure one or a ranked one (``rjobs``), never both
+        capacity -= held - sum(map(_GPUS, rjobs))
+    smallest = min(min(kept.gpus, default=total + 1), min(rgpus, default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
     nw, nr = len(wkeys), len(ranked)
     w = r = 0
@@ -283,19 +287,21 @@ def kept_order_of(pol) -> KeptOrder:
 def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[Job], tuple],
                                numbers: Callable[[Job], dict], min_run_s: float,
                                static: bool, context: tuple,
-                               horizon: Optional[Horizon] = None) -> Plan:
+                               horizon: Optional[Horizon] = None,
+                               rekey: Optional[Rekey] = None) -> Plan:
     """A pre-emptive policy's Plan: :func:`schedule_preemptive_kept` over the policy's
     kept order (``pol._kept_order``, made on first use) when its key is ``static`` for
     waiting jobs and the snapshot allows, else :func:`policies.base.schedule_preemptive`.
     ``horizon``: how long a running job's key stays exact or a bound
-    (:mod:`policies.running_keys`; ``None``: every running job's key is evaluated)."""
+    (:mod:`policies.running_keys`; ``None``: every running job's key is evaluated);
+    ``rekey``: a running view's key as a function of ``now`` (falling horizons only)."""
     from .base import schedule_preemptive
 
     if static:
         kept = kept_order_of(pol)
         if kept.update(snap, priority, context) is not None:
             plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept,
-                                            running_keys_of(pol), horizon, context)
+                                            running_keys_of(pol), horizon, context, rekey)
             if plan is not None:
                 return plan
     return schedule_preemptive(snap, pol.name, priority, numbers, min_run_s)

@@ -30,7 +30,13 @@ job enters the running set only by leaving the waiting order), checked by count 
 the snapshot (a miss takes the scan).  The last call's sure jobs are taken over as a whole
 (one identity check of their views, at C speed, instead of a Python step per job) when
 ``now`` has not gone back, the first waiting key has not fallen and no Tiresias key among
-them has reached its horizon."""
+them has reached its horizon.
+
+SRTF's and SRSF's keys of the running jobs that are not sure are evaluated at every call
+(their bound is not below the first waiting key); :func:`remaining_time_rekey` makes, once
+per view, a function of ``now`` that gives that key from the view's constants (the
+arithmetic of :meth:`ClusterSnapshot.remaining_time`, step for step, so the very same
+float) instead of the policy's key through the snapshot's methods."""
 from __future__ import annotations
 
 import bisect
@@ -44,6 +50,10 @@ from .model import ClusterSnapshot, Frozen, Job, JobState
 # (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
 # in [t0, until]; ``falling``: after ``until`` it is still an upper bound (it never rises)
 Horizon = Callable[[Job, tuple], tuple]
+# a running view -> a function of ``now`` giving its exact key at any ``now`` not earlier
+# than the call that made it (or ``None``: no such function for this view); used only for
+# keys with a falling horizon, the new key then exact at that ``now`` only
+Rekey = Callable[[Job], Optional[Callable[[float], tuple]]]
 
 _INF = math.inf
 _RUN = JobState.RUNNING
@@ -68,14 +78,18 @@ class RunningKeys:
     def clear(self) -> None:
         self._ctx: Optional[tuple] = None  # (profiles, nodes, context) the keys were made with
         self._seen: Optional[Frozen] = None  # the change record at the last call
-        self._ids: list = []  # the running job ids at the last call
+        self._run: list = []  # the running views at the last call (their ids: the set)
         self.cache: dict = {}
         self._forget()
 
     def _forget(self) -> None:
         self._sure_ids: tuple = ()
         self._sure_views: tuple = ()
+        self._sure_set: Optional[set] = None  # ``_sure_ids`` as a set, made when asked
         self._rest_ids: list = []  # the last call's running ids that were not sure
+        # (the ``sure`` list :meth:`collect` returned, how many of its first views are the
+        # last call's sure ones taken over whole): :meth:`remember` then extends the ids
+        self._taken: Optional[tuple] = None
         self._now = self._until = -_INF
         self._first: Optional[tuple] = None
 
@@ -95,7 +109,7 @@ class RunningKeys:
         seen = self._seen
         if seen is None or log is None or not log.extends(seen):
             return None
-        cand = dict.fromkeys(self._ids)
+        cand = dict.fromkeys(map(_ID, self._run))
         cand.update(dict.fromkeys(log[len(seen):]))
         get = snap.jobs.get
         out = [v for v in map(get, cand) if v is not None and v.state is _RUN]
@@ -103,7 +117,8 @@ class RunningKeys:
         return out if len(out) + nwaiting == len(snap.jobs) else None
 
     def collect(self, snap: ClusterSnapshot, nwaiting: int, first: tuple,
-                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+                priority: Callable[[Job], tuple], horizon: Horizon, context: tuple,
+                rekey: Optional[Rekey] = None):
         """:meth:`running` and :meth:`split` in one: (running, sure, keys, jobs, until), or
         ``None`` as :meth:`running`.  The last call's sure jobs whose views are still the
         snapshot's are taken over (no per-job step) while ``now`` is not earlier than that
@@ -118,28 +133,37 @@ class RunningKeys:
         get = snap.jobs.get
         sure: list = []
         until = _INF
-        ids = self._ids
-        kept_ids = ()
+        ids = None  # the last call's running ids
+        kept = None  # the ids of the sure ones taken over
+        self._taken = None
         if self._sure_ids and self._now <= now <= self._until and not first < self._first:
-            cur = list(map(get, self._sure_ids))
-            same = list(map(is_, cur, self._sure_views))  # the very views: still running
-            if all(same):
-                sure, kept_ids = cur, self._sure_ids
+            old_ids, old_views = self._sure_ids, self._sure_views
+            # the very views: still running (one pass, no list, while all are the same)
+            if all(map(is_, map(get, old_ids), old_views)):
+                sure = list(old_views)
+                kept = self._sure_set
+                if kept is None:
+                    kept = self._sure_set = set(old_ids)
                 ids = self._rest_ids
+                self._taken = (sure, len(sure))
             else:  # the others are looked at one by one
-                sure, kept_ids = list(compress(cur, same)), list(compress(self._sure_ids, same))
-                ids = chain(self._rest_ids, compress(self._sure_ids, map(not_, same)))
+                same = list(map(is_, map(get, old_ids), old_views))
+                sure, kept = list(compress(old_views, same)), set(compress(old_ids, same))
+                ids = chain(self._rest_ids, compress(old_ids, map(not_, same)))
             until = self._until
-        cand = dict.fromkeys(ids)
-        cand.update(dict.fromkeys(log[len(seen):]))
-        if sure:
-            for jid in cand.keys() & set(kept_ids):
-                del cand[jid]
+        # the last call's running ids (less the sure ones taken over), then the record's
+        cand = dict.fromkeys(map(_ID, self._run) if ids is None else ids)
+        if sure:  # not the ones taken over (the others are disjoint from them)
+            for jid in log[len(seen):]:
+                if jid not in kept:
+                    cand[jid] = None
+        else:
+            cand.update(dict.fromkeys(log[len(seen):]))
         running = list(sure)
         keys: list = []
         jobs: list = []
         until = min(until, self._visit(map(get, cand), now, first, priority, horizon,
-                                       running, sure, keys, jobs))
+                                       running, sure, keys, jobs, rekey))
         # distinct running jobs of the map, as many as it holds: they are all of them
         if len(running) + nwaiting != len(snap.jobs):
             return None
@@ -152,14 +176,27 @@ class RunningKeys:
         scan), the sure ones among them, the others (``rest``), the first waiting key and
         the time up to which the sure ones stay sure."""
         self._seen = _record(snap)
-        self._ids = list(map(_ID, running))
-        self._sure_ids = tuple(map(_ID, sure))
-        self._sure_views = tuple(sure)
+        self._run = running
+        taken, self._taken = self._taken, None
+        if taken is not None and taken[0] is sure:  # the last sure ones, then new ones
+            n = taken[1]
+            if len(sure) > n:
+                more = sure[n:]
+                add = tuple(map(_ID, more))
+                self._sure_ids += add
+                self._sure_views += tuple(more)
+                if self._sure_set is not None:
+                    self._sure_set.update(add)
+        else:
+            self._sure_ids = tuple(map(_ID, sure))
+            self._sure_views = tuple(sure)
+            self._sure_set = None
         self._rest_ids = list(map(_ID, running if rest is None else rest))
         self._now, self._first, self._until = snap.now, first, until if sure else -_INF
 
     def split(self, snap: ClusterSnapshot, running: list, first: tuple,
-              priority: Callable[[Job], tuple], horizon: Horizon, context: tuple):
+              priority: Callable[[Job], tuple], horizon: Horizon, context: tuple,
+              rekey: Optional[Rekey] = None):
         """(sure, keys, jobs, until): the running jobs certainly ranked below ``first`` (the
         first waiting key) without a key, the others with their exact keys at ``snap.now``,
         and the time up to which the sure ones stay below ``first``."""
@@ -167,13 +204,16 @@ class RunningKeys:
         sure: list = []
         keys: list = []
         jobs: list = []
-        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs)
+        until = self._visit(running, snap.now, first, priority, horizon, [], sure, keys, jobs,
+                            rekey)
         return sure, keys, jobs, until
 
-    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs) -> float:
+    def _visit(self, views, now, first, priority, horizon, running, sure, keys, jobs,
+               rekey: Optional[Rekey] = None) -> float:
         """Sort the running ones of ``views`` (``None`` and waiting ones skipped) into
         ``sure`` or ``keys``/``jobs`` (all into ``running``); the time up to which the
-        sure ones stay below ``first``."""
+        sure ones stay below ``first``.  Cache entries: (view, key, t0, until, falling,
+        the view's ``rekey`` function or ``None``)."""
         cache = self.cache
         until = _INF
         get, run, keep, key_, job_ = (cache.get, running.append, sure.append, keys.append,
@@ -194,12 +234,21 @@ class RunningKeys:
                         key_(k)
                         job_(j)
                     continue
-                if hit[4] and k < first:  # an upper bound below the first waiting key
-                    keep(j)
-                    continue
+                if hit[4]:
+                    if k < first:  # an upper bound below the first waiting key
+                        keep(j)
+                        continue
+                    at = hit[5]
+                    if at is not None:  # the key at ``now`` from the view's constants
+                        k = at(now)
+                        cache[j.id] = (j, k, now, now, True, at)
+                        key_(k)
+                        job_(j)
+                        continue
             k = priority(j)
             u, falling = horizon(j, k)
-            cache[j.id] = (j, k, now, u, falling)
+            cache[j.id] = (j, k, now, u, falling,
+                           rekey(j) if falling and rekey is not None else None)
             key_(k)
             job_(j)
         if len(cache) > 2 * len(running) + 256:  # finished jobs' entries
@@ -220,6 +269,41 @@ def falling_horizon(snap: ClusterSnapshot) -> Horizon:
     running at a rate of at least 0 iterations per second)."""
     now = snap.now
     return lambda job, key: (now, job.iter_rate >= 0)
+
+
+def remaining_time_rekey(snap: ClusterSnapshot, per_gpu: bool) -> Rekey:
+    """SRTF's key ``(remaining_time, submit time, id)`` (SRSF's with the time x
+    ``num_gpus``: ``per_gpu``) of a running view as a function of ``now``: the view's
+    constants and its exclusive iteration time (fixed for the snapshot's profiles and
+    nodes, which the cache is kept for) taken once, then
+    :meth:`ClusterSnapshot.completed`, :meth:`~ClusterSnapshot.remaining_iters` and
+    :meth:`~ClusterSnapshot.remaining_time` computed as they compute them.  ``None`` for
+    a view without ``total_iters`` (its key reads the estimate instead)."""
+    xit_of = snap.exclusive_iter_time
+
+    def make(job: Job) -> Optional[Callable[[float], tuple]]:
+        if job.total_iters is None or job.state is not _RUN:
+            return None
+        xit = xit_of(job)
+        total, done, rate, as_of, restore = (job.total_iters, job.completed_iters,
+                                             job.iter_rate, job.as_of, job.restore_left)
+        g, submit, jid = job.num_gpus, job.submit_time, job.id
+
+        if per_gpu:
+            def at(now: float) -> tuple:
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                return (max(0.0, total - (done + rate * dt)) * xit * g, submit, jid)
+        else:
+            def at(now: float) -> tuple:
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                return (max(0.0, total - (done + rate * dt)) * xit, submit, jid)
+        return at
+
+    return make
 
 
 class _Clock:

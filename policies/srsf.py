@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .base import PreemptiveByKey
 from .registry import register
+from .running_keys import remaining_time_rekey
 
 
 @register("srsf")
@@ -22,3 +23,8 @@ class Srsf(PreemptiveByKey):
     def key(self, snap, job):
         r = snap.remaining_time(job)
         return float("inf") if r is None else r * job.num_gpus
+
+    def running_rekey(self, snap):
+        # ``key`` above in closed form for a running view (a subclass with its own key
+        # gets none: its key is evaluated)
+        return remaining_time_rekey(snap, True) if type(self).key is Srsf.key else None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .base import PreemptiveByKey
 from .registry import register
+from .running_keys import remaining_time_rekey
 
 
 @register("srtf")
@@ -18,3 +19,8 @@ class Srtf(PreemptiveByKey):
     def key(self, snap, job):
         r = snap.remaining_time(job)
         return float("inf") if r is None else r
+
+    def running_rekey(self, snap):
+        # ``key`` above in closed form for a running view (a subclass with its own key
+        # gets none: its key is evaluated)
+        return remaining_time_rekey(snap, False) if type(self).key is Srtf.key else None

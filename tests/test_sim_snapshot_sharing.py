@@ -10,7 +10,7 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator
-from policies.model import Job
+from policies.model import Job, JobState
 
 MODELS = default_models()
 
@@ -32,23 +32,30 @@ class Probe:
         self.inner = policies.get_policy(name)
         self.name, self.preemptive = self.inner.name, self.inner.preemptive
         self.keep, self.kept, self.sim = keep, [], None
-        self.reused = 0
-        self.last_id = None
+        self.reused = self.gpus_reused = 0
+        self.last_id = self.last_gpus = None
 
     def schedule(self, snap):
         assert dict(snap.jobs) == self.sim.views  # same content as a fresh copy
         assert list(snap.jobs) == list(self.sim.views)  # and the same order
         self.reused += self.sim.snap_jobs is not None and id(self.sim.snap_jobs) == self.last_id
         self.last_id = id(self.sim.snap_jobs)
+        # the GPU map: the simulator's, items in the same order as a fresh copy of it
+        assert list(snap.gpu_jobs.items()) == list(self.sim.gpu_jobs.items())
+        self.gpus_reused += id(self.sim.snap_gpus) == self.last_gpus
+        self.last_gpus = id(self.sim.snap_gpus)
         if self.keep == "snapshot":
-            self.kept.append((snap, dict(snap.jobs)))
+            self.kept.append((snap, dict(snap.jobs), list(snap.gpu_jobs.items())))
         elif self.keep == "jobs":
-            self.kept.append((snap.jobs, dict(snap.jobs)))
+            self.kept.append((snap.jobs, dict(snap.jobs), None))
+        elif self.keep == "gpus":
+            self.kept.append((snap.gpu_jobs, None, list(snap.gpu_jobs.items())))
         return self.inner.schedule(snap)
 
 
 @pytest.mark.parametrize("name,keep", [("fifo", None), ("tiresias", None), ("sjf-bsbf", None),
-                                       ("tiresias", "snapshot"), ("sjf-bsbf", "jobs")])
+                                       ("tiresias", "snapshot"), ("sjf-bsbf", "jobs"),
+                                       ("srtf", "gpus"), ("gandiva", None)])
 def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
     probe = Probe(name, keep)
     sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS, SimConfig(interval=120.0))
@@ -58,11 +65,19 @@ def test_snapshot_job_map_shared_only_when_unobserved(name, keep):
     calls = res.summary["policy_calls"]
     if keep is None:
         assert probe.reused >= calls - 2  # in place from the second call on
+        assert probe.gpus_reused >= calls - 2  # the GPU map too
     else:
-        assert probe.reused == 0
-        for held, content in probe.kept:  # what a policy kept never changed
-            jobs = held.jobs if keep == "snapshot" else held
-            assert dict(jobs) == content
+        if keep != "gpus":
+            assert probe.reused == 0
+        if keep != "jobs":
+            assert probe.gpus_reused == 0
+        for held, content, gpus in probe.kept:  # what a policy kept never changed
+            if content is not None:
+                jobs = held.jobs if keep == "snapshot" else held
+                assert dict(jobs) == content
+            if gpus is not None:
+                held_gpus = held.gpu_jobs if keep == "snapshot" else held
+                assert list(held_gpus.items()) == gpus
 
 
 class QueueProbe:
@@ -146,3 +161,46 @@ def test_timeline_samples_equal_the_loop_over_every_active_job(name, preempt_cos
                     SimConfig(interval=120.0, preempt_cost=preempt_cost, sample_every=200.0))
     sim.run()
     assert len(seen) > 50 and max(s[0] for s in seen) > 10 and max(s[2] for s in seen) > 0
+
+
+class ViewProbe:
+    """Checks every view of every snapshot against the old ``_view``
+    (tests/reference_sim_view.py): equal, of type Job, the same attributes in the same
+    order, frozen."""
+
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        self.name, self.preemptive = self.inner.name, self.inner.preemptive
+        self.needs_lengths = self.inner.needs_lengths
+        self.sim, self.views, self.states = None, 0, set()
+
+    def schedule(self, snap):
+        import dataclasses
+
+        import reference_sim_view
+
+        for jid, v in snap.jobs.items():
+            old = reference_sim_view.view(self.sim, self.sim.recs[jid])
+            assert type(v) is Job and v == old and hash(v.id) == hash(old.id)
+            assert list(vars(v).items()) == list(vars(old).items())
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                v.as_of = 0.0
+            self.views += 1
+            self.states.add((v.state, v.restore_left > 0, v.total_iters is None))
+        return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("name,reveal", [("tiresias", True), ("srtf", True), ("gandiva", False)])
+def test_views_are_the_old_views(name, reveal):
+    probe = ViewProbe(name)
+    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS,
+                    SimConfig(interval=120.0, preempt_cost=30.0, reveal_lengths=reveal))
+    probe.sim = sim
+    sim.run()
+    assert probe.views > 200
+    states = {s for s, _, _ in probe.states}
+    assert JobState.RUNNING in states and JobState.PENDING in states
+    if name != "gandiva":
+        assert JobState.SUSPENDED in states and any(r for _, r, _ in probe.states)
+    hidden = not (reveal and probe.needs_lengths)  # total_iters shown only then
+    assert {h for _, _, h in probe.states} == {hidden}

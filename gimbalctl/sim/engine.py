@@ -159,6 +159,12 @@ class Simulator:
         self.gpu_type = {n.name: n.gpu_type for n in self.nodes}
         self.types = frozenset(self.gpu_type.values())
         self.gpu_jobs: dict[Gpu, tuple[str, ...]] = {}
+        # the last snapshot's copy of ``gpu_jobs`` and every change of ``gpu_jobs`` since,
+        # in order ((GPU, its jobs) or (GPU, None): taken off): the copy is brought up to
+        # date in place, the same operations in the same order (so the same items in the
+        # same order), when nothing outside the simulator still holds it
+        self.snap_gpus: Optional[dict] = None
+        self.gpu_log: list[tuple[Gpu, Optional[tuple[str, ...]]]] = []
         self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
@@ -419,9 +425,11 @@ class Simulator:
             rest = tuple(x for x in self.gpu_jobs.get(g, ()) if x != rec.spec.id)
             if rest:
                 self.gpu_jobs[g] = rest
+                self.gpu_log.append((g, rest))
                 affected.update(rest)
             else:
                 self.gpu_jobs.pop(g, None)
+                self.gpu_log.append((g, None))
                 self.free_by_node[g.node].add(g.index)
                 self.busy_gpus -= 1
                 self.dirty_nodes.add(g.node)
@@ -545,6 +553,17 @@ class Simulator:
                                MappingProxyType(index),
                                MappingProxyType({c: tuple(b) for c, b in buckets.items() if b}))
         free, index, buckets = self.free_cache
+        gpus = self.snap_gpus
+        # as for ``jobs``: only this attribute, ``gpus`` and getrefcount's argument hold it
+        if gpus is not None and sys.getrefcount(gpus) == 3:
+            for g, on in self.gpu_log:
+                if on is None:
+                    gpus.pop(g, None)
+                else:
+                    gpus[g] = on
+        else:
+            gpus = self.snap_gpus = dict(self.gpu_jobs)
+        self.gpu_log.clear()
         jobs_view = MappingProxyType(jobs)
         if self.queue_cache is None:  # (not the snapshot's queue: that holds the job map)
             self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0),
@@ -560,7 +579,7 @@ class Simulator:
             self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=jobs_view,
-            gpu_jobs=MappingProxyType(dict(self.gpu_jobs)), free_gpus=free,
+            gpu_jobs=MappingProxyType(gpus), free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
@@ -569,16 +588,27 @@ class Simulator:
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
-            rec.view = dataclasses.replace(
-                rec.spec,
-                total_iters=rec.spec.total_iters if self.reveal else None,
+            spec, run = rec.spec, rec.state is JobState.RUNNING
+            changes = dict(
+                total_iters=spec.total_iters if self.reveal else None,
                 state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
                 as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
                 executed_time=rec.executed,
-                iter_rate=rec.rate if rec.state is JobState.RUNNING else 0.0,
-                restore_left=rec.overhead if rec.state is JobState.RUNNING else 0.0,
+                iter_rate=rec.rate if run else 0.0,
+                restore_left=rec.overhead if run else 0.0,
                 preemptions=rec.preemptions,
-                run_start=rec.run_start if rec.state is JobState.RUNNING else None)
+                run_start=rec.run_start if run else None)
+            if type(spec) is Job:
+                # ``dataclasses.replace``'s object without its per-field __init__: a Job
+                # (frozen, no __post_init__, no init=False field) is its attribute dict, in
+                # field order; the spec's, with the changed fields' values put in place
+                view = object.__new__(Job)
+                attrs = view.__dict__
+                attrs.update(spec.__dict__)
+                attrs.update(changes)
+                rec.view = view
+            else:
+                rec.view = dataclasses.replace(spec, **changes)
         return rec.view
 
     def _schedule(self) -> None:
@@ -769,7 +799,8 @@ class Simulator:
         for g in gpus:
             if g not in self.gpu_jobs:
                 self.busy_gpus += 1  # GPUs holding at least one job
-            self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
+            on = self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
+            self.gpu_log.append((g, on))
             self.free_by_node[g.node].discard(g.index)
             self.dirty_nodes.add(g.node)
             self.free_cache = None

@@ -576,6 +576,7 @@ class KeyCount:
 
     def __init__(self):
         self.sure = self.evaluated = self.found = self.scanned = self.visited_sure = 0
+        self.rekeyed = 0  # of ``evaluated``: from a view's ``rekey`` function (SRTF, SRSF)
 
     @property
     def reused(self):
@@ -594,6 +595,22 @@ class KeyCount:
                 me.evaluated += 1
                 return priority(j)
 
+            if len(a) > 2 and a[2] is not None:  # rekey: its functions count as evaluations
+                rekey = a[2]
+
+                def counted_rekey(j):
+                    at = rekey(j)
+                    if at is None:
+                        return None
+
+                    def counted_at(t):
+                        me.evaluated += 1
+                        me.rekeyed += 1
+                        return at(t)
+
+                    return counted_at
+
+                a = a[:2] + (counted_rekey,) + a[3:]
             before = len(sure)
             out = visit(self, views, now, first, counted, horizon, running, sure, *a)
             me.visited_sure += len(sure) - before
@@ -621,17 +638,85 @@ class KeyCount:
 def test_running_keys_are_reused_in_simulator_runs(name, kw):
     """In a simulator run (every Plan checked against the old code's) most running jobs
     are admitted from a cached key, and the running set comes from the last call's."""
+    from policies import running_keys
+
     pol = Differential(name, kw)
     count = KeyCount()
+    remember = running_keys.RunningKeys.remember
+    extended = Counter()
+
+    def checked_remember(self, snap, running, sure=(), *a):
+        whole = self._taken is not None and self._taken[0] is sure
+        remember(self, snap, running, sure, *a)
+        extended[whole] += 1
+        # the sure ids, views and set, kept incrementally, are those of ``sure``
+        assert self._sure_views == tuple(sure)
+        assert self._sure_ids == tuple(j.id for j in sure)
+        assert self._sure_set is None or self._sure_set == set(self._sure_ids)
+        assert self._run is running
+
     with ExitStack() as stack:
         for p in count.patches():
             stack.enter_context(p)
+        stack.enter_context(mock.patch.object(running_keys.RunningKeys, "remember",
+                                              checked_remember))
         simulate(_jobs(160, 3), parse_cluster("2x8"), pol, MODELS,
                  SimConfig(interval=120.0, preempt_cost=5.0))
     assert pol.calls > 50
     assert count.sure > count.evaluated > 0
     assert count.found > count.scanned
     assert count.reused > 0
+    assert extended[True] > 0 and extended[False] > 0
+    if name in ("srtf", "srsf"):  # keys at a later now from the views' rekey functions
+        assert count.rekeyed > 0
+    else:
+        assert count.rekeyed == 0
+
+
+@pytest.mark.parametrize("name", ["srtf", "srsf"])
+@settings(max_examples=300, deadline=None)
+@given(done=st.floats(0, 2e4), total=st.floats(1, 2e4), rate=st.sampled_from([0.0, 1e-3, 0.7,
+                                                                               3.0, 250.0]),
+       as_of=st.floats(0, 1e6), restore=st.sampled_from([0.0, 5.0, 600.0]),
+       steps=st.lists(st.floats(0, 1e5), min_size=1, max_size=5),
+       g=st.sampled_from([1, 2, 8, 16]), batch=st.sampled_from([1, 32, 96]),
+       per=st.sampled_from([2, 8]))
+def test_rekey_is_the_key(name, done, total, rate, as_of, restore, steps, g, batch, per):
+    """A running view's ``rekey`` function gives, at every later ``now``, the very key
+    (bit for bit) the policy's ``key`` gives through the snapshot at that ``now``: with a
+    restore under way or over, at rate 0, and past the end (remaining time 0)."""
+    app = list(MODELS.profiles)[1]
+    nodes = tuple(Node(f"n{i}", per) for i in range(4))
+    gpus = tuple(Gpu(f"n{i // per}", i % per) for i in range(min(g, 4 * per)))
+    job = Job("r", 3.0, g, app, batch, total_iters=total, state=JobState.RUNNING,
+              allocation=Allocation(gpus, 32), as_of=as_of, completed_iters=done,
+              iter_rate=rate, restore_left=restore, run_start=as_of)
+    pol = policies.get_policy(name)
+    now = as_of
+    snap = ClusterSnapshot(now, nodes, MappingProxyType({"r": job}), MappingProxyType({}), (),
+                           MODELS.profiles, MODELS.memory)
+    at = pol.running_rekey(snap)(job)
+    for dt in steps:
+        now += dt
+        later = dataclasses.replace(snap, now=now)
+        want = (pol.key(later, job), job.submit_time, job.id)
+        assert at(now) == want and repr(at(now)[0]) == repr(want[0])
+    assert pol.running_rekey(snap)(dataclasses.replace(job, total_iters=None)) is None
+
+
+def test_rekey_only_for_the_policies_own_key():
+    """A subclass with its own key gets no rekey function (its key is evaluated)."""
+    from policies.srtf import Srtf
+
+    class Other(Srtf):
+        def key(self, snap, job):
+            return 1.0
+
+    snap = ClusterSnapshot(0.0, (Node("n0", 2),), MappingProxyType({}), MappingProxyType({}),
+                           (), MODELS.profiles, MODELS.memory)
+    assert Other().running_rekey(snap) is None
+    assert policies.get_policy("srtf").running_rekey(snap) is not None
+    assert policies.get_policy("tiresias").__dict__.get("running_rekey") is None
 
 
 def test_running_keys_cache_rules():
