@@ -71,11 +71,57 @@ def occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[Occupant]:
     return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
 
 
+def occupant_cache_of(pol) -> dict:
+    """The policy instance's occupant cache (``pol._occupant_cache``, made on first use):
+    job id -> (view, profiles, t_A) of the running jobs of its last round."""
+    cache = pol.__dict__.get("_occupant_cache")
+    if cache is None:
+        cache = pol._occupant_cache = {}
+    return cache
+
+
+def _occupant_cached(snap: ClusterSnapshot, job: Job, cache: dict,
+                     kept: dict) -> Optional[Occupant]:
+    """:func:`occupant_from_job` with t_A (eq. 7 of the job's allocation: fixed while its
+    view is the same and the profile table is the same object) taken from ``cache``;
+    what is used is put in ``kept``.  i_A is evaluated at ``snap.now`` as before."""
+    alloc = job.allocation
+    if alloc is None or not alloc.gpus:
+        return None
+    e = cache.get(job.id)
+    if e is not None and e[0] is job and e[1] is snap.profiles:
+        t = e[2]
+    else:
+        prof = snap.profiles.get(job.app)
+        k = len(alloc.gpus)
+        t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+             if prof is not None else None)
+        e = (job, snap.profiles, t)
+    kept[job.id] = e
+    rem = snap.remaining_iters(job)
+    if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
+        rt = snap.remaining_time(job)
+        if rt is not None:
+            rem = rt / snap.exclusive_iter_time(job)
+    return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+
+
 class Candidate:
-    """Per-round precomputation for one pending job B (Algorithm 2 inputs)."""
+    """Per-round precomputation for one pending job B (Algorithm 2 inputs); what depends
+    only on B's (application, global batch, GPUs) is made once per round and shared."""
 
     def __init__(self, rnd: "Round", job: Job):
         self.job = job
+        sig = (job.app, job.global_batch, job.num_gpus)
+        v = rnd.cand_memo.get(sig)
+        if v is None:
+            v = rnd.cand_memo[sig] = self._static(rnd, job)
+        (self.prof, self.mem, self.nodes, self.local, self.cands, self._t, self.excl,
+         self.t_excl) = v
+        self.iters = job.total_iters
+        self.usable = self.prof is not None and self.iters is not None
+
+    def _static(self, rnd: "Round", job: Job) -> tuple:
         snap = rnd.snap
         self.prof = snap.profiles.get(job.app)
         self.mem = snap.memory.get(job.app)
@@ -87,8 +133,8 @@ class Candidate:
                                             {})
         self.excl = rnd.exclusive(job)
         self.t_excl = self.iter_time(*self.excl) if self.prof is not None else None
-        self.iters = job.total_iters
-        self.usable = self.prof is not None and self.iters is not None
+        return (self.prof, self.mem, self.nodes, self.local, self.cands, self._t, self.excl,
+                self.t_excl)
 
     def iter_time(self, b: int, s: int) -> float:
         """Eq. 7 with s accumulation steps of the per-GPU share B = global/G_k
@@ -181,8 +227,12 @@ class Cls:
 class Round:
     """Free and single-occupied GPUs of one scheduling round, updated per start."""
 
-    def __init__(self, snap: ClusterSnapshot):
+    def __init__(self, snap: ClusterSnapshot, occupant_cache: Optional[dict] = None):
+        """``occupant_cache``: the policy's :func:`occupant_cache_of` (running jobs'
+        iteration times kept across rounds), or ``None``."""
         self.snap = snap
+        self.occupant_cache = occupant_cache
+        self.cand_memo: dict = {}
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
@@ -244,16 +294,25 @@ class Round:
             if len(ids) == 1:
                 self.n_one += 1
                 singles.setdefault(ids[0], []).append(g)
-        for j in snap.running():
-            o = occupant_from_job(snap, j)
-            if o is not None:
-                self.occupants[j.id] = o
+        # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
+        # places but does not list as running, or cannot model, is skipped
+        jobs = snap.jobs
+        cache = self.occupant_cache
+        kept = {} if cache is not None else None
         for jid, gs in singles.items():
-            o = self.occupants.get(jid)
-            if o is None:  # a job the snapshot places but we cannot model
+            j = jobs.get(jid)
+            if j is None or not j.running:
                 continue
+            o = (occupant_from_job(snap, j) if cache is None
+                 else _occupant_cached(snap, j, cache, kept))
+            if o is None:
+                continue
+            self.occupants[jid] = o
             gs.sort(key=self.pos_of)
             self._add_groups(o, gs)
+        if cache is not None:
+            cache.clear()
+            cache.update(kept)
         self.shared_ready = True
         for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
             self.occupy(job, gpus, b, s, list(gpus))

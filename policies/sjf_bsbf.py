@@ -59,13 +59,34 @@ from __future__ import annotations
 import heapq
 from typing import Optional
 
-from .base import Policy, node_order
-from .model import ClusterSnapshot
+from operator import itemgetter
+
+from .base import Policy, _running_ids, node_order
+from .kept_order import kept_order_of
+from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .share_index import REL, Candidate, Lin, Round, evaluate, rejected, runs
+from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
+                          runs)
 
 _INF = float("inf")
+_FIRST = itemgetter(0)
+_KEEP = reason(ReasonCode.KEEP_RUNNING)
+
+
+def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: bool):
+    """The WAIT_RESOURCES reason of a waiting job in a blocked tail (made on first use,
+    the same as the walk's: ``nfree`` free and ``n_one`` single-occupied GPUs)."""
+    def why(jid):
+        job = snap.jobs[jid]
+        length = snap.job_length(job)
+        length = _INF if length is None else length
+        return reason(ReasonCode.WAIT_RESOURCES,
+                      f"needs {job.num_gpus} GPUs, {nfree} free and "
+                      f"{n_one if can_share else 0} shareable",
+                      free_gpus=nfree, shareable_gpus=n_one,
+                      length_s=length if length != _INF else -1.0)
+    return why
 
 
 @register("sjf-bsbf")
@@ -78,21 +99,43 @@ class SjfBsbf(Policy):
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
-        order_key = {}
-        pend = snap.pending()
-        for j in pend:
+        def key(j):
             length = snap.job_length(j)
-            order_key[j.id] = (_INF if length is None else length, j.submit_time, j.id)
-        pending = sorted(pend, key=lambda j: order_key[j.id])  # Alg. 1 line 1
+            return (_INF if length is None else length, j.submit_time, j.id)
 
-        rnd = Round(snap)
+        # Alg. 1 line 1: a waiting job's L_k is fixed while it waits, so the SJF order is
+        # kept across calls from the snapshot's change record (policies.kept_order), else
+        # sorted afresh (the daemon's snapshots)
+        kept = kept_order_of(self).update(snap, key)
+        if kept is not None:
+            pending, keys, ids = kept.jobs, kept.keys, kept.ids
+            gmin, gmax = min(kept.gpus, default=0), max(kept.gpus, default=0)
+        else:
+            pairs = sorted(((key(j), j) for j in snap.pending()), key=_FIRST)
+            keys = [k for k, _ in pairs]
+            pending = [j for _, j in pairs]
+            ids = [j.id for j in pending]
+            gmin = min((j.num_gpus for j in pending), default=0)
+            gmax = max((j.num_gpus for j in pending), default=0)
+
+        rnd = Round(snap, occupant_cache_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
-        for job in pending:  # Alg. 1 line 2 (no break: later jobs may pass)
-            length_s = order_key[job.id][0]
+        tail = None
+        for k, job in enumerate(pending):  # Alg. 1 line 2 (no break: later jobs may pass)
+            if rnd.n_free < gmin and gmax <= total:
+                # no job from here on fits in the free GPUs; if G_free + G_OJ is short for
+                # every one of them too, nothing more starts this round: each waits for
+                # resources with the same counts (one lazy segment, no per-job work)
+                if not rnd.shared_ready:
+                    rnd.build_shared(self.per_gpu_groups)
+                if not can_share or rnd.n_free + rnd.n_one < gmin:
+                    tail = k
+                    break
+            length_s = keys[k][0]
             nums = {"length_s": length_s if length_s != _INF else -1.0}
             if job.num_gpus > total:
                 infeasible.append(job.id)
@@ -128,10 +171,13 @@ class SjfBsbf(Policy):
             gpus, b, s, extra = started
             rnd.occupy(job, gpus, b, s, extra)
 
-        keep = reason(ReasonCode.KEEP_RUNNING)
-        for jid in snap.jobs.keys() - order_key.keys() - reasons.keys():
-            reasons[jid] = keep
-        return make_plan(self.name, actions, waiting, reasons, infeasible)
+        keep = (lambda: _running_ids(snap), _KEEP)
+        if tail is None:
+            return make_plan(self.name, actions, waiting, reasons, infeasible, [keep])
+        rest = Frozen(ids, tail) if kept is not None else tuple(ids[tail:])
+        why = _resources_reason(snap, rnd.n_free, rnd.n_one, can_share)
+        order = Joined(tuple(waiting), rest) if kept is not None else (*waiting, *rest)
+        return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), keep])
 
     # --------------------------------------------------------------- helpers
     @staticmethod
