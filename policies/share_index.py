@@ -71,6 +71,27 @@ def occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[Occupant]:
     return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
 
 
+def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
+    """Node name -> position of its first GPU in the cluster's GPU order, and -> its GPU
+    count (the first node of a name counts), memoised per node tuple."""
+    hit = _OFFSETS.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1], hit[2]
+    offset, size = {}, {}
+    p = 0
+    for n in nodes:
+        offset.setdefault(n.name, p)
+        size.setdefault(n.name, n.num_gpus)
+        p += n.num_gpus
+    if len(_OFFSETS) > 64:
+        _OFFSETS.clear()
+    _OFFSETS[id(nodes)] = (nodes, offset, size)  # keeps ``nodes`` alive: its id stays unique
+    return offset, size
+
+
+_OFFSETS: dict = {}
+
+
 def occupant_cache_of(pol) -> dict:
     """The policy instance's occupant cache (``pol._occupant_cache``, made on first use):
     job id -> (view, profiles, t_A) of the running jobs of its last round."""
@@ -233,6 +254,8 @@ class Round:
         self.snap = snap
         self.occupant_cache = occupant_cache
         self.cand_memo: dict = {}
+        # rejected jobs whose wait reason is not made yet (policies.sjf_bsbf)
+        self.deferred: list = []
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
@@ -274,24 +297,18 @@ class Round:
         """G_OJ and its groups, built the first time a job needs them this round."""
         snap = self.snap
         self.per_gpu_groups = per_gpu_groups
-        offset, size = {}, {}
-        p = 0
-        for n in snap.nodes:
-            offset.setdefault(n.name, p)
-            size.setdefault(n.name, n.num_gpus)
-            p += n.num_gpus
+        offset, size = _node_offsets(snap.nodes)
         self.offset, self.size = offset, size
+        # GPU -> ids of its jobs, as lists changed by this round's starts (copy on write of
+        # the snapshot's valid entries, see :meth:`_on`)
         self.occ: dict[Gpu, list[str]] = {}
-        for g, ids in snap.gpu_jobs.items():
-            if ids and g.node in offset and 0 <= g.index < size[g.node]:
-                self.occ[g] = list(ids)
         self.occupants: dict[str, Occupant] = {}
         self.groups: dict = {}  # job id (or GPU for per-GPU groups) -> Group
         self.classes: dict[tuple, Cls] = {}
         self.n_one = 0
         singles: dict[str, list] = {}
-        for g, ids in self.occ.items():
-            if len(ids) == 1:
+        for g, ids in snap.gpu_jobs.items():
+            if len(ids) == 1 and g.node in offset and 0 <= g.index < size[g.node]:
                 self.n_one += 1
                 singles.setdefault(ids[0], []).append(g)
         # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
@@ -316,6 +333,17 @@ class Round:
         self.shared_ready = True
         for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
             self.occupy(job, gpus, b, s, list(gpus))
+
+    def _on(self, g: Gpu) -> list:
+        """The ids on GPU ``g`` this round (a list this round may change): the snapshot's
+        for a GPU of the cluster holding jobs, else empty."""
+        on = self.occ.get(g)
+        if on is None:
+            ids = self.snap.gpu_jobs.get(g)
+            size = self.size.get(g.node)
+            on = self.occ[g] = (list(ids) if ids and size is not None and 0 <= g.index < size
+                                else [])
+        return on
 
     def pos_of(self, g: Gpu) -> int:
         return self.offset[g.node] + g.index
@@ -358,7 +386,7 @@ class Round:
         self.occupants[job.id] = occ
         freed = set(from_free)
         for g in gpus:
-            on = self.occ.setdefault(g, [])
+            on = self._on(g)
             on.append(job.id)
             if g in freed:
                 self.n_one += 1

@@ -151,6 +151,7 @@ class SjfBsbf(Policy):
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{need} GPUs free, exclusive",
                                          sub_batch=b, accum_steps=s, free_gpus=nfree, **nums)
                 self._take_free(rnd, gpus)
+                self._flush(rnd, reasons)
                 rnd.occupy(job, gpus, b, s, list(gpus))
                 continue
             if not rnd.shared_ready:
@@ -169,15 +170,43 @@ class SjfBsbf(Policy):
                 waiting.append(job.id)
                 continue
             gpus, b, s, extra = started
+            self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
-        keep = (lambda: _running_ids(snap), _KEEP)
+        shared = [(lambda: _running_ids(snap), _KEEP)]
+        if rnd.deferred:  # rejected after the round's last start: reasons made on first use
+            shared.append(self._deferred_segment(rnd))
         if tail is None:
-            return make_plan(self.name, actions, waiting, reasons, infeasible, [keep])
+            return make_plan(self.name, actions, waiting, reasons, infeasible, shared)
         rest = Frozen(ids, tail) if kept is not None else tuple(ids[tail:])
         why = _resources_reason(snap, rnd.n_free, rnd.n_one, can_share)
         order = Joined(tuple(waiting), rest) if kept is not None else (*waiting, *rest)
-        return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), keep])
+        return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), *shared])
+
+    # ------------------------------------------------- deferred wait reasons
+    # A job Theorem 1 rejects everywhere waits with the numbers of the rejected pair closest
+    # to sharing (:meth:`_best_rest`), which costs more than the decision.  The decision is
+    # made in the walk; the numbers are computed from the round's state as it stood then:
+    # before the next start changes that state (:meth:`_flush`), or, for the jobs after the
+    # round's last start (the state no longer changes), only when the reason is looked up.
+    # Only jobs whose reason reads no per-group choice made during their own walk step
+    # (no exactly-evaluated rejected group) are deferred.
+    def _flush(self, rnd: Round, reasons: dict) -> None:
+        for entry in rnd.deferred:
+            reasons[entry[0].id] = self._rest_reason(rnd, entry)
+        rnd.deferred.clear()
+
+    def _rest_reason(self, rnd: Round, entry: tuple):
+        job, cand, nfree, shareable, nobenefit, blocked, f_runs, slack, nums = entry
+        best = self._best_rest(rnd, cand, f_runs, [], slack)
+        out: dict = {}
+        self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, out)
+        return out[job.id]
+
+    def _deferred_segment(self, rnd: Round) -> tuple:
+        by_id = {entry[0].id: entry for entry in rnd.deferred}
+        rnd.deferred = []
+        return (tuple(by_id), lambda jid: self._rest_reason(rnd, by_id[jid]))
 
     # --------------------------------------------------------------- helpers
     @staticmethod
@@ -291,6 +320,10 @@ class SjfBsbf(Policy):
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
         best = None
         if nfree + shareable + nobenefit >= need:
+            if not u_false:
+                rnd.deferred.append((job, cand, nfree, shareable, nobenefit, blocked, f_runs,
+                                     2.0 * margin_max, nums))
+                return None
             best = self._best_rest(rnd, cand, f_runs, u_false, 2.0 * margin_max)
         self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, reasons)
         return None
