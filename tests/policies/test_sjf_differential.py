@@ -114,11 +114,26 @@ def test_recorded_simulator_snapshots(name, xi, reveal, cluster):
 
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
 @pytest.mark.parametrize("per_gpu,cluster", [(2, "2x4"), (1, "2x4"), (2, "1x8")])
-def test_loaded_cluster_every_call(name, per_gpu, cluster):
+def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     """A small cluster with a long queue: at every call the kept SJF order answers (the
     simulator's change record) and often the walk ends in a blocked tail (one lazy
-    segment); every Plan equals the literal implementation's, with and without the record."""
+    segment); SJF-BSBF's deferred wait reasons are made both before a later start and on
+    first use; every Plan equals the literal implementation's, with and without the record."""
     pol = Differential(name)
+    made = Counter()
+    rest_reason = sjf_bsbf.SjfBsbf._rest_reason
+    flush = sjf_bsbf.SjfBsbf._flush
+
+    def counted_flush(self, rnd, reasons):
+        made["flushed"] += len(rnd.deferred)
+        return flush(self, rnd, reasons)
+
+    def counted(self, rnd, entry):
+        made["made"] += 1
+        return rest_reason(self, rnd, entry)
+
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_flush", counted_flush)
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
     simulate(_jobs(80, seed=7 + per_gpu, gpus=(1, 1, 2, 2, 4, 8)), parse_cluster(cluster), pol,
              MODELS, SimConfig(interval=60.0, max_jobs_per_gpu=per_gpu))
     assert pol.calls > 50
@@ -128,6 +143,8 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster):
     if per_gpu == 2:
         assert pol.codes["started_shared"] > 0
         assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
+    if name == "sjf-bsbf" and per_gpu == 2:  # both ways of making a deferred reason
+        assert made["flushed"] > 0 and made["made"] > made["flushed"]
 
 
 def _random_snapshot(draw):
