@@ -214,3 +214,27 @@ def test_daemon_state(name, seed):
     flat = InterferenceTable(MappingProxyType({}), 1.5)
     snap2 = dataclasses.replace(snap, interference=flat)
     assert_same(policies.get_policy(name).schedule(snap2), REFS[name]().schedule(snap2))
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_across_snapshots(name):
+    """One policy instance on a run of hand-built snapshots (no change record) in which a
+    running job keeps its id but not its allocation, and time moves: whatever the instance
+    keeps between calls (the running jobs' iteration times) must follow."""
+    pol = policies.get_policy(name)
+    seen = Counter()
+    for k, (sub, accum, done, total) in enumerate([(64, 1, 0.0, 1e4), (16, 4, 10.0, 1e4),
+                                                   (32, 2, 10.0, 1e4), (32, 2, 10.0, 300.0),
+                                                   (64, 1, 10.0, 300.0)]):
+        jobs = [running("R0", "x", [(0, 0), (0, 1)], sub_batch=sub, accum=accum, batch=128,
+                        total=total, done=done),
+                pending("P0", "x", 1, total=400.0, batch=16),
+                pending("P1", "x", 2, total=3e4, batch=32, submit=1.0)]
+        snap = make_snap(jobs, nodes=1, gpus_per_node=2, now=float(k))
+        if k:  # the same profile table object throughout, as in a run
+            snap = dataclasses.replace(snap, profiles=profiles, nodes=nodes)
+        profiles, nodes = snap.profiles, snap.nodes
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        seen.update(r.code.value for r in plan.reasons.values())
+    assert seen["started_shared"] > 0
