@@ -71,11 +71,78 @@ def occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[Occupant]:
     return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
 
 
+def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
+    """Node name -> position of its first GPU in the cluster's GPU order, and -> its GPU
+    count (the first node of a name counts), memoised per node tuple."""
+    hit = _OFFSETS.get(id(nodes))
+    if hit is not None and hit[0] is nodes:
+        return hit[1], hit[2]
+    offset, size = {}, {}
+    p = 0
+    for n in nodes:
+        offset.setdefault(n.name, p)
+        size.setdefault(n.name, n.num_gpus)
+        p += n.num_gpus
+    if len(_OFFSETS) > 64:
+        _OFFSETS.clear()
+    _OFFSETS[id(nodes)] = (nodes, offset, size)  # keeps ``nodes`` alive: its id stays unique
+    return offset, size
+
+
+_OFFSETS: dict = {}
+
+
+def occupant_cache_of(pol) -> dict:
+    """The policy instance's occupant cache (``pol._occupant_cache``, made on first use):
+    job id -> (view, profiles, t_A) of the running jobs of its last round."""
+    cache = pol.__dict__.get("_occupant_cache")
+    if cache is None:
+        cache = pol._occupant_cache = {}
+    return cache
+
+
+def _occupant_cached(snap: ClusterSnapshot, job: Job, cache: dict,
+                     kept: dict) -> Optional[Occupant]:
+    """:func:`occupant_from_job` with t_A (eq. 7 of the job's allocation: fixed while its
+    view is the same and the profile table is the same object) taken from ``cache``;
+    what is used is put in ``kept``.  i_A is evaluated at ``snap.now`` as before."""
+    alloc = job.allocation
+    if alloc is None or not alloc.gpus:
+        return None
+    e = cache.get(job.id)
+    if e is not None and e[0] is job and e[1] is snap.profiles:
+        t = e[2]
+    else:
+        prof = snap.profiles.get(job.app)
+        k = len(alloc.gpus)
+        t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+             if prof is not None else None)
+        e = (job, snap.profiles, t)
+    kept[job.id] = e
+    rem = snap.remaining_iters(job)
+    if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
+        rt = snap.remaining_time(job)
+        if rt is not None:
+            rem = rt / snap.exclusive_iter_time(job)
+    return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+
+
 class Candidate:
-    """Per-round precomputation for one pending job B (Algorithm 2 inputs)."""
+    """Per-round precomputation for one pending job B (Algorithm 2 inputs); what depends
+    only on B's (application, global batch, GPUs) is made once per round and shared."""
 
     def __init__(self, rnd: "Round", job: Job):
         self.job = job
+        sig = (job.app, job.global_batch, job.num_gpus)
+        v = rnd.cand_memo.get(sig)
+        if v is None:
+            v = rnd.cand_memo[sig] = self._static(rnd, job)
+        (self.prof, self.mem, self.nodes, self.local, self.cands, self._t, self.excl,
+         self.t_excl) = v
+        self.iters = job.total_iters
+        self.usable = self.prof is not None and self.iters is not None
+
+    def _static(self, rnd: "Round", job: Job) -> tuple:
         snap = rnd.snap
         self.prof = snap.profiles.get(job.app)
         self.mem = snap.memory.get(job.app)
@@ -87,8 +154,8 @@ class Candidate:
                                             {})
         self.excl = rnd.exclusive(job)
         self.t_excl = self.iter_time(*self.excl) if self.prof is not None else None
-        self.iters = job.total_iters
-        self.usable = self.prof is not None and self.iters is not None
+        return (self.prof, self.mem, self.nodes, self.local, self.cands, self._t, self.excl,
+                self.t_excl)
 
     def iter_time(self, b: int, s: int) -> float:
         """Eq. 7 with s accumulation steps of the per-GPU share B = global/G_k
@@ -181,8 +248,14 @@ class Cls:
 class Round:
     """Free and single-occupied GPUs of one scheduling round, updated per start."""
 
-    def __init__(self, snap: ClusterSnapshot):
+    def __init__(self, snap: ClusterSnapshot, occupant_cache: Optional[dict] = None):
+        """``occupant_cache``: the policy's :func:`occupant_cache_of` (running jobs'
+        iteration times kept across rounds), or ``None``."""
         self.snap = snap
+        self.occupant_cache = occupant_cache
+        self.cand_memo: dict = {}
+        # rejected jobs whose wait reason is not made yet (policies.sjf_bsbf)
+        self.deferred: list = []
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
@@ -224,39 +297,53 @@ class Round:
         """G_OJ and its groups, built the first time a job needs them this round."""
         snap = self.snap
         self.per_gpu_groups = per_gpu_groups
-        offset, size = {}, {}
-        p = 0
-        for n in snap.nodes:
-            offset.setdefault(n.name, p)
-            size.setdefault(n.name, n.num_gpus)
-            p += n.num_gpus
+        offset, size = _node_offsets(snap.nodes)
         self.offset, self.size = offset, size
+        # GPU -> ids of its jobs, as lists changed by this round's starts (copy on write of
+        # the snapshot's valid entries, see :meth:`_on`)
         self.occ: dict[Gpu, list[str]] = {}
-        for g, ids in snap.gpu_jobs.items():
-            if ids and g.node in offset and 0 <= g.index < size[g.node]:
-                self.occ[g] = list(ids)
         self.occupants: dict[str, Occupant] = {}
         self.groups: dict = {}  # job id (or GPU for per-GPU groups) -> Group
         self.classes: dict[tuple, Cls] = {}
         self.n_one = 0
         singles: dict[str, list] = {}
-        for g, ids in self.occ.items():
-            if len(ids) == 1:
+        for g, ids in snap.gpu_jobs.items():
+            if len(ids) == 1 and g.node in offset and 0 <= g.index < size[g.node]:
                 self.n_one += 1
                 singles.setdefault(ids[0], []).append(g)
-        for j in snap.running():
-            o = occupant_from_job(snap, j)
-            if o is not None:
-                self.occupants[j.id] = o
+        # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
+        # places but does not list as running, or cannot model, is skipped
+        jobs = snap.jobs
+        cache = self.occupant_cache
+        kept = {} if cache is not None else None
         for jid, gs in singles.items():
-            o = self.occupants.get(jid)
-            if o is None:  # a job the snapshot places but we cannot model
+            j = jobs.get(jid)
+            if j is None or not j.running:
                 continue
+            o = (occupant_from_job(snap, j) if cache is None
+                 else _occupant_cached(snap, j, cache, kept))
+            if o is None:
+                continue
+            self.occupants[jid] = o
             gs.sort(key=self.pos_of)
             self._add_groups(o, gs)
+        if cache is not None:
+            cache.clear()
+            cache.update(kept)
         self.shared_ready = True
         for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
             self.occupy(job, gpus, b, s, list(gpus))
+
+    def _on(self, g: Gpu) -> list:
+        """The ids on GPU ``g`` this round (a list this round may change): the snapshot's
+        for a GPU of the cluster holding jobs, else empty."""
+        on = self.occ.get(g)
+        if on is None:
+            ids = self.snap.gpu_jobs.get(g)
+            size = self.size.get(g.node)
+            on = self.occ[g] = (list(ids) if ids and size is not None and 0 <= g.index < size
+                                else [])
+        return on
 
     def pos_of(self, g: Gpu) -> int:
         return self.offset[g.node] + g.index
@@ -299,7 +386,7 @@ class Round:
         self.occupants[job.id] = occ
         freed = set(from_free)
         for g in gpus:
-            on = self.occ.setdefault(g, [])
+            on = self._on(g)
             on.append(job.id)
             if g in freed:
                 self.n_one += 1

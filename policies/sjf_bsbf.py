@@ -59,13 +59,34 @@ from __future__ import annotations
 import heapq
 from typing import Optional
 
-from .base import Policy, node_order
-from .model import ClusterSnapshot
+from operator import itemgetter
+
+from .base import Policy, _running_ids, node_order
+from .kept_order import kept_order_of
+from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .share_index import REL, Candidate, Lin, Round, evaluate, rejected, runs
+from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
+                          runs)
 
 _INF = float("inf")
+_FIRST = itemgetter(0)
+_KEEP = reason(ReasonCode.KEEP_RUNNING)
+
+
+def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: bool):
+    """The WAIT_RESOURCES reason of a waiting job in a blocked tail (made on first use,
+    the same as the walk's: ``nfree`` free and ``n_one`` single-occupied GPUs)."""
+    def why(jid):
+        job = snap.jobs[jid]
+        length = snap.job_length(job)
+        length = _INF if length is None else length
+        return reason(ReasonCode.WAIT_RESOURCES,
+                      f"needs {job.num_gpus} GPUs, {nfree} free and "
+                      f"{n_one if can_share else 0} shareable",
+                      free_gpus=nfree, shareable_gpus=n_one,
+                      length_s=length if length != _INF else -1.0)
+    return why
 
 
 @register("sjf-bsbf")
@@ -78,21 +99,43 @@ class SjfBsbf(Policy):
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
-        order_key = {}
-        pend = snap.pending()
-        for j in pend:
+        def key(j):
             length = snap.job_length(j)
-            order_key[j.id] = (_INF if length is None else length, j.submit_time, j.id)
-        pending = sorted(pend, key=lambda j: order_key[j.id])  # Alg. 1 line 1
+            return (_INF if length is None else length, j.submit_time, j.id)
 
-        rnd = Round(snap)
+        # Alg. 1 line 1: a waiting job's L_k is fixed while it waits, so the SJF order is
+        # kept across calls from the snapshot's change record (policies.kept_order), else
+        # sorted afresh (the daemon's snapshots)
+        kept = kept_order_of(self).update(snap, key)
+        if kept is not None:
+            pending, keys, ids = kept.jobs, kept.keys, kept.ids
+            gmin, gmax = min(kept.gpus, default=0), max(kept.gpus, default=0)
+        else:
+            pairs = sorted(((key(j), j) for j in snap.pending()), key=_FIRST)
+            keys = [k for k, _ in pairs]
+            pending = [j for _, j in pairs]
+            ids = [j.id for j in pending]
+            gmin = min((j.num_gpus for j in pending), default=0)
+            gmax = max((j.num_gpus for j in pending), default=0)
+
+        rnd = Round(snap, occupant_cache_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
-        for job in pending:  # Alg. 1 line 2 (no break: later jobs may pass)
-            length_s = order_key[job.id][0]
+        tail = None
+        for k, job in enumerate(pending):  # Alg. 1 line 2 (no break: later jobs may pass)
+            if rnd.n_free < gmin and gmax <= total:
+                # no job from here on fits in the free GPUs; if G_free + G_OJ is short for
+                # every one of them too, nothing more starts this round: each waits for
+                # resources with the same counts (one lazy segment, no per-job work)
+                if not rnd.shared_ready:
+                    rnd.build_shared(self.per_gpu_groups)
+                if not can_share or rnd.n_free + rnd.n_one < gmin:
+                    tail = k
+                    break
+            length_s = keys[k][0]
             nums = {"length_s": length_s if length_s != _INF else -1.0}
             if job.num_gpus > total:
                 infeasible.append(job.id)
@@ -108,6 +151,7 @@ class SjfBsbf(Policy):
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{need} GPUs free, exclusive",
                                          sub_batch=b, accum_steps=s, free_gpus=nfree, **nums)
                 self._take_free(rnd, gpus)
+                self._flush(rnd, reasons)
                 rnd.occupy(job, gpus, b, s, list(gpus))
                 continue
             if not rnd.shared_ready:
@@ -126,12 +170,43 @@ class SjfBsbf(Policy):
                 waiting.append(job.id)
                 continue
             gpus, b, s, extra = started
+            self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
-        keep = reason(ReasonCode.KEEP_RUNNING)
-        for jid in snap.jobs.keys() - order_key.keys() - reasons.keys():
-            reasons[jid] = keep
-        return make_plan(self.name, actions, waiting, reasons, infeasible)
+        shared = [(lambda: _running_ids(snap), _KEEP)]
+        if rnd.deferred:  # rejected after the round's last start: reasons made on first use
+            shared.append(self._deferred_segment(rnd))
+        if tail is None:
+            return make_plan(self.name, actions, waiting, reasons, infeasible, shared)
+        rest = Frozen(ids, tail) if kept is not None else tuple(ids[tail:])
+        why = _resources_reason(snap, rnd.n_free, rnd.n_one, can_share)
+        order = Joined(tuple(waiting), rest) if kept is not None else (*waiting, *rest)
+        return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), *shared])
+
+    # ------------------------------------------------- deferred wait reasons
+    # A job Theorem 1 rejects everywhere waits with the numbers of the rejected pair closest
+    # to sharing (:meth:`_best_rest`), which costs more than the decision.  The decision is
+    # made in the walk; the numbers are computed from the round's state as it stood then:
+    # before the next start changes that state (:meth:`_flush`), or, for the jobs after the
+    # round's last start (the state no longer changes), only when the reason is looked up.
+    # Only jobs whose reason reads no per-group choice made during their own walk step
+    # (no exactly-evaluated rejected group) are deferred.
+    def _flush(self, rnd: Round, reasons: dict) -> None:
+        for entry in rnd.deferred:
+            reasons[entry[0].id] = self._rest_reason(rnd, entry)
+        rnd.deferred.clear()
+
+    def _rest_reason(self, rnd: Round, entry: tuple):
+        job, cand, nfree, shareable, nobenefit, blocked, f_runs, slack, nums = entry
+        best = self._best_rest(rnd, cand, f_runs, [], slack)
+        out: dict = {}
+        self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, out)
+        return out[job.id]
+
+    def _deferred_segment(self, rnd: Round) -> tuple:
+        by_id = {entry[0].id: entry for entry in rnd.deferred}
+        rnd.deferred = []
+        return (tuple(by_id), lambda jid: self._rest_reason(rnd, by_id[jid]))
 
     # --------------------------------------------------------------- helpers
     @staticmethod
@@ -245,6 +320,10 @@ class SjfBsbf(Policy):
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
         best = None
         if nfree + shareable + nobenefit >= need:
+            if not u_false:
+                rnd.deferred.append((job, cand, nfree, shareable, nobenefit, blocked, f_runs,
+                                     2.0 * margin_max, nums))
+                return None
             best = self._best_rest(rnd, cand, f_runs, u_false, 2.0 * margin_max)
         self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, reasons)
         return None

@@ -22,7 +22,8 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
-from policies.model import Job
+from policies.model import Job, Joined
+from policies.plan import Reasons
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -50,17 +51,33 @@ def assert_same(plan, ref):
 
 
 class Differential:
-    """Runs the package's policy and the reference on every snapshot the simulator makes."""
+    """Runs the package's policy and the reference on every snapshot the simulator makes;
+    also a second instance of the policy on the same snapshot without its change record
+    (the daemon's kind: the SJF order is sorted afresh, no kept order)."""
 
     def __init__(self, name):
         self.inner, self.ref = policies.get_policy(name), REFS[name]()
+        self.fresh = policies.get_policy(name)
         self.name, self.preemptive = name, False
         self.calls = 0
+        self.kept = 0  # calls answered from the kept order (the simulator's change record)
+        self.tails = 0  # calls whose plan ends in a lazy blocked tail (kept order)
+        self.fresh_tails = 0  # the same without a change record
         self.codes = Counter()
 
     def schedule(self, snap):
+        ref = self.ref.schedule(snap)
         plan = self.inner.schedule(snap)
-        assert_same(plan, self.ref.schedule(snap))
+        assert_same(plan, ref)
+        kept = self.inner.__dict__.get("_kept_order")
+        if kept is not None and kept._seen is not None and kept._seen is snap.queue.changes:
+            self.kept += 1
+        self.tails += isinstance(plan.order, Joined)
+        nolog = dataclasses.replace(snap, queue=dataclasses.replace(snap.queue, changes=None))
+        other = self.fresh.schedule(nolog)
+        # a tail segment besides the running jobs' one (before a lookup resolves them)
+        self.fresh_tails += isinstance(other.reasons, Reasons) and len(other.reasons._segments) > 1
+        assert_same(other, ref)
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
         return plan
@@ -93,6 +110,41 @@ def test_recorded_simulator_snapshots(name, xi, reveal, cluster):
         assert pol.codes["started_shared"] > 0  # the sharing path is exercised
     else:  # Theorem 1 needs lengths: SJF-BSBF never shares, it says why
         assert pol.codes["wait_no_share_benefit"] > 0
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+@pytest.mark.parametrize("per_gpu,cluster", [(2, "2x4"), (1, "2x4"), (2, "1x8")])
+def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
+    """A small cluster with a long queue: at every call the kept SJF order answers (the
+    simulator's change record) and often the walk ends in a blocked tail (one lazy
+    segment); SJF-BSBF's deferred wait reasons are made both before a later start and on
+    first use; every Plan equals the literal implementation's, with and without the record."""
+    pol = Differential(name)
+    made = Counter()
+    rest_reason = sjf_bsbf.SjfBsbf._rest_reason
+    flush = sjf_bsbf.SjfBsbf._flush
+
+    def counted_flush(self, rnd, reasons):
+        made["flushed"] += len(rnd.deferred)
+        return flush(self, rnd, reasons)
+
+    def counted(self, rnd, entry):
+        made["made"] += 1
+        return rest_reason(self, rnd, entry)
+
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_flush", counted_flush)
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
+    simulate(_jobs(80, seed=7 + per_gpu, gpus=(1, 1, 2, 2, 4, 8)), parse_cluster(cluster), pol,
+             MODELS, SimConfig(interval=60.0, max_jobs_per_gpu=per_gpu))
+    assert pol.calls > 50
+    assert pol.kept == pol.calls  # the new path answered every call
+    assert pol.tails > 0 and pol.fresh_tails > 0
+    assert pol.codes["wait_resources"] > 0
+    if per_gpu == 2:
+        assert pol.codes["started_shared"] > 0
+        assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
+    if name == "sjf-bsbf" and per_gpu == 2:  # both ways of making a deferred reason
+        assert made["flushed"] > 0 and made["made"] > made["flushed"]
 
 
 def _random_snapshot(draw):
@@ -162,3 +214,27 @@ def test_daemon_state(name, seed):
     flat = InterferenceTable(MappingProxyType({}), 1.5)
     snap2 = dataclasses.replace(snap, interference=flat)
     assert_same(policies.get_policy(name).schedule(snap2), REFS[name]().schedule(snap2))
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_across_snapshots(name):
+    """One policy instance on a run of hand-built snapshots (no change record) in which a
+    running job keeps its id but not its allocation, and time moves: whatever the instance
+    keeps between calls (the running jobs' iteration times) must follow."""
+    pol = policies.get_policy(name)
+    seen = Counter()
+    for k, (sub, accum, done, total) in enumerate([(64, 1, 0.0, 1e4), (16, 4, 10.0, 1e4),
+                                                   (32, 2, 10.0, 1e4), (32, 2, 10.0, 300.0),
+                                                   (64, 1, 10.0, 300.0)]):
+        jobs = [running("R0", "x", [(0, 0), (0, 1)], sub_batch=sub, accum=accum, batch=128,
+                        total=total, done=done),
+                pending("P0", "x", 1, total=400.0, batch=16),
+                pending("P1", "x", 2, total=3e4, batch=32, submit=1.0)]
+        snap = make_snap(jobs, nodes=1, gpus_per_node=2, now=float(k))
+        if k:  # the same profile table object throughout, as in a run
+            snap = dataclasses.replace(snap, profiles=profiles, nodes=nodes)
+        profiles, nodes = snap.profiles, snap.nodes
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        seen.update(r.code.value for r in plan.reasons.values())
+    assert seen["started_shared"] > 0
