@@ -33,7 +33,7 @@ from itertools import accumulate
 from typing import Optional
 
 from .base import exclusive_config, free_gpus_of
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job, identity_memo
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
 
 REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
@@ -59,33 +59,42 @@ def occupant_from_job(snap: ClusterSnapshot, job: Job) -> Optional[Occupant]:
     alloc = job.allocation
     if alloc is None or not alloc.gpus:
         return None
+    return _occupant(snap, job, _alloc_iter_time(snap, job))
+
+
+def _alloc_iter_time(snap: ClusterSnapshot, job: Job) -> Optional[float]:
+    """t_A: eq. 7 of the running job's own allocation (``None`` without a profile)."""
+    alloc = job.allocation
     prof = snap.profiles.get(job.app)
     k = len(alloc.gpus)
-    t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
-         if prof is not None else None)
+    return (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
+            if prof is not None else None)
+
+
+def _occupant(snap: ClusterSnapshot, job: Job, t: Optional[float]) -> Occupant:
+    """The occupant record of a running job with iteration time ``t``; i_A at ``snap.now``."""
     rem = snap.remaining_iters(job)
     if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
         rt = snap.remaining_time(job)
         if rt is not None:
             rem = rt / snap.exclusive_iter_time(job)
-    return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+    return Occupant(job, job.allocation.gpus, job.allocation.sub_batch,
+                    t if t is not None else float("nan"), rem)
 
 
 def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
     """Node name -> position of its first GPU in the cluster's GPU order, and -> its GPU
     count (the first node of a name counts), memoised per node tuple."""
-    hit = _OFFSETS.get(id(nodes))
-    if hit is not None and hit[0] is nodes:
-        return hit[1], hit[2]
+    return identity_memo(_OFFSETS, nodes, _compute_node_offsets, 64)
+
+
+def _compute_node_offsets(nodes: tuple) -> tuple[dict, dict]:
     offset, size = {}, {}
     p = 0
     for n in nodes:
         offset.setdefault(n.name, p)
         size.setdefault(n.name, n.num_gpus)
         p += n.num_gpus
-    if len(_OFFSETS) > 64:
-        _OFFSETS.clear()
-    _OFFSETS[id(nodes)] = (nodes, offset, size)  # keeps ``nodes`` alive: its id stays unique
     return offset, size
 
 
@@ -110,21 +119,10 @@ def _occupant_cached(snap: ClusterSnapshot, job: Job, cache: dict,
     if alloc is None or not alloc.gpus:
         return None
     e = cache.get(job.id)
-    if e is not None and e[0] is job and e[1] is snap.profiles:
-        t = e[2]
-    else:
-        prof = snap.profiles.get(job.app)
-        k = len(alloc.gpus)
-        t = (prof.iter_time(job.global_batch / k, k, alloc.num_nodes, alloc.accum_steps)
-             if prof is not None else None)
-        e = (job, snap.profiles, t)
+    if e is None or e[0] is not job or e[1] is not snap.profiles:
+        e = (job, snap.profiles, _alloc_iter_time(snap, job))
     kept[job.id] = e
-    rem = snap.remaining_iters(job)
-    if rem is None and t is not None:  # length-unaware: estimate / exclusive s-per-iteration
-        rt = snap.remaining_time(job)
-        if rt is not None:
-            rem = rt / snap.exclusive_iter_time(job)
-    return Occupant(job, alloc.gpus, alloc.sub_batch, t if t is not None else float("nan"), rem)
+    return _occupant(snap, job, e[2])
 
 
 class Candidate:
