@@ -48,10 +48,8 @@ class PredictedOrder(Policy):
         facts = {j.id: _facts(snap, j, self.net) for j in snap.pending()}
         order_jobs = sorted(snap.pending(),
                             key=lambda j: self.key(j, facts[j.id][0]) + (j.submit_time, j.id))
-        counts: dict[int, int] = {}
-        for j in order_jobs:
-            counts[j.num_gpus] = counts.get(j.num_gpus, 0) + 1
-        return self._walk(snap, order_jobs, [j.id for j in order_jobs], counts,
+        return self._walk(snap, order_jobs, [j.id for j in order_jobs],
+                          dict(Counter(map(_GPUS, order_jobs))),
                           lambda snap, j: facts[j.id])
 
     # ------------------------------------------------------------------ kept order
