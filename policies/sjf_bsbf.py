@@ -67,7 +67,7 @@ from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
 from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
-                          runs)
+                          runs, single_gpus_of)
 
 _INF = float("inf")
 _FIRST = itemgetter(0)
@@ -118,7 +118,7 @@ class SjfBsbf(Policy):
             gmin = min((j.num_gpus for j in pending), default=0)
             gmax = max((j.num_gpus for j in pending), default=0)
 
-        rnd = Round(snap, occupant_cache_of(self))
+        rnd = Round(snap, occupant_cache_of(self), single_gpus_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
@@ -130,8 +130,8 @@ class SjfBsbf(Policy):
                 # no job from here on fits in the free GPUs; if G_free + G_OJ is short for
                 # every one of them too, nothing more starts this round: each waits for
                 # resources with the same counts (one lazy segment, no per-job work)
-                if not rnd.shared_ready:
-                    rnd.build_shared(self.per_gpu_groups)
+                if not rnd.counted:
+                    rnd.count_shared()
                 if not can_share or rnd.n_free + rnd.n_one < gmin:
                     tail = k
                     break
@@ -154,8 +154,8 @@ class SjfBsbf(Policy):
                 self._flush(rnd, reasons)
                 rnd.occupy(job, gpus, b, s, list(gpus))
                 continue
-            if not rnd.shared_ready:
-                rnd.build_shared(self.per_gpu_groups)
+            if not rnd.counted:  # the count only: the groups wait for a job that may share
+                rnd.count_shared()
             n_one = rnd.n_one  # line 5: |G_OJ|
             if not can_share or nfree + n_one < need:  # line 9 fails
                 waiting.append(job.id)
@@ -164,6 +164,8 @@ class SjfBsbf(Policy):
                                          f"{n_one if can_share else 0} shareable",
                                          free_gpus=nfree, shareable_gpus=n_one, **nums)
                 continue
+            if not rnd.shared_ready:
+                rnd.build_shared(self.per_gpu_groups)
             cand = Candidate(rnd, job)
             started = self._share(rnd, job, cand, nfree, norder, nums, actions, reasons)
             if started is None:
