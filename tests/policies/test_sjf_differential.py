@@ -148,8 +148,17 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         made["made"] += 1
         return rest_reason(self, rnd, entry)
 
+    pass_run = sjf_bsbf.SjfBsbf._pass_run
+
+    def counted_pass(snap, pending_, ids, k, *rest):
+        end = pass_run(snap, pending_, ids, k, *rest)
+        made["runs"] += 1
+        made["run_jobs"] += end - k + 1
+        return end
+
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_flush", counted_flush)
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_pass_run", staticmethod(counted_pass))
     simulate(_jobs(80, seed=7 + per_gpu, gpus=(1, 1, 2, 2, 4, 8)), parse_cluster(cluster), pol,
              MODELS, SimConfig(interval=60.0, max_jobs_per_gpu=per_gpu))
     assert pol.calls > 50
@@ -159,6 +168,8 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     assert pol.fresh.__dict__["_single_gpus"]._seen is None  # without a record: scanned
     assert pol.tails > 0 and pol.fresh_tails > 0
     assert pol.codes["wait_resources"] > 0
+    # jobs that cannot start passed over in runs (one lazy segment each), some longer than one
+    assert made["runs"] > 0 and made["run_jobs"] > made["runs"]
     if per_gpu == 2:
         assert pol.codes["started_shared"] > 0
         assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
