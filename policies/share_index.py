@@ -33,8 +33,9 @@ from itertools import accumulate
 from typing import Optional
 
 from .base import exclusive_config, free_gpus_of
-from .model import ClusterSnapshot, Frozen, Gpu, Job, identity_memo
+from .model import ClusterSnapshot, Gpu, Job, identity_memo
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
+from .single_gpus import SingleGpus, _node_offsets, single_gpus
 
 REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
 
@@ -82,25 +83,6 @@ def _occupant(snap: ClusterSnapshot, job: Job, t: Optional[float]) -> Occupant:
                     t if t is not None else float("nan"), rem)
 
 
-def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
-    """Node name -> position of its first GPU in the cluster's GPU order, and -> its GPU
-    count (the first node of a name counts), memoised per node tuple."""
-    return identity_memo(_OFFSETS, nodes, _compute_node_offsets, 64)
-
-
-def _compute_node_offsets(nodes: tuple) -> tuple[dict, dict]:
-    offset, size = {}, {}
-    p = 0
-    for n in nodes:
-        offset.setdefault(n.name, p)
-        size.setdefault(n.name, n.num_gpus)
-        p += n.num_gpus
-    return offset, size
-
-
-_OFFSETS: dict = {}
-
-
 def _node_mem(nodes: tuple) -> dict:
     """Node name -> its GPU memory (MiB; the last node of a name counts), memoised per node
     tuple (read only)."""
@@ -132,62 +114,6 @@ def _occupant_cached(snap: ClusterSnapshot, job: Job, cache: dict,
         e = (job, snap.profiles, _alloc_iter_time(snap, job))
     kept[job.id] = e
     return _occupant(snap, job, e[2])
-
-
-class SingleGpus:
-    """The GPUs of the cluster that hold exactly one job, each mapped to that job's id
-    (|G_OJ|'s members, Alg. 1 line 5, before the round's starts), kept across calls from
-    the snapshot's GPU change record (:class:`policies.model.GpuChanges`): only the GPUs
-    named after the entries seen last are looked at again, O(changes) instead of a pass
-    over every GPU per call.  Without a record (the daemon's snapshots, hand-built ones,
-    a copy with other ``gpu_jobs``), a record of another run or an older snapshot, or
-    another node tuple, it is made by that pass."""
-
-    def __init__(self):
-        self._seen = None  # the change record applied so far
-        self._nodes = None
-        self.one: dict = {}
-
-    def update(self, snap: ClusterSnapshot) -> Optional[dict]:
-        """GPU -> id of its only job for ``snap`` (not to be changed by the caller), or
-        ``None`` where the snapshot has no usable record (the caller scans)."""
-        rec = snap.gpu_changes
-        gpu_jobs = snap.gpu_jobs
-        if rec is None or rec.source is not gpu_jobs or not isinstance(rec.log, Frozen):
-            self._seen, self._nodes, self.one = None, None, {}
-            return None
-        log = rec.log
-        if (self._nodes is snap.nodes and self._seen is not None
-                and log.extends(self._seen)):
-            offset, size = _node_offsets(snap.nodes)
-            one = self.one
-            for g in dict.fromkeys(log[len(self._seen):]):
-                ids = gpu_jobs.get(g)
-                if (ids is not None and len(ids) == 1 and g.node in offset
-                        and 0 <= g.index < size[g.node]):
-                    one[g] = ids[0]
-                else:
-                    one.pop(g, None)
-        else:
-            self.one = single_gpus(snap)
-        self._seen, self._nodes = log, snap.nodes
-        return self.one
-
-
-def single_gpus(snap: ClusterSnapshot) -> dict:
-    """GPU -> id of its only job, for the GPUs of the cluster holding exactly one job
-    (``gpu_jobs``' order): one pass over every GPU."""
-    offset, size = _node_offsets(snap.nodes)
-    return {g: ids[0] for g, ids in snap.gpu_jobs.items()
-            if len(ids) == 1 and g.node in offset and 0 <= g.index < size[g.node]}
-
-
-def single_gpus_of(pol) -> SingleGpus:
-    """The policy instance's :class:`SingleGpus` (``pol._single_gpus``, made on first use)."""
-    kept = pol.__dict__.get("_single_gpus")
-    if kept is None:
-        kept = pol._single_gpus = SingleGpus()
-    return kept
 
 
 class Candidate:

@@ -67,7 +67,8 @@ from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
 from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
-                          runs, single_gpus_of)
+                          runs)
+from .single_gpus import single_gpus_of
 
 _INF = float("inf")
 _FIRST = itemgetter(0)

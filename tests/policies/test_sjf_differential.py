@@ -24,7 +24,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
-from policies.share_index import SingleGpus, single_gpus
+from policies.single_gpus import SingleGpus, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
