@@ -399,6 +399,21 @@ class WaitingQueue:
 
 
 @dataclass(frozen=True)
+class GpuChanges:
+    """The change record of a snapshot's ``gpu_jobs`` (simulator only): ``log`` is a
+    :class:`Frozen` view of an append-only list of GPUs, one entry each time the
+    simulator's GPU map changed at that GPU (a job placed on it or taken off it), oldest
+    first, since the run began; a later snapshot of the same run gets a longer view of the
+    same list (``Frozen.extends``), so between two snapshots of a run only the GPUs of the
+    entries after the first one's can map to other jobs.  ``source`` is the ``gpu_jobs``
+    mapping the record was made for: a snapshot uses it only while its ``gpu_jobs`` is that
+    very object (``dataclasses.replace(snap, gpu_jobs=...)`` drops back to a full scan)."""
+
+    log: Sequence[Gpu]
+    source: Mapping[Gpu, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """The immutable view of the cluster at ``now``: all a policy sees.
 
@@ -436,6 +451,9 @@ class ClusterSnapshot:
     # optional waiting order (WaitingQueue) of ``jobs`` (used while ``queue.source`` is
     # ``jobs``); None = pending() sorts the waiting jobs per call
     queue: Optional[WaitingQueue] = None
+    # optional change record of ``gpu_jobs`` (GpuChanges; used while its ``source`` is
+    # ``gpu_jobs``): lets a policy keep facts about the GPU map across calls
+    gpu_changes: Optional[GpuChanges] = field(default=None, compare=False, repr=False)
 
     # ---- derived views -------------------------------------------------
     @property

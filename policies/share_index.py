@@ -35,6 +35,7 @@ from typing import Optional
 from .base import exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job, identity_memo
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
+from .single_gpus import SingleGpus, _node_offsets, single_gpus
 
 REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
 
@@ -82,23 +83,13 @@ def _occupant(snap: ClusterSnapshot, job: Job, t: Optional[float]) -> Occupant:
                     t if t is not None else float("nan"), rem)
 
 
-def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
-    """Node name -> position of its first GPU in the cluster's GPU order, and -> its GPU
-    count (the first node of a name counts), memoised per node tuple."""
-    return identity_memo(_OFFSETS, nodes, _compute_node_offsets, 64)
+def _node_mem(nodes: tuple) -> dict:
+    """Node name -> its GPU memory (MiB; the last node of a name counts), memoised per node
+    tuple (read only)."""
+    return identity_memo(_MEM, nodes, lambda ns: {n.name: n.gpu_mem_mb for n in ns}, 64)
 
 
-def _compute_node_offsets(nodes: tuple) -> tuple[dict, dict]:
-    offset, size = {}, {}
-    p = 0
-    for n in nodes:
-        offset.setdefault(n.name, p)
-        size.setdefault(n.name, n.num_gpus)
-        p += n.num_gpus
-    return offset, size
-
-
-_OFFSETS: dict = {}
+_MEM: dict = {}
 
 
 def occupant_cache_of(pol) -> dict:
@@ -246,18 +237,21 @@ class Cls:
 class Round:
     """Free and single-occupied GPUs of one scheduling round, updated per start."""
 
-    def __init__(self, snap: ClusterSnapshot, occupant_cache: Optional[dict] = None):
+    def __init__(self, snap: ClusterSnapshot, occupant_cache: Optional[dict] = None,
+                 singles: Optional[SingleGpus] = None):
         """``occupant_cache``: the policy's :func:`occupant_cache_of` (running jobs'
-        iteration times kept across rounds), or ``None``."""
+        iteration times kept across rounds), or ``None``; ``singles``: the policy's
+        :func:`single_gpus_of` (G_OJ kept across rounds), or ``None``."""
         self.snap = snap
         self.occupant_cache = occupant_cache
+        self.singles = singles
         self.cand_memo: dict = {}
         # rejected jobs whose wait reason is not made yet (policies.sjf_bsbf)
         self.deferred: list = []
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
-        self.min_mem = min((n.gpu_mem_mb for n in nodes), default=None)
-        self.mem_of = {n.name: n.gpu_mem_mb for n in nodes}
+        self.min_mem = snap.min_gpu_mem_mb
+        self.mem_of = _node_mem(nodes)
         self.free = free_gpus_of(snap)
         self.n_free = self.free.total
         self.iter_cache: dict = {}
@@ -265,7 +259,8 @@ class Round:
         self._subs: dict = {}
         self._xi: dict = {}
         self.fit_memo: dict = {}
-        self.shared_ready = False
+        self.counted = False  # n_one known (count_shared)
+        self.shared_ready = False  # groups built (build_shared)
         self.started: list = []  # starts made before the sharing indexes were built
 
     # ----------------------------------------------------------- memo helpers
@@ -291,8 +286,19 @@ class Round:
         return v
 
     # ----------------------------------------------------- occupancy (lazy)
+    def count_shared(self) -> None:
+        """|G_OJ| (``n_one``) the first time a job needs it this round: the GPUs holding
+        one job (kept across calls, :class:`SingleGpus`, or one pass) plus those of the
+        exclusive starts made so far this round; its groups wait for :meth:`build_shared`."""
+        one = self.singles.update(self.snap) if self.singles is not None else None
+        self.one = single_gpus(self.snap) if one is None else one
+        self.n_one = len(self.one) + sum(len(st[1]) for st in self.started)
+        self.counted = True
+
     def build_shared(self, per_gpu_groups: bool) -> None:
-        """G_OJ and its groups, built the first time a job needs them this round."""
+        """G_OJ's groups, built the first time a job needs them this round."""
+        if not self.counted:
+            self.count_shared()
         snap = self.snap
         self.per_gpu_groups = per_gpu_groups
         offset, size = _node_offsets(snap.nodes)
@@ -303,12 +309,10 @@ class Round:
         self.occupants: dict[str, Occupant] = {}
         self.groups: dict = {}  # job id (or GPU for per-GPU groups) -> Group
         self.classes: dict[tuple, Cls] = {}
-        self.n_one = 0
+        self.n_one = len(self.one)  # the exclusive starts so far are added back below
         singles: dict[str, list] = {}
-        for g, ids in snap.gpu_jobs.items():
-            if len(ids) == 1 and g.node in offset and 0 <= g.index < size[g.node]:
-                self.n_one += 1
-                singles.setdefault(ids[0], []).append(g)
+        for g, jid in self.one.items():
+            singles.setdefault(jid, []).append(g)
         # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
         # places but does not list as running, or cannot model, is skipped
         jobs = snap.jobs
@@ -373,6 +377,8 @@ class Round:
         held one job): G_free / G_OJ and the groups follow."""
         if not self.shared_ready:
             self.started.append((job, gpus, b, s))
+            if self.counted:  # free GPUs now holding this job alone
+                self.n_one += len(gpus)
             return
         snap = self.snap
         prof = snap.profiles.get(job.app)

@@ -68,6 +68,7 @@ from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
 from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
                           runs)
+from .single_gpus import single_gpus_of
 
 _INF = float("inf")
 _FIRST = itemgetter(0)
@@ -118,20 +119,25 @@ class SjfBsbf(Policy):
             gmin = min((j.num_gpus for j in pending), default=0)
             gmax = max((j.num_gpus for j in pending), default=0)
 
-        rnd = Round(snap, occupant_cache_of(self))
+        rnd = Round(snap, occupant_cache_of(self), single_gpus_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
         tail = None
-        for k, job in enumerate(pending):  # Alg. 1 line 2 (no break: later jobs may pass)
+        passed: list = []  # runs of jobs passed over as one lazy segment each
+        n_pending = len(pending)
+        k = -1
+        while k + 1 < n_pending:  # Alg. 1 line 2 (no break: later jobs may pass)
+            k += 1
+            job = pending[k]
             if rnd.n_free < gmin and gmax <= total:
                 # no job from here on fits in the free GPUs; if G_free + G_OJ is short for
                 # every one of them too, nothing more starts this round: each waits for
                 # resources with the same counts (one lazy segment, no per-job work)
-                if not rnd.shared_ready:
-                    rnd.build_shared(self.per_gpu_groups)
+                if not rnd.counted:
+                    rnd.count_shared()
                 if not can_share or rnd.n_free + rnd.n_one < gmin:
                     tail = k
                     break
@@ -154,16 +160,18 @@ class SjfBsbf(Policy):
                 self._flush(rnd, reasons)
                 rnd.occupy(job, gpus, b, s, list(gpus))
                 continue
-            if not rnd.shared_ready:
-                rnd.build_shared(self.per_gpu_groups)
+            if not rnd.counted:  # the count only: the groups wait for a job that may share
+                rnd.count_shared()
             n_one = rnd.n_one  # line 5: |G_OJ|
             if not can_share or nfree + n_one < need:  # line 9 fails
-                waiting.append(job.id)
-                reasons[job.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                         f"needs {need} GPUs, {nfree} free and "
-                                         f"{n_one if can_share else 0} shareable",
-                                         free_gpus=nfree, shareable_gpus=n_one, **nums)
+                # so it does for the run of jobs behind that ask more than the GPUs free
+                # (and shareable) and no more than the cluster: nothing changes while the
+                # walk passes them, each waits with the same counts (one lazy segment)
+                k = self._pass_run(snap, pending, ids, k, nfree + n_one if can_share else nfree,
+                                   nfree, n_one, can_share, waiting, passed)
                 continue
+            if not rnd.shared_ready:
+                rnd.build_shared(self.per_gpu_groups)
             cand = Candidate(rnd, job)
             started = self._share(rnd, job, cand, nfree, norder, nums, actions, reasons)
             if started is None:
@@ -173,7 +181,7 @@ class SjfBsbf(Policy):
             self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
-        shared = [(lambda: _running_ids(snap), _KEEP)]
+        shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))
         if tail is None:
@@ -182,6 +190,23 @@ class SjfBsbf(Policy):
         why = _resources_reason(snap, rnd.n_free, rnd.n_one, can_share)
         order = Joined(tuple(waiting), rest) if kept is not None else (*waiting, *rest)
         return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), *shared])
+
+    @staticmethod
+    def _pass_run(snap, pending, ids, k, fits, nfree, n_one, can_share, waiting, passed) -> int:
+        """Pass over the job at position ``k``, which cannot start (it asks more than
+        ``fits`` GPUs), and the jobs right behind it that ask more than ``fits`` and at
+        most the cluster: their ids join ``waiting``, their WAIT_RESOURCES reason (the
+        walk's, ``nfree`` free and ``n_one`` single-occupied GPUs) is one segment in
+        ``passed``, made on first use.  Returns the run's last position."""
+        total = snap.total_gpus
+        end = k + 1
+        n = len(pending)
+        while end < n and fits < pending[end].num_gpus <= total:
+            end += 1
+        run = ids[k:end]
+        waiting.extend(run)
+        passed.append((run, _resources_reason(snap, nfree, n_one, can_share)))
+        return end - 1
 
     # ------------------------------------------------- deferred wait reasons
     # A job Theorem 1 rejects everywhere waits with the numbers of the rejected pair closest

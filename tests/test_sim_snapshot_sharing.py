@@ -204,3 +204,43 @@ def test_views_are_the_old_views(name, reveal):
         assert JobState.SUSPENDED in states and any(r for _, r, _ in probe.states)
     hidden = not (reveal and probe.needs_lengths)  # total_iters shown only then
     assert {h for _, _, h in probe.states} == {hidden}
+
+
+class GpuRecordProbe:
+    """Keeps a copy of every snapshot's GPU map and its change record."""
+
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        self.name, self.preemptive = self.inner.name, self.inner.preemptive
+        self.seen = []
+
+    def schedule(self, snap):
+        rec = snap.gpu_changes
+        assert rec.source is snap.gpu_jobs
+        self.seen.append((dict(snap.gpu_jobs), rec.log))
+        return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("name,preempt_cost,keep", [("sjf-bsbf", 0.0, False),
+                                                    ("tiresias", 30.0, False),
+                                                    ("gandiva", 0.0, True)])
+def test_gpu_change_record_names_every_changed_gpu(name, preempt_cost, keep):
+    """Between two snapshots of a run the GPU map changes only at the GPUs of the record's
+    new entries (sharing, pre-emption, migration), and each record extends the last."""
+    probe = GpuRecordProbe(name)
+    if keep:  # a policy holding its snapshots: the simulator copies the map per call
+        inner = probe.schedule
+        held = []
+        probe.schedule = lambda snap: (held.append(snap), inner(snap))[1]
+    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS,
+                    SimConfig(interval=120.0, preempt_cost=preempt_cost))
+    sim.run()
+    assert len(probe.seen) > 30
+    changed = 0
+    for (a, la), (b, lb) in zip(probe.seen, probe.seen[1:]):
+        assert lb.extends(la)
+        named = set(lb[len(la):])
+        diff = {g for g in a.keys() | b.keys() if a.get(g) != b.get(g)}
+        assert diff <= named
+        changed += bool(diff)
+    assert changed > 10

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Frozen, Gpu, Job,
-                            JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
+from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Frozen, Gpu, GpuChanges,
+                            Job, JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
@@ -165,6 +165,9 @@ class Simulator:
         # same order), when nothing outside the simulator still holds it
         self.snap_gpus: Optional[dict] = None
         self.gpu_log: list[tuple[Gpu, Optional[tuple[str, ...]]]] = []
+        # every GPU whose entry of ``gpu_jobs`` changed, oldest first, never cleared: the
+        # snapshots' change record (policies.model.GpuChanges)
+        self.gpu_changes: list[Gpu] = []
         self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
@@ -426,10 +429,12 @@ class Simulator:
             if rest:
                 self.gpu_jobs[g] = rest
                 self.gpu_log.append((g, rest))
+                self.gpu_changes.append(g)
                 affected.update(rest)
             else:
                 self.gpu_jobs.pop(g, None)
                 self.gpu_log.append((g, None))
+                self.gpu_changes.append(g)
                 self.free_by_node[g.node].add(g.index)
                 self.busy_gpus -= 1
                 self.dirty_nodes.add(g.node)
@@ -565,6 +570,7 @@ class Simulator:
             gpus = self.snap_gpus = dict(self.gpu_jobs)
         self.gpu_log.clear()
         jobs_view = MappingProxyType(jobs)
+        gpus_view = MappingProxyType(gpus)
         if self.queue_cache is None:  # (not the snapshot's queue: that holds the job map)
             self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0),
                                 Frozen(self.wlog))
@@ -579,12 +585,13 @@ class Simulator:
             self.last_fit = self.now
         return ClusterSnapshot(
             now=self.now, nodes=self.nodes, jobs=jobs_view,
-            gpu_jobs=MappingProxyType(gpus), free_gpus=free,
+            gpu_jobs=gpus_view, free_gpus=free,
             profiles=self.models.profiles, memory=self.models.memory,
             interference=self.models.interference, seed=self.cfg.seed,
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
             waiting_ids=q.ids, gpu_types=self.models.gpu_types,
-            history=self.history_view, predictors=self.predictors, queue=q)
+            history=self.history_view, predictors=self.predictors, queue=q,
+            gpu_changes=GpuChanges(Frozen(self.gpu_changes), gpus_view))
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -801,6 +808,7 @@ class Simulator:
                 self.busy_gpus += 1  # GPUs holding at least one job
             on = self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
             self.gpu_log.append((g, on))
+            self.gpu_changes.append(g)
             self.free_by_node[g.node].discard(g.index)
             self.dirty_nodes.add(g.node)
             self.free_cache = None

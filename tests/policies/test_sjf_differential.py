@@ -24,6 +24,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
+from policies.single_gpus import SingleGpus, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -64,16 +65,31 @@ class Differential:
         self.tails = 0  # calls whose plan ends in a lazy blocked tail (kept order)
         self.fresh_tails = 0  # the same without a change record
         self.codes = Counter()
+        # calls whose |G_OJ| came from the GPUs kept since an earlier call brought up to
+        # date from the GPU change record (SingleGpus), and those scanned afresh
+        self.singles_kept = self.singles_fresh = 0
 
     def schedule(self, snap):
         ref = self.ref.schedule(snap)
+        kept_gpus = self.inner.__dict__.get("_single_gpus")
+        before = kept_gpus._seen if kept_gpus is not None else None
         plan = self.inner.schedule(snap)
         assert_same(plan, ref)
         kept = self.inner.__dict__.get("_kept_order")
         if kept is not None and kept._seen is not None and kept._seen is snap.queue.changes:
             self.kept += 1
+        kept_gpus = self.inner.__dict__.get("_single_gpus")
+        if kept_gpus is not None and kept_gpus._seen is snap.gpu_changes.log:
+            # what the kept index says is what a pass over every GPU says
+            assert kept_gpus.one == single_gpus(snap)
+            if before is not None and before is not snap.gpu_changes.log:
+                self.singles_kept += 1
+            else:
+                self.singles_fresh += 1
         self.tails += isinstance(plan.order, Joined)
-        nolog = dataclasses.replace(snap, queue=dataclasses.replace(snap.queue, changes=None))
+        # the daemon's kind: no change record of the waiting order nor of the GPU map
+        nolog = dataclasses.replace(snap, queue=dataclasses.replace(snap.queue, changes=None),
+                                    gpu_changes=None)
         other = self.fresh.schedule(nolog)
         # a tail segment besides the running jobs' one (before a lookup resolves them)
         self.fresh_tails += isinstance(other.reasons, Reasons) and len(other.reasons._segments) > 1
@@ -132,14 +148,28 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         made["made"] += 1
         return rest_reason(self, rnd, entry)
 
+    pass_run = sjf_bsbf.SjfBsbf._pass_run
+
+    def counted_pass(snap, pending_, ids, k, *rest):
+        end = pass_run(snap, pending_, ids, k, *rest)
+        made["runs"] += 1
+        made["run_jobs"] += end - k + 1
+        return end
+
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_flush", counted_flush)
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_pass_run", staticmethod(counted_pass))
     simulate(_jobs(80, seed=7 + per_gpu, gpus=(1, 1, 2, 2, 4, 8)), parse_cluster(cluster), pol,
              MODELS, SimConfig(interval=60.0, max_jobs_per_gpu=per_gpu))
     assert pol.calls > 50
     assert pol.kept == pol.calls  # the new path answered every call
+    # |G_OJ| from the kept GPUs at most calls (the first one scans)
+    assert pol.singles_fresh == 1 and pol.singles_kept > pol.calls // 2
+    assert pol.fresh.__dict__["_single_gpus"]._seen is None  # without a record: scanned
     assert pol.tails > 0 and pol.fresh_tails > 0
     assert pol.codes["wait_resources"] > 0
+    # jobs that cannot start passed over in runs (one lazy segment each), some longer than one
+    assert made["runs"] > 0 and made["run_jobs"] > made["runs"]
     if per_gpu == 2:
         assert pol.codes["started_shared"] > 0
         assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
@@ -238,3 +268,38 @@ def test_one_instance_across_snapshots(name):
         assert_same(plan, REFS[name]().schedule(snap))
         seen.update(r.code.value for r in plan.reasons.values())
     assert seen["started_shared"] > 0
+
+
+def test_single_gpus_follow_the_change_record_or_scan():
+    """SingleGpus answers from the GPU change record only for the snapshot's own GPU map,
+    the same node tuple and a record that extends the one it saw; else it scans (or says
+    ``None`` where the snapshot has no usable record)."""
+    from policies.model import Frozen, GpuChanges
+
+    jobs = [running("R0", "x", [(0, 0), (0, 1)]), running("R1", "x", [(0, 1), (1, 0)]),
+            running("R2", "x", [(1, 2)]), pending("P0", "x", 1)]
+    snap = make_snap(jobs, nodes=2, gpus_per_node=4)
+    log = [g for j in jobs if j.running for g in j.allocation.gpus]
+    first = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log), snap.gpu_jobs))
+    sg = SingleGpus()
+    assert sg.update(snap) is None  # no record
+    want = single_gpus(first)
+    assert set(want.values()) == {"R0", "R1", "R2"} and len(want) == 3
+    assert sg.update(first) == want and sg._seen is first.gpu_changes.log
+    # R2 leaves, R3 arrives on a GPU of R0: the record names both GPUs
+    jobs2 = [jobs[0], jobs[1], running("R3", "x", [(0, 0)]), jobs[3]]
+    snap2 = make_snap(jobs2, nodes=2, gpus_per_node=4)
+    log += [jobs[2].allocation.gpus[0], jobs2[2].allocation.gpus[0]]
+    second = dataclasses.replace(snap2, nodes=first.nodes,
+                                 gpu_changes=GpuChanges(Frozen(log), snap2.gpu_jobs))
+    assert sg.update(second) == single_gpus(second) and len(sg.one) == 1
+    assert sg.one is not want  # brought up to date in place, not rebuilt
+    # a copy with another GPU map: no record
+    assert sg.update(dataclasses.replace(second, gpu_jobs=dict(second.gpu_jobs))) is None
+    # an older snapshot of the run (a shorter view): scanned afresh
+    assert sg.update(first) == want
+    # a record that misses a change is not detected by design; another node tuple scans
+    other = dataclasses.replace(second, nodes=tuple(second.nodes))
+    sg._seen = Frozen(log, 0, 3)
+    sg.one = {}
+    assert sg.update(other) == single_gpus(second)
