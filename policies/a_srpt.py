@@ -22,7 +22,7 @@ Non-preemptive: running jobs are never stopped.
 
 Our choices where the paper is open (documented):
 
-* Ã1 is recomputed at every call from the snapshot (stateless): it holds the active jobs
+* Ã1 is a function of the snapshot alone (stateless in its results): it holds the active jobs
   and the finished jobs of ``snapshot.history`` submitted since the earliest active job
   (earlier finished jobs are treated as done in Ã1 too).  Predictions come from
   ``snapshot.predictors["iterations"]`` (a fitted object from :mod:`gimbalctl.predictor`;
@@ -32,26 +32,41 @@ Our choices where the paper is open (documented):
   policy object keeps that changes decisions (``job id -> (t0, κ)``); a fresh object (a
   restarted daemon) starts the delay anew.  The other memos (per-job ``α`` bounds and
   predictions while the predictor object is the same, each history record's Ã1 item, an
-  index of the history by submit time, the previous call's SRPT busy periods reused by
-  :class:`~policies.asrpt_core.IncrementalSrpt`) only save work: Ã1's completion times
-  equal a fresh :func:`~policies.asrpt_core.virtual_srpt` of the window
+  index of the history by submit time, and Ã1's window itself kept across calls from the
+  simulator's change records in :class:`~policies.asrpt_window.A1Window`, re-simulated
+  only around what changed) only save work: Ã1's completion times equal a fresh
+  :func:`~policies.asrpt_core.virtual_srpt` of the window
   (tests/policies/test_asrpt_differential.py).
 * τ (the delay factor) is not given for the simulations; default 1.0, an option.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 import operator
 
-from .asrpt_core import (EPS, IncrementalSrpt, Placer, alpha_bounds, prediction,
-                         predicted_seconds)
+from .asrpt_core import (EPS, Placer, alpha_bounds, prediction, predicted_seconds,
+                         virtual_srpt)
+from .asrpt_window import A1Window
 from .base import Policy, exclusive_config, keep_running_reasons
 from .pipeline import Network
+from .model import Frozen
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
 
 COMM_HEAVY = 1.5
 _SECOND, _ID = operator.itemgetter(1), operator.attrgetter("id")
+_GONE = (None, None)
+
+
+class _Kept:
+    """Ã1's inputs as of the last call: the job change record seen, the active jobs'
+    facts and items, a heap of their (submit time, id) (stale entries skipped), ``t0``."""
+
+    __slots__ = ("seen", "facts", "act", "subs", "t0")
+
+    def __init__(self, seen, facts, act, subs, t0):
+        self.seen, self.facts, self.act, self.subs, self.t0 = seen, facts, act, subs, t0
 
 
 @register("a-srpt")
@@ -71,7 +86,10 @@ class ASrpt(Policy):
         self._delay: dict[str, tuple[float, float]] = {}
         # memo only (results are a pure function of the snapshot): per-job facts, history index
         self._token, self._facts, self._hidx, self._hitems, self._hobj = None, {}, None, {}, {}
-        self._srpt = IncrementalSrpt()
+        self._win = A1Window()
+        self._kept = None  # _Kept: Ã1's inputs as of the last call (simulator snapshots)
+        self._hrec, self._hdup, self._hseen = None, False, (0, None)
+        self.full_calls = 0  # calls that built Ã1 from the whole window
 
     # ---------------------------------------------------------------- Ã1
     def _check_token(self, snap, G):
@@ -81,6 +99,7 @@ class ASrpt(Policy):
         if self._token is None or any(x is not y for x, y in zip(token, self._token)) \
                 or token[1:3] != self._token[1:3]:
             self._token, self._facts, self._hitems, self._hobj = token, {}, {}, {}
+            self._kept = None
 
     def _fact(self, snap, j, G):
         """(α̂min, αmax, ñ, unit, source, p̃) of a job; memoised per job id while the
@@ -111,20 +130,97 @@ class ASrpt(Policy):
         k = bisect.bisect_left(subs, (t0, -1))
         return list(map(_SECOND, subs[k:]))
 
+    def _new_records(self, history):
+        """The history records appended since the last call, with the id -> record map
+        (``_hrec``) brought up to date; ``None`` when the history is not the last call's
+        plus appended records (then the map is dropped) or no map is kept yet."""
+        n, last = self._hseen
+        self._hseen = (len(history), history[-1] if history else None)
+        if self._hrec is None:
+            return None
+        if len(history) < n or (n and history[n - 1] is not last):
+            self._hrec, self._hdup = None, False
+            return None
+        new = list(history[n:]) if len(history) > n else []
+        hrec = self._hrec
+        for f in new:
+            if f.id in hrec:
+                self._hdup = True
+            hrec[f.id] = f
+        return new
+
     def virtual(self, snap):
         """(per-job facts, Ã1 completion times) for the active jobs (and recent history).
 
         Ã1 holds the active jobs and the history records submitted since the earliest
-        active job; its schedule comes from :class:`IncrementalSrpt` (equal to
-        :func:`virtual_srpt` on the same items)."""
+        active job (``t0``).  With the simulator's change records (``snap.job_changes``,
+        the append-only history) the window is brought up to date from the jobs named
+        since the last call and the records appended since, and :class:`A1Window`
+        re-simulates only around the items that changed; otherwise (the daemon, a refit,
+        the front moving back, two history records of one id) it is built from the whole
+        window (:meth:`_virtual_full`).  Either way the completion times equal a fresh
+        :func:`virtual_srpt` of the window (tests/policies/test_asrpt_differential.py)."""
         G = max(snap.total_gpus, 1)
         self._check_token(snap, G)
+        new = self._new_records(snap.history)
+        rec, kept, jobs = snap.job_changes, self._kept, snap.jobs
+        if (kept is None or new is None or self._hdup or not self._win.valid or rec is None
+                or rec.source is not jobs or not isinstance(rec.log, Frozen)
+                or not rec.log.extends(kept.seen)):
+            return self._virtual_full(snap, G)
+        facts, act, subs = kept.facts, kept.act, kept.subs
+        ups, left = {}, []
+        for jid in dict.fromkeys(rec.log[len(kept.seen):]):
+            j = jobs.get(jid)
+            if j is None:
+                if act.pop(jid, None) is not None:
+                    del facts[jid]
+                    left.append(jid)
+                continue
+            fact = facts[jid] = self._fact(snap, j, G)
+            item = (jid, j.submit_time, fact[5])
+            if act.get(jid) != item:
+                act[jid] = ups[jid] = item
+                heapq.heappush(subs, (j.submit_time, jid))
+        while subs and act.get(subs[0][1], _GONE)[1] != subs[0][0]:
+            heapq.heappop(subs)  # stale: the job left or its submit time changed
+        if not subs:
+            self._kept = None
+            return facts, {}
+        t0 = subs[0][0]
+        if t0 < kept.t0:  # the front moves back: records before it re-enter
+            return self._virtual_full(snap, G)
+        if len(subs) > 4 * len(act) + 1024:
+            kept.subs = subs = [(x[1], x[0]) for x in act.values()]
+            heapq.heapify(subs)
+        hrec, removed = self._hrec, []
+        for jid in left:  # its history record (if any) replaces the active job's item
+            f = hrec.get(jid)
+            if f is not None and f.submit_time >= t0:
+                ups[jid] = (jid, f.submit_time, self._fact(snap, f, G)[5])
+            else:
+                removed.append(jid)
+        for f in new:  # records of jobs not seen active (active jobs' records wait)
+            if f.id not in act and f.id not in ups and f.submit_time >= t0 \
+                    and f.id not in removed:
+                ups[f.id] = (f.id, f.submit_time, self._fact(snap, f, G)[5])
+        done = self._win.update(t0, removed, ups)
+        kept.seen, kept.t0 = rec.log, t0
+        return facts, done
+
+    def _virtual_full(self, snap, G):
+        """Ã1 from the whole window: the active jobs' facts and items, the history
+        records submitted since the earliest active job; keeps the inputs for the next
+        call when the snapshot has a job change record."""
+        self.full_calls += 1
+        self._kept = None
         facts, items = {}, []
         active = list(snap.jobs.values())
         for j in active:
             fact = self._fact(snap, j, G)
             facts[j.id] = fact
             items.append((j.id, j.submit_time, fact[5]))
+        nact = len(items)
         if active and snap.history:
             t0 = min(j.submit_time for j in active)
             history, hitems, hobj = snap.history, self._hitems, self._hobj
@@ -144,7 +240,24 @@ class ASrpt(Policy):
                 items.extend(map(hitems.__getitem__, idxs))
             else:  # a record whose id is active: the active job's item only
                 items.extend(hitems[i] for i, f in zip(idxs, objs) if f.id not in facts)
-        return facts, self._srpt(items)
+        done = self._win.reset(items)
+        if done is None:  # two items of one key (history records of one id)
+            return facts, virtual_srpt(items)
+        rec = snap.job_changes
+        if (active and rec is not None and rec.source is snap.jobs
+                and isinstance(rec.log, Frozen)):
+            if self._hrec is None:  # the id -> record map, kept from now on
+                hrec = self._hrec = {}
+                for f in snap.history:
+                    if f.id in hrec:
+                        self._hdup = True
+                    hrec[f.id] = f
+            if not self._hdup:
+                act = {x[0]: x for x in items[:nact]}
+                subs = [(x[1], x[0]) for x in items[:nact]]
+                heapq.heapify(subs)
+                self._kept = _Kept(rec.log, dict(facts), act, subs, subs[0][0])
+        return facts, done
 
     # ---------------------------------------------------------------- Alg. 1
     def schedule(self, snap):

@@ -14,10 +14,8 @@ nodes the placement spans, which is what the simulator runs.
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-import operator
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -140,118 +138,6 @@ def virtual_srpt(items: Iterable[tuple[Any, float, float]]) -> dict[Any, float]:
             heapq.heapreplace(heap, (rem - (nxt - t), r, k))
             t = nxt
     return done
-
-
-class IncrementalSrpt:
-    """:func:`virtual_srpt` that reuses the previous call's schedule where it provably
-    repeats (same completion times, float for float; the dict's key order may differ).
-
-    Single-machine SRPT splits into busy periods: at an *idle point* (the loop finds no
-    job waiting before it admits item ``i``) every earlier item is complete and the
-    clock ``t`` is at most ``r_i``, so what follows depends only on items ``i, i+1, ...``
-    (the next step sets ``t = r_i``).  When the new call reaches an idle point at an item
-    that was an idle point ``j`` of the previous call, the previous busy periods from
-    ``j`` up to a later idle point ``J`` are copied if items ``j..J-1`` are equal (key,
-    release, processing) and the new call's item after them (if any) is ``old[J]`` or
-    arrives no earlier than ``r_J`` or after the old clock ``t_J``: then every comparison
-    of the loop in those periods has the same outcome.  Otherwise the loop runs as in
-    :func:`virtual_srpt`."""
-
-    def __init__(self):
-        self._its: list = []    # previous call's items, sorted by (release, key)
-        self._keys: list = []   # their keys
-        self._done: list = []   # their completion times (aligned)
-        self._pos: dict = {}    # key -> index
-        self._ix: list = []     # idle point indices, increasing (last: len(items))
-        self._it: list = []     # clock t at each idle point (aligned)
-        self.reused = 0         # items whose completion time was copied (all calls)
-
-    def __call__(self, items: Iterable[tuple[Any, float, float]]) -> dict[Any, float]:
-        its = sorted(items, key=_REL_KEY)
-        n = len(its)
-        keys = list(map(_KEY, its))
-        pos = dict(zip(keys, range(n)))
-        if len(pos) != n:  # duplicate keys: no reuse (the plain loop)
-            self.__init__()
-            return virtual_srpt(its)
-        old, okeys, odone, opos, oix, oit = (self._its, self._keys, self._done, self._pos,
-                                             self._ix, self._it)
-        on = len(old)
-        done: dict[Any, float] = {}
-        ix: list[int] = []
-        it: list[float] = []
-        heap: list = []
-        t, i = -math.inf, 0
-        while i < n or heap:
-            if not heap:
-                while on and i < n:  # idle point i: copy old busy periods that repeat
-                    j = opos.get(keys[i])
-                    if j is None:
-                        break
-                    p = bisect.bisect_left(oix, j)
-                    if oix[p] != j:
-                        break
-                    m = _common(its, i, old, j, min(n - i, on - j))
-                    q = bisect.bisect_right(oix, j + m) - 1
-                    J = oix[q]
-                    if J - j == m and i + m < n:  # the next new item differs from old[J]
-                        r2 = its[i + m][1]
-                        if not ((J < on and r2 >= old[J][1]) or r2 > oit[q]):
-                            q -= 1
-                            J = oix[q]
-                    if J <= j:
-                        break
-                    ix.append(i)
-                    it.append(t)
-                    ix.extend(x - j + i for x in oix[p + 1:q])
-                    it.extend(oit[p + 1:q])
-                    done.update(zip(okeys[j:J], odone[j:J]))
-                    self.reused += J - j
-                    i, t = i + J - j, oit[q]
-                if i >= n:
-                    break
-                ix.append(i)
-                it.append(t)
-                t = max(t, its[i][1])
-            while i < n and its[i][1] <= t:
-                k, r, p = its[i]
-                heapq.heappush(heap, (max(p, 0.0), r, k))
-                i += 1
-            rem, r, k = heap[0]
-            nxt = its[i][1] if i < n else math.inf
-            if t + rem <= nxt:
-                heapq.heappop(heap)
-                t += rem
-                done[k] = t
-            else:
-                heapq.heapreplace(heap, (rem - (nxt - t), r, k))
-                t = nxt
-        ix.append(n)
-        it.append(t)
-        self._its, self._keys, self._pos, self._ix, self._it = its, keys, pos, ix, it
-        self._done = list(map(done.__getitem__, keys))
-        return done
-
-
-_REL_KEY = operator.itemgetter(1, 0)
-_KEY = operator.itemgetter(0)
-
-
-def _common(a: list, i: int, b: list, j: int, most: int) -> int:
-    """Length of the common run ``a[i:i+m] == b[j:j+m]`` (at most ``most``; galloping)."""
-    lo, step = 0, 1
-    while lo < most:
-        hi = min(lo + step, most)
-        if a[i + lo:i + hi] != b[j + lo:j + hi]:
-            while hi - lo > 1:  # a[i+lo:...] matches up to lo; mismatch before hi
-                mid = (lo + hi) // 2
-                if a[i + lo:i + mid] == b[j + lo:j + mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return lo
 
 
 # ------------------------------------------------------------------ placement

@@ -414,6 +414,22 @@ class GpuChanges:
 
 
 @dataclass(frozen=True)
+class JobChanges:
+    """The change record of a snapshot's ``jobs`` (simulator only): ``log`` is a
+    :class:`Frozen` view of an append-only list of job ids, one entry each time the
+    simulator's job map changed at that id (a job arrived, got a new view, or left the
+    active set), oldest first, since the run began; a later snapshot of the same run gets
+    a longer view of the same list (``Frozen.extends``), so between two snapshots of a run
+    only the jobs named by the entries after the first one's can differ.  ``source`` is
+    the ``jobs`` mapping the record was made for: a snapshot uses it only while its
+    ``jobs`` is that very object (``dataclasses.replace(snap, jobs=...)`` drops back to a
+    full pass)."""
+
+    log: Sequence[str]
+    source: Mapping[str, "Job"]
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """The immutable view of the cluster at ``now``: all a policy sees.
 
@@ -454,6 +470,8 @@ class ClusterSnapshot:
     # optional change record of ``gpu_jobs`` (GpuChanges; used while its ``source`` is
     # ``gpu_jobs``): lets a policy keep facts about the GPU map across calls
     gpu_changes: Optional[GpuChanges] = field(default=None, compare=False, repr=False)
+    # optional change record of ``jobs`` (JobChanges; used while its ``source`` is ``jobs``)
+    job_changes: Optional[JobChanges] = field(default=None, compare=False, repr=False)
 
     # ---- derived views -------------------------------------------------
     @property

@@ -244,3 +244,46 @@ def test_gpu_change_record_names_every_changed_gpu(name, preempt_cost, keep):
         assert diff <= named
         changed += bool(diff)
     assert changed > 10
+
+
+class JobRecordProbe:
+    """Keeps a copy of every snapshot's job map and its change record."""
+
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        self.name, self.preemptive = self.inner.name, self.inner.preemptive
+        self.needs_lengths = self.inner.needs_lengths
+        self.seen = []
+
+    def schedule(self, snap):
+        rec = snap.job_changes
+        assert rec.source is snap.jobs
+        self.seen.append((dict(snap.jobs), rec.log))
+        return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("name,preempt_cost,keep", [("a-srpt", 0.0, False),
+                                                    ("tiresias", 30.0, False),
+                                                    ("sjf-bsbf", 0.0, True)])
+def test_job_change_record_names_every_changed_job(name, preempt_cost, keep):
+    """Between two snapshots of a run the job map changes (a job arrives, gets a new
+    view, leaves) only at the ids of the record's new entries, and each record extends
+    the last."""
+    probe = JobRecordProbe(name)
+    if keep:  # a policy holding its snapshots: the simulator copies the map per call
+        inner = probe.schedule
+        held = []
+        probe.schedule = lambda snap: (held.append(snap), inner(snap))[1]
+    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS,
+                    SimConfig(interval=120.0, preempt_cost=preempt_cost))
+    sim.run()
+    assert len(probe.seen) > 30
+    changed = left = 0
+    for (a, la), (b, lb) in zip(probe.seen, probe.seen[1:]):
+        assert lb.extends(la)
+        named = set(lb[len(la):])
+        diff = {j for j in a.keys() | b.keys() if a.get(j) is not b.get(j)}
+        assert diff <= named
+        changed += bool(diff)
+        left += bool(a.keys() - b.keys())
+    assert changed > 10 and left > 5

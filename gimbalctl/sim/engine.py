@@ -54,7 +54,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Frozen, Gpu, GpuChanges,
-                            Job, JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
+                            Job, JobChanges, JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
@@ -168,6 +168,9 @@ class Simulator:
         # every GPU whose entry of ``gpu_jobs`` changed, oldest first, never cleared: the
         # snapshots' change record (policies.model.GpuChanges)
         self.gpu_changes: list[Gpu] = []
+        # every job id whose view (entry of the snapshots' ``jobs``) changed, oldest first,
+        # never cleared: the snapshots' change record (policies.model.JobChanges)
+        self.job_changes: list[str] = []
         self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
@@ -525,11 +528,14 @@ class Simulator:
     def snapshot(self) -> ClusterSnapshot:
         self._sync()
         jobs = self.snap_jobs
+        changed = sorted(self.changed_views)
+        # the job change record (policies.model.JobChanges): every id whose view changed
+        self.job_changes.extend(changed)
         # only this attribute, ``jobs`` and getrefcount's argument hold the last
         # snapshot's map: no snapshot, proxy or policy kept it, so it may change in place
         if jobs is not None and sys.getrefcount(jobs) == 3:
             views = self.views
-            for jid in sorted(self.changed_views):
+            for jid in changed:
                 v = views.get(jid)
                 if v is None:
                     jobs.pop(jid, None)
@@ -591,7 +597,8 @@ class Simulator:
             max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
             waiting_ids=q.ids, gpu_types=self.models.gpu_types,
             history=self.history_view, predictors=self.predictors, queue=q,
-            gpu_changes=GpuChanges(Frozen(self.gpu_changes), gpus_view))
+            gpu_changes=GpuChanges(Frozen(self.gpu_changes), gpus_view),
+            job_changes=JobChanges(Frozen(self.job_changes), jobs_view))
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:

@@ -1,14 +1,18 @@
-"""A-SRPT's incremental instance Ã1 (memoised facts and history items, busy periods of the
-virtual SRPT reused across calls: policies.asrpt_core.IncrementalSrpt) returns exactly the
+"""A-SRPT's incremental instance Ã1 (memoised facts and history items, the window kept
+across calls from the simulator's change records and re-simulated only around what
+changed: policies.asrpt_window.A1Window) returns exactly the
 Plans of the straightforward implementation kept in reference_asrpt.py: same actions, order,
 infeasible list and every reason's code, text and numbers, on every policy call of simulator
 runs (history before the run, random-forest refits, A-SRPT-Perfect, a loaded cluster with
-communication-heavy delays) and on random snapshot sequences (hypothesis); and the virtual
-SRPT alone equals virtual_srpt on random call sequences."""
+communication-heavy delays) and on random snapshot sequences with and without change
+records (hypothesis); and the kept window alone equals virtual_srpt on random edit
+sequences."""
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -19,8 +23,9 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.predictor import refitter
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
-from policies.asrpt_core import IncrementalSrpt, virtual_srpt
-from policies.model import ClusterSnapshot, FinishedJob, Job
+from policies.asrpt_core import virtual_srpt
+from policies.asrpt_window import A1Window
+from policies.model import ClusterSnapshot, FinishedJob, Frozen, Job, JobChanges
 from policies.pipeline import MODELS, configurations
 from reference_asrpt import RefASrpt, RefASrptPerfect
 from reference_asrpt import virtual_srpt as ref_virtual_srpt
@@ -49,10 +54,11 @@ class Differential:
         self.inner, self.ref = policies.get_policy(name, **kw), REFS[name](**kw)
         self.name, self.preemptive = name, False
         self.needs_lengths = self.inner.needs_lengths
-        self.calls, self.codes = 0, Counter()
+        self.calls, self.codes, self.window = 0, Counter(), 0
 
     def schedule(self, snap):
         plan = self.inner.schedule(snap)
+        self.window += len(self.inner._win)
         assert_same(plan, self.ref.schedule(snap))
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
@@ -100,7 +106,11 @@ def test_recorded_simulator_snapshots(name, cluster, pred, seed):
     assert pol.calls > 100
     assert pol.codes["started"] == len(jobs)
     assert pol.codes["wait_order"] > 0
-    assert pol.inner._srpt.reused > 0  # the reuse path is exercised
+    win = pol.inner._win
+    assert win.updates > pol.calls // 2  # most calls bring the kept window up to date
+    assert win.simulated < pol.window / 3  # ... re-simulating a part of it
+    print(name, cluster, pol.calls, "calls", pol.inner.full_calls, "full", win.updates,
+          "updates", win.simulated, "items re-simulated", win.built, "built", pol.window, "window items")
     if cluster == "4x8":
         assert pol.codes["wait_resources"] > 0
 
@@ -163,26 +173,179 @@ def test_random_snapshot_sequences(seq, name):
         assert_same(inner.schedule(snap), ref.schedule(snap))
 
 
-def test_incremental_srpt_equals_virtual_srpt_on_call_sequences():
-    """Items added, removed and changed between calls (zero lengths, ties, float
-    releases), as Ã1's window changes from call to call."""
-    reused = 0
-    for seed in range(400):
+@st.composite
+def _changes(draw):
+    """A run of snapshots with the simulator's change records: jobs arrive, get new
+    views (other lengths or GPU counts), leave with or without a history record, leave a
+    record and stay active (a requeue), come back under the same id, or appear late with
+    an old submit time (the window's front moves back), records of jobs never seen active
+    appear, new jobs arrive submitted long ago; refits now and then."""
+    nodes = tuple(parse_cluster(draw(st.sampled_from(["2x8", "3x4"]))))
+    n = draw(st.integers(2, 12))
+    apps = ["vgg19", "resnet152", "bert_large"]
+    jobs = []
+    for i in range(n):
+        app = draw(st.sampled_from(apps))
+        gpus = draw(st.sampled_from([1, 2, 4]))
+        cfg = configurations(app, gpus) or (1,)
+        jobs.append(Job(f"j{i}", float(draw(st.integers(0, 60))), gpus, app, MODELS[app].batch,
+                        total_iters=float(draw(st.sampled_from([0, 5, 50, 500]))),
+                        group_id=f"g{draw(st.integers(0, 3))}",
+                        stages=int(draw(st.sampled_from(cfg)))))
+    acts = st.sampled_from(["finish", "finish", "finish", "view", "vanish", "requeue", "back",
+                            "late", "ghost", "old", "none"])
+    steps = draw(st.lists(st.tuples(st.integers(0, 40), st.integers(0, n - 1), acts,
+                                    st.sampled_from([None] * 8 + [0.0, 10.0]),
+                                    st.sampled_from(["log"] * 8 + ["none", "other"]),
+                                    st.booleans()), min_size=8, max_size=30))
+    return nodes, jobs, steps
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_changes(), st.sampled_from(["a-srpt", "a-srpt-perfect"]))
+def test_random_sequences_with_change_records(seq, name):
+    """The kept window (change records, A1Window) gives the reference's Plans at every
+    call, whatever changes between calls and whichever records the snapshot carries."""
+    nodes, jobs, steps = seq
+    inner, ref = policies.get_policy(name), REFS[name]()
+    free = tuple(g for nd in nodes for g in nd.gpus())
+    now, hist, pred, log, prev = 0.0, [], {}, [], {}
+    active = {j.id: j for j in jobs}
+    late = set()
+    gone = {}
+    for dt, k, act, scale, record, frozen in steps:
+        now += dt
+        jid = f"j{k}"
+        j = active.get(jid)
+        if act in ("finish", "vanish", "requeue") and j is not None:
+            if act != "requeue":
+                gone[jid] = active.pop(jid)
+            if act != "vanish":  # a record; its length may differ from the job's
+                hist.append(FinishedJob(jid, "u", j.submit_time, j.submit_time, now, j.num_gpus,
+                                        j.app, "", j.group_id, (j.total_iters or 0) * 2,
+                                        j.global_batch))
+        elif act == "view" and j is not None:
+            active[jid] = dataclasses.replace(j, total_iters=(j.total_iters or 0) + 7)
+        elif act == "back" and jid in gone:
+            active[jid] = gone.pop(jid)
+        elif act == "late" and j is not None and jid not in late:
+            late.add(jid)  # hidden until a later "late" step names it again
+        elif act == "late" and jid in late:
+            late.discard(jid)
+        elif act == "ghost":  # a record of a job this policy never saw active
+            g = jobs[k]
+            hist.append(FinishedJob(f"x{len(hist)}", "u", max(0.0, now - 7 * k), now, now + 1,
+                                    g.num_gpus, g.app, "", g.group_id, 40.0 * (k + 1),
+                                    g.global_batch))
+        elif act == "old":  # a new job, submitted long ago
+            active[f"y{len(active)}-{now}"] = dataclasses.replace(
+                jobs[k], id=f"y{len(active)}-{now}", submit_time=max(0.0, now - 90 - 10 * k))
+        if scale is not None:
+            pred = {"iterations": Fixed({f"g{g}": scale * (g + 1) for g in range(3)})}
+        vis = {i: j for i, j in active.items() if j.submit_time <= now and i not in late}
+        log.extend(sorted(i for i in vis.keys() | prev.keys() if vis.get(i) is not prev.get(i)))
+        prev = vis
+        jobs_map = MappingProxyType(vis)
+        changes = {"log": JobChanges(Frozen(log), jobs_map), "none": None,
+                   "other": JobChanges(Frozen(log), dict(vis))}[record]
+        snap = ClusterSnapshot(now, nodes, jobs_map, {}, free, MODELS_.profiles, MODELS_.memory,
+                               MODELS_.interference, predictors=pred, job_changes=changes,
+                               history=Frozen(hist) if frozen else tuple(hist))
+        assert_same(inner.schedule(snap), ref.schedule(snap))
+
+
+def test_front_moving_back_brings_records_back():
+    """A job submitted before every active one moves Ã1's front back: the history
+    records between the new and the old front re-enter the window."""
+    nodes = tuple(parse_cluster("1x8"))
+    free = tuple(g for nd in nodes for g in nd.gpus())
+    b = MODELS["vgg19"].batch
+    a = Job("a", 100.0, 8, "vgg19", b, total_iters=5e4, group_id="g", stages=1)
+    old = Job("b", 40.0, 8, "vgg19", b, total_iters=10.0, group_id="g", stages=1)
+    hist = [FinishedJob("r", "u", 50.0, 50.0, 60.0, 8, "vgg19", "", "g", 1e6, b)]
+    inner, ref = policies.get_policy("a-srpt-perfect"), REFS["a-srpt-perfect"]()
+    log = []
+    for now, vis in ((120.0, {"a": a}), (130.0, {"a": a, "b": old})):
+        log.extend(sorted(vis.keys() - set(log)))
+        jobs_map = MappingProxyType(vis)
+        snap = ClusterSnapshot(now, nodes, jobs_map, {}, free, MODELS_.profiles, MODELS_.memory,
+                               MODELS_.interference, job_changes=JobChanges(Frozen(log), jobs_map),
+                               history=Frozen(hist))
+        plan = inner.schedule(snap)
+        assert_same(plan, ref.schedule(snap))
+    assert set(inner._win.rel) == {"a", "b", "r"}
+    assert inner.full_calls == 2  # the first call, and the front moving back
+
+
+def test_kept_window_used_on_change_records():
+    """On a plain run of arrivals and completions the window is kept (few full builds)
+    and re-simulates far fewer items than it holds."""
+    rng = random.Random(7)
+    jobs, _ = _table1_jobs(120, 5, span=20_000)
+    inner = policies.get_policy("a-srpt-perfect")
+    ref = REFS["a-srpt-perfect"]()
+    nodes = tuple(parse_cluster("4x8"))
+    free = tuple(g for nd in nodes for g in nd.gpus())
+    hist, log, prev, calls, held = [], [], {}, 0, 0
+    order = sorted(jobs, key=lambda j: j.submit_time)
+    active = {}
+    for now in sorted({j.submit_time for j in jobs} | {rng.uniform(0, 30_000) for _ in range(200)}):
+        while order and order[0].submit_time <= now:
+            j = order.pop(0)
+            active[j.id] = j
+        for jid in [i for i in active if rng.random() < 0.05 and i != min(active)]:
+            j = active.pop(jid)
+            hist.append(FinishedJob(jid, "u", j.submit_time, j.submit_time, now, j.num_gpus,
+                                    j.app, "", j.group_id, j.total_iters, j.global_batch))
+        log.extend(sorted(i for i in active.keys() | prev.keys() if active.get(i) is not prev.get(i)))
+        prev = dict(active)
+        jobs_map = MappingProxyType(prev)
+        snap = ClusterSnapshot(now, nodes, jobs_map, {}, free, MODELS_.profiles, MODELS_.memory,
+                               MODELS_.interference, job_changes=JobChanges(Frozen(log), jobs_map),
+                               history=Frozen(hist))
+        assert_same(inner.schedule(snap), ref.schedule(snap))
+        calls += 1
+        held += len(inner._win)
+    assert calls > 250
+    assert inner.full_calls <= 2
+    assert inner._win.simulated < held / 4
+
+
+def test_a1_window_equals_virtual_srpt_on_edit_sequences():
+    """A1Window against virtual_srpt after every call of random edit sequences: the
+    front moving on, items removed, inserted anywhere, replaced in place or moved, zero
+    lengths, ties, float releases."""
+    resim = full = 0
+    for seed in range(600):
         rng = random.Random(seed)
-        inc, cur = IncrementalSrpt(), []
-        for _ in range(15):
-            for _ in range(rng.randint(0, 5)):
-                k = f"j{rng.randint(0, 40)}"
-                cur = [x for x in cur if x[0] != k]
-                cur.append((k, float(rng.choice([rng.randint(0, 30), rng.random() * 30])),
-                            float(rng.choice([0, rng.randint(0, 6), rng.random() * 5]))))
-            if cur and rng.random() < 0.5:
-                cur.pop(rng.randrange(len(cur)))
-            items = list(cur)
-            rng.shuffle(items)
-            assert inc(items) == ref_virtual_srpt(items) == virtual_srpt(items)
-        reused += inc.reused
-    assert reused > 1000
-    # duplicate keys (two history records with one id): the plain loop, same result
+        win, t0 = A1Window(), 0.0
+        items = [(f"j{i}", float(rng.choice([rng.randint(0, 30), rng.random() * 30])),
+                  float(rng.choice([0, rng.randint(0, 6), rng.random() * 5])))
+                 for i in range(rng.randint(0, 12))]
+        cur = {x[0]: x for x in items}
+        assert win.reset(items) == virtual_srpt(items)
+        for step in range(15):
+            if rng.random() < 0.4:
+                t0 += rng.choice([0, rng.randint(0, 6), rng.random() * 4])
+            removed, ups = set(), {}
+            for _ in range(rng.randint(0, 4)):
+                k, c = f"j{rng.randint(0, 40)}", rng.random()
+                if c < 0.3:
+                    removed.add(k)
+                    continue
+                r = cur[k][1] if (k in cur and c < 0.5) else float(rng.choice(
+                    [t0 + rng.randint(0, 30), t0 + rng.random() * 30, t0 + 40 + step, t0 - 1]))
+                ups[k] = (k, r, float(rng.choice([0, rng.randint(0, 6), rng.random() * 5])))
+            removed -= ups.keys()
+            for k in removed:
+                cur.pop(k, None)
+            cur.update(ups)
+            cur = {k: x for k, x in cur.items() if x[1] >= t0}
+            assert win.update(t0, removed, ups) == virtual_srpt(list(cur.values())), (seed, step)
+            assert win.items() == sorted(cur.values(), key=lambda x: (x[1], x[0]))
+            full += len(cur)
+        resim += win.simulated
+    assert resim < full / 2
+    # two items of one key: no window (the caller uses virtual_srpt)
     dup = [("a", 0.0, 3.0), ("a", 1.0, 1.0), ("b", 0.5, 2.0)]
-    assert IncrementalSrpt()(dup) == virtual_srpt(dup)
+    assert A1Window().reset(dup) is None
