@@ -43,19 +43,21 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import operator
 
 from .asrpt_core import (EPS, Placer, alpha_bounds, prediction, predicted_seconds,
                          virtual_srpt)
 from .asrpt_window import A1Window
-from .base import Policy, exclusive_config, keep_running_reasons
+from .base import Policy, exclusive_config, keep_running_segment
+from .kept_order import KeptOrder
 from .pipeline import Network
-from .model import Frozen
+from .model import Frozen, Joined
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
 
 COMM_HEAVY = 1.5
-_SECOND, _ID = operator.itemgetter(1), operator.attrgetter("id")
+_FIRST, _SECOND, _ID = operator.itemgetter(0), operator.itemgetter(1), operator.attrgetter("id")
 _GONE = (None, None)
 
 
@@ -90,6 +92,9 @@ class ASrpt(Policy):
         self._kept = None  # _Kept: Ã1's inputs as of the last call (simulator snapshots)
         self._hrec, self._hdup, self._hseen = None, False, (0, None)
         self.full_calls = 0  # calls that built Ã1 from the whole window
+        self._gen = 0  # counts the full builds: the kept order's keys are stale after one
+        self._korder = KeptOrder()
+        self.sorted_calls = 0  # calls that sorted the waiting jobs afresh
 
     # ---------------------------------------------------------------- Ã1
     def _check_token(self, snap, G):
@@ -213,6 +218,7 @@ class ASrpt(Policy):
         records submitted since the earliest active job; keeps the inputs for the next
         call when the snapshot has a job change record."""
         self.full_calls += 1
+        self._gen += 1
         self._kept = None
         facts, items = {}, []
         active = list(snap.jobs.values())
@@ -260,56 +266,74 @@ class ASrpt(Policy):
         return facts, done
 
     # ---------------------------------------------------------------- Alg. 1
+    def _ordered(self, snap, facts, done):
+        """The waiting jobs sorted by (Ã1 completion, submit time, id): ``keys`` (that
+        tuple plus the job's facts), ``jobs`` and ``ids`` aligned, and whether a job asks
+        more GPUs than the cluster has.  From a :class:`KeptOrder` brought up to date from
+        the snapshot's queue record and the jobs whose Ã1 completion time changed since
+        the last call (simulator), else a fresh sort."""
+        def key(j):
+            return (done[j.id], j.submit_time, j.id, facts[j.id])
+
+        kept = self._korder.update(snap, key, (self._gen,))
+        if kept is not None and self._win.changed:
+            waiting = [k for k in self._win.changed if k in kept.key_of]
+            if waiting and not kept._apply(snap.jobs, waiting, key) \
+                    and not kept._rebuild(snap.queue.jobs, key):
+                kept.clear()
+                kept = None
+        if kept is not None:
+            return kept.keys, kept.jobs, kept.ids, max(kept.gpus, default=0) > snap.total_gpus
+        self.sorted_calls += 1
+        pairs = sorted(((key(j), j) for j in snap.pending()), key=_FIRST)
+        keys = [k for k, _ in pairs]
+        return keys, [j for _, j in pairs], [k[2] for k in keys], \
+            any(j.num_gpus > snap.total_gpus for _, j in pairs)
+
     def schedule(self, snap):
         now = snap.now
         facts, done = self.virtual(snap)
-        pending = snap.pending()
-        key = lambda j: (done[j.id], j.submit_time, j.id)  # noqa: E731
-        queue = sorted((j for j in pending if done[j.id] <= now + EPS), key=key)  # line 2
-        later = sorted((j for j in pending if done[j.id] > now + EPS), key=key)
+        keys, jobs, ids, over = self._ordered(snap, facts, done)
+        split = bisect.bisect_left(keys, (now + EPS, math.inf))  # line 2: complete in Ã1
         self._delay = {k: v for k, v in self._delay.items() if k in snap.jobs}
         placer = Placer(snap, self.net)  # built when the first job is placed
         nfree = len(snap.free_gpus)
         total = snap.total_gpus
         actions, reasons, order, infeasible = [], {}, [], []
-        pos = {j.id: i for i, j in enumerate(queue + later)}
+        comm_heavy, tau = self.comm_heavy, self.tau
 
-        def nums(j, **extra):
-            amin, amax, val, unit, src, p = facts[j.id]
+        def nums(i, **extra):
+            done_i, _, _, (amin, amax, val, unit, src, p) = keys[i]
             return dict(predicted=val, alpha_min=amin, alpha_max=amax, virtual_p=p,
-                        virtual_done=done[j.id], virtual_pos=pos[j.id], **extra)
+                        virtual_done=done_i, virtual_pos=i, **extra)
 
-        def src_text(j):
-            amin, amax, val, unit, src, p = facts[j.id]
-            return f"predicted {val:.0f} {unit} ({src})"
-
-        blocked = None
-        for j in queue:  # lines 3-25
-            if blocked is not None:
-                order.append(j.id)
-                reasons[j.id] = reason(ReasonCode.WAIT_ORDER, blocked + "; " + src_text(j), **nums(j))
-                continue
+        blocked, i = None, 0
+        while i < split:  # lines 3-25, pending_queue in order
+            j = jobs[i]
+            amin, amax, val, unit, src, p = keys[i][3]
+            src_text = f"predicted {val:.0f} {unit} ({src})"
             if j.num_gpus > total:
                 infeasible.append(j.id)
                 reasons[j.id] = reason(ReasonCode.INFEASIBLE,
-                                       f"asks {j.num_gpus} GPUs, cluster has {total}", **nums(j))
+                                       f"asks {j.num_gpus} GPUs, cluster has {total}", **nums(i))
+                i += 1
                 continue
             if j.num_gpus > nfree:  # line 25
                 blocked = f"head of pending_queue {j.id} waits for {j.num_gpus} GPUs"
                 order.append(j.id)
                 reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                       f"needs {j.num_gpus} GPUs, {nfree} free; " + src_text(j),
-                                       **nums(j, free_gpus=nfree))
-                continue
-            amin, amax, val, unit, src, p = facts[j.id]
-            heavy = amax / amin >= self.comm_heavy  # line 8
+                                       f"needs {j.num_gpus} GPUs, {nfree} free; " + src_text,
+                                       **nums(i, free_gpus=nfree))
+                i += 1
+                break
+            heavy = amax / amin >= comm_heavy  # line 8
             servers, gpus, workers, alpha = placer.place(j, heavy)  # lines 9-10 / 22-23
             why = "non-communication-heavy: fewest-free servers (line 22)"
-            if heavy and alpha / amin > self.comm_heavy + EPS:  # line 12 fails
+            if heavy and alpha / amin > comm_heavy + EPS:  # line 12 fails
                 t0, kappa = self._delay.setdefault(j.id, (now, alpha))  # line 15
                 if now > t0 + EPS and alpha < kappa - EPS:  # line 18
                     why = "communication-heavy: placement improved during the delay (line 18)"
-                elif now >= t0 + self.tau * p - EPS:  # line 20
+                elif now >= t0 + tau * p - EPS:  # line 20
                     why = "communication-heavy: delay tau*p over (line 20)"
                 else:  # lines 16-17: keep waiting; the loop holds the scheduler
                     blocked = f"communication-heavy head {j.id} delayed for a better placement"
@@ -317,9 +341,10 @@ class ASrpt(Policy):
                     reasons[j.id] = reason(
                         ReasonCode.WAIT_RESOURCES,
                         f"communication-heavy, alpha/alpha_min {alpha / amin:.2f} > "
-                        f"{self.comm_heavy}; delayed until {t0 + self.tau * p:.0f} s; " + src_text(j),
-                        **nums(j, alpha=alpha, kappa=kappa, delay_until=t0 + self.tau * p))
-                    continue
+                        f"{comm_heavy}; delayed until {t0 + tau * p:.0f} s; " + src_text,
+                        **nums(i, alpha=alpha, kappa=kappa, delay_until=t0 + tau * p))
+                    i += 1
+                    break
             elif heavy:
                 why = "communication-heavy: most-free servers, alpha within COMM_HEAVY (line 13)"
             placer.take(servers, gpus)
@@ -327,18 +352,54 @@ class ASrpt(Policy):
             self._delay.pop(j.id, None)
             b, s = exclusive_config(snap, j, placer.mem)
             actions.append(StartJob(j.id, gpus, b, s, workers=workers))
-            reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text(j),
-                                   **nums(j, alpha=alpha, servers=len(servers)))
-        for j in later:
-            order.append(j.id)
-            if j.num_gpus > total:
-                infeasible.append(j.id)
-                order.pop()
-                reasons[j.id] = reason(ReasonCode.INFEASIBLE,
-                                       f"asks {j.num_gpus} GPUs, cluster has {total}", **nums(j))
-                continue
-            reasons[j.id] = reason(ReasonCode.WAIT_ORDER,
-                                   f"not yet complete in the virtual SRPT (at {done[j.id]:.0f} s); "
-                                   + src_text(j), **nums(j))
-        keep_running_reasons(snap, reasons)
-        return make_plan(self.name, actions, order, reasons, infeasible)
+            reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text,
+                                   **nums(i, alpha=alpha, servers=len(servers)))
+            i += 1
+        if over:  # a job asks more than the cluster: the rest one by one, as written
+            for i in range(i, len(keys)):
+                j = jobs[i]
+                if j.num_gpus > total and not (blocked is not None and i < split):
+                    infeasible.append(j.id)
+                    reasons[j.id] = reason(ReasonCode.INFEASIBLE,
+                                           f"asks {j.num_gpus} GPUs, cluster has {total}",
+                                           **nums(i))
+                else:
+                    order.append(j.id)
+                    reasons[j.id] = _waiting(keys[i], i, split, blocked)
+            return make_plan(self.name, actions, order, reasons, infeasible,
+                             [keep_running_segment(snap)])
+        # the rest (blocked behind the head, or not yet complete in Ã1) waits as it stands
+        start, rest = i, keys[i:]  # a copy of their keys: the reasons are made on demand
+        tail = Frozen(ids, start)
+        return make_plan(self.name, actions, Joined(tuple(order), tail), reasons, infeasible,
+                         [(tail, _Waiting(rest, start, split, blocked)),
+                          keep_running_segment(snap)])
+
+
+def _waiting(k, i, split, blocked):
+    """The WAIT_ORDER reason of the waiting job at position ``i`` of the order (key ``k``)."""
+    done_i, _, _, (amin, amax, val, unit, src, p) = k
+    text = f"predicted {val:.0f} {unit} ({src})"
+    if i < split:
+        text = blocked + "; " + text
+    else:
+        text = f"not yet complete in the virtual SRPT (at {done_i:.0f} s); " + text
+    return reason(ReasonCode.WAIT_ORDER, text, predicted=val, alpha_min=amin, alpha_max=amax,
+                  virtual_p=p, virtual_done=done_i, virtual_pos=i)
+
+
+class _Waiting:
+    """The WAIT_ORDER reasons of the jobs from position ``start`` of the order on (their
+    keys ``rest``, copied at the call), made when a consumer asks."""
+
+    __slots__ = ("rest", "start", "split", "blocked", "index")
+
+    def __init__(self, rest, start, split, blocked):
+        self.rest, self.start, self.split, self.blocked = rest, start, split, blocked
+        self.index = None
+
+    def __call__(self, jid):
+        if self.index is None:
+            self.index = {k[2]: i for i, k in enumerate(self.rest)}
+        i = self.index[jid]
+        return _waiting(self.rest[i], self.start + i, self.split, self.blocked)

@@ -63,6 +63,7 @@ class A1Window:
         self.idle = bytearray()          # idle[i] = 1: the schedule is idle when its[i] arrives
         self.rel: dict[Any, float] = {}  # key -> release, for the live items
         self.done: dict[Any, float] = {}  # key -> completion time, for the live items
+        self.changed: list = []          # keys whose completion time the last update changed
         self.valid = False
 
     def __len__(self) -> int:
@@ -94,6 +95,7 @@ class A1Window:
         before ``t0`` is removed instead), and
         bring the completion times up to date; returns ``done``."""
         self.updates += 1
+        self.changed = []
         its, idle, rel, done = self.its, self.idle, self.rel, self.done
         n, lo = len(its), self.lo
         k = bisect_left(its, t0, lo, n, key=_REL)
@@ -166,7 +168,7 @@ class A1Window:
         first later item where the schedule is idle and was idle before (``idle`` set and
         the item unchanged); returns where it stopped.  Same steps and tie-breaks as
         :func:`~policies.asrpt_core.virtual_srpt`."""
-        its, idle, done = self.its, self.idle, self.done
+        its, idle, done, changed = self.its, self.idle, self.done, self.changed
         n = len(its)
         heap: list = []
         push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
@@ -190,7 +192,9 @@ class A1Window:
             if t + rem <= nxt:
                 pop(heap)
                 t += rem
-                done[key] = t
+                if done.get(key) != t:
+                    done[key] = t
+                    changed.append(key)
             else:
                 replace(heap, (rem - (nxt - t), r, key))
                 t = nxt

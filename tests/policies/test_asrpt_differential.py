@@ -25,7 +25,7 @@ from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.asrpt_core import virtual_srpt
 from policies.asrpt_window import A1Window
-from policies.model import ClusterSnapshot, FinishedJob, Frozen, Job, JobChanges
+from policies.model import ClusterSnapshot, FinishedJob, Frozen, Job, JobChanges, WaitingQueue
 from policies.pipeline import MODELS, configurations
 from reference_asrpt import RefASrpt, RefASrptPerfect
 from reference_asrpt import virtual_srpt as ref_virtual_srpt
@@ -109,6 +109,7 @@ def test_recorded_simulator_snapshots(name, cluster, pred, seed):
     win = pol.inner._win
     assert win.updates > pol.calls // 2  # most calls bring the kept window up to date
     assert win.simulated < pol.window / 3  # ... re-simulating a part of it
+    assert pol.inner.sorted_calls <= pol.inner.full_calls + 1  # the kept waiting order
     print(name, cluster, pol.calls, "calls", pol.inner.full_calls, "full", win.updates,
           "updates", win.simulated, "items re-simulated", win.built, "built", pol.window, "window items")
     if cluster == "4x8":
@@ -180,13 +181,13 @@ def _changes(draw):
     record and stay active (a requeue), come back under the same id, or appear late with
     an old submit time (the window's front moves back), records of jobs never seen active
     appear, new jobs arrive submitted long ago; refits now and then."""
-    nodes = tuple(parse_cluster(draw(st.sampled_from(["2x8", "3x4"]))))
+    nodes = tuple(parse_cluster(draw(st.sampled_from(["2x8", "3x4", "1x8"]))))
     n = draw(st.integers(2, 12))
     apps = ["vgg19", "resnet152", "bert_large"]
     jobs = []
     for i in range(n):
         app = draw(st.sampled_from(apps))
-        gpus = draw(st.sampled_from([1, 2, 4]))
+        gpus = draw(st.sampled_from([1, 2, 4, 4, 16]))  # 16: more than any cluster here
         cfg = configurations(app, gpus) or (1,)
         jobs.append(Job(f"j{i}", float(draw(st.integers(0, 60))), gpus, app, MODELS[app].batch,
                         total_iters=float(draw(st.sampled_from([0, 5, 50, 500]))),
@@ -248,9 +249,12 @@ def test_random_sequences_with_change_records(seq, name):
         jobs_map = MappingProxyType(vis)
         changes = {"log": JobChanges(Frozen(log), jobs_map), "none": None,
                    "other": JobChanges(Frozen(log), dict(vis))}[record]
+        queue = WaitingQueue.of(jobs_map)  # every job here waits: the same ids changed
+        if record == "log":
+            queue = dataclasses.replace(queue, changes=Frozen(log))
         snap = ClusterSnapshot(now, nodes, jobs_map, {}, free, MODELS_.profiles, MODELS_.memory,
                                MODELS_.interference, predictors=pred, job_changes=changes,
-                               history=Frozen(hist) if frozen else tuple(hist))
+                               history=Frozen(hist) if frozen else tuple(hist), queue=queue)
         assert_same(inner.schedule(snap), ref.schedule(snap))
 
 
