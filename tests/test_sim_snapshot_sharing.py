@@ -206,19 +206,34 @@ def test_views_are_the_old_views(name, reveal):
     assert {h for _, _, h in probe.states} == {hidden}
 
 
-class GpuRecordProbe:
-    """Keeps a copy of every snapshot's GPU map and its change record."""
+class RecordProbe:
+    """Keeps a copy of every snapshot's map (``gpu_jobs`` or ``jobs``) and the log of its
+    change record (``gpu_changes`` or ``job_changes``)."""
 
-    def __init__(self, name):
+    def __init__(self, name, kind="gpu"):
         self.inner = policies.get_policy(name)
         self.name, self.preemptive = self.inner.name, self.inner.preemptive
+        self.needs_lengths = self.inner.needs_lengths
+        self.kind = kind
         self.seen = []
 
     def schedule(self, snap):
-        rec = snap.gpu_changes
-        assert rec.source is snap.gpu_jobs
-        self.seen.append((dict(snap.gpu_jobs), rec.log))
+        rec, mapping = ((snap.gpu_changes, snap.gpu_jobs) if self.kind == "gpu"
+                        else (snap.job_changes, snap.jobs))
+        assert rec.source is mapping
+        self.seen.append((dict(mapping), rec.log))
         return self.inner.schedule(snap)
+
+    def run(self, preempt_cost, keep):
+        """Simulate ``_jobs()`` on 2x4; ``keep``: the policy holds every snapshot (the
+        simulator then copies its maps per call)."""
+        schedule = self.schedule
+        if keep:
+            held = []
+            self.schedule = lambda snap: (held.append(snap), schedule(snap))[1]
+        Simulator(_jobs(), parse_cluster("2x4"), self, MODELS,
+                  SimConfig(interval=120.0, preempt_cost=preempt_cost)).run()
+        assert len(self.seen) > 30
 
 
 @pytest.mark.parametrize("name,preempt_cost,keep", [("sjf-bsbf", 0.0, False),
@@ -227,15 +242,8 @@ class GpuRecordProbe:
 def test_gpu_change_record_names_every_changed_gpu(name, preempt_cost, keep):
     """Between two snapshots of a run the GPU map changes only at the GPUs of the record's
     new entries (sharing, pre-emption, migration), and each record extends the last."""
-    probe = GpuRecordProbe(name)
-    if keep:  # a policy holding its snapshots: the simulator copies the map per call
-        inner = probe.schedule
-        held = []
-        probe.schedule = lambda snap: (held.append(snap), inner(snap))[1]
-    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS,
-                    SimConfig(interval=120.0, preempt_cost=preempt_cost))
-    sim.run()
-    assert len(probe.seen) > 30
+    probe = RecordProbe(name)
+    probe.run(preempt_cost, keep)
     changed = 0
     for (a, la), (b, lb) in zip(probe.seen, probe.seen[1:]):
         assert lb.extends(la)
@@ -246,22 +254,6 @@ def test_gpu_change_record_names_every_changed_gpu(name, preempt_cost, keep):
     assert changed > 10
 
 
-class JobRecordProbe:
-    """Keeps a copy of every snapshot's job map and its change record."""
-
-    def __init__(self, name):
-        self.inner = policies.get_policy(name)
-        self.name, self.preemptive = self.inner.name, self.inner.preemptive
-        self.needs_lengths = self.inner.needs_lengths
-        self.seen = []
-
-    def schedule(self, snap):
-        rec = snap.job_changes
-        assert rec.source is snap.jobs
-        self.seen.append((dict(snap.jobs), rec.log))
-        return self.inner.schedule(snap)
-
-
 @pytest.mark.parametrize("name,preempt_cost,keep", [("a-srpt", 0.0, False),
                                                     ("tiresias", 30.0, False),
                                                     ("sjf-bsbf", 0.0, True)])
@@ -269,15 +261,8 @@ def test_job_change_record_names_every_changed_job(name, preempt_cost, keep):
     """Between two snapshots of a run the job map changes (a job arrives, gets a new
     view, leaves) only at the ids of the record's new entries, and each record extends
     the last."""
-    probe = JobRecordProbe(name)
-    if keep:  # a policy holding its snapshots: the simulator copies the map per call
-        inner = probe.schedule
-        held = []
-        probe.schedule = lambda snap: (held.append(snap), inner(snap))[1]
-    sim = Simulator(_jobs(), parse_cluster("2x4"), probe, MODELS,
-                    SimConfig(interval=120.0, preempt_cost=preempt_cost))
-    sim.run()
-    assert len(probe.seen) > 30
+    probe = RecordProbe(name, "job")
+    probe.run(preempt_cost, keep)
     changed = left = 0
     for (a, la), (b, lb) in zip(probe.seen, probe.seen[1:]):
         assert lb.extends(la)
