@@ -35,10 +35,12 @@ from typing import Callable, Optional
 from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
+from .quiet_calls import QuietCalls, quiet_calls_of
 from .running_keys import Horizon, Rekey, RunningKeys, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
+_ID = attrgetter("id")
 _RUNNING = attrgetter("running")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
 
@@ -155,8 +157,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                              min_run_s: float, kept: KeptOrder,
                              runkeys: Optional[RunningKeys] = None,
                              horizon: Optional[Horizon] = None,
-                             context: tuple = (), rekey: Optional[Rekey] = None
-                             ) -> Optional[Plan]:
+                             context: tuple = (), rekey: Optional[Rekey] = None,
+                             quiet: Optional[QuietCalls] = None) -> Optional[Plan]:
     """:func:`policies.base.schedule_preemptive`'s Plan, with the waiting jobs taken from
     ``kept`` (sorted by ``priority``), or ``None`` where the old code should answer: every
     waiting job fits in the free GPUs (the old code then ranks only the waiting ones, at
@@ -174,10 +176,21 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     first waiting job are admitted without a key (only when the running jobs' GPUs fit in
     the cluster all together, as they do in the simulator: then all of them are admitted
     by the merge, in any order).  ``rekey``: the key of a running view as a function of
-    ``now`` (:func:`policies.running_keys.remaining_time_rekey`; with a falling horizon)."""
+    ``now`` (:func:`policies.running_keys.remaining_time_rekey`; with a falling horizon).
+
+    ``quiet`` (:mod:`policies.quiet_calls`; only without a minimum run time): a call at
+    which nothing changed since the last one but that call's own Plan is answered with
+    the Plan that starts and pre-empts nothing, without ranking any job."""
     total = snap.total_gpus
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
+        if quiet is not None:
+            quiet.clear()
         return None
+    if quiet is not None:
+        if min_run_s <= 0 and quiet.answer(snap, context, len(kept.ids), kept.key_of,
+                                           priority, horizon or _exact_now(snap)):
+            return _plan(snap, policy, [], {}, (), kept, 0, numbers)
+        quiet.clear()  # made again below when this call's Plan is made
     jobs = snap.jobs
     first = kept.keys[0]
     found = None
@@ -206,8 +219,9 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
             runkeys.remember(snap, running)
         return None
     held = sum(rgpus)
-    if (runkeys is not None and horizon is not None and held <= total
-            and isfinite(snap.now)):
+    keyed = (runkeys is not None and horizon is not None and held <= total
+             and isfinite(snap.now))
+    if keyed:
         if sure is None:
             sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
                                                       context, rekey)
@@ -269,11 +283,56 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         free.give(job.allocation.gpus)
     for job in starts:
         start_admitted(snap, free, job, actions, reasons, numbers)
+    if quiet is not None and min_run_s <= 0:
+        key_of = kept.key_of
+        started = {j.id: key_of[j.id] for j in starts}
+        preempted = {}
+        if out:
+            key = dict(zip(map(_ID, rjobs), rkeys))
+            preempted = {j.id: key[j.id] for j in out}
+        steady = snap.now  # no horizon known: the keys at this ``now`` only
+        if keyed:
+            steady = _steady(runkeys.cache, rjobs, until, snap.now)
+        quiet.note(snap, context, running, started, preempted, steady)
+    return _plan(snap, policy, actions, reasons, skipped, kept, w, numbers)
+
+
+def _plan(snap: ClusterSnapshot, policy: str, actions: list, reasons: dict, skipped,
+          kept: KeptOrder, w: int, numbers: Callable[[Job], dict]) -> Plan:
+    """The Plan of :func:`schedule_preemptive_kept`: the waiting order is the jobs
+    ``skipped`` by the walk, then the kept order from ``w`` on, all of them with the
+    shared WAIT_RESOURCES reason (numbers made on first use), the running jobs without an
+    explicit reason the shared KEEP_RUNNING one."""
+    jobs = snap.jobs
     out_order = Joined(tuple(skipped), Frozen(kept.ids, w))
     waiting_why = (out_order, lambda jid: reason(
         ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
     return make_plan(policy, actions, out_order, reasons, [],
                      [waiting_why, keep_running_segment(snap)])
+
+
+def _exact_now(snap: ClusterSnapshot) -> Horizon:
+    """Without a horizon: a key is known at this ``now`` only."""
+    now = snap.now
+    return lambda job, key: (now, False)
+
+
+def _steady(cache: dict, ranked: list, until: float, now: float):
+    """For :class:`policies.quiet_calls.QuietCalls`: a callable giving the time up to which
+    no running job's key rises: ``until`` for the ones admitted without a key (the
+    horizon :class:`RunningKeys` gives them), and for the ranked ones ``ranked`` the
+    horizon of their cache entries (never, for a falling key), made at this call."""
+    def steady() -> float:
+        t = until
+        for j in ranked:
+            e = cache.get(j.id)
+            if e is None or e[0] is not j:
+                return now
+            if not e[4] and e[3] < t:
+                t = e[3]
+        return t
+
+    return steady
 
 
 def kept_order_of(pol) -> KeptOrder:
@@ -299,9 +358,12 @@ def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[J
 
     if static:
         kept = kept_order_of(pol)
+        quiet = quiet_calls_of(pol)
         if kept.update(snap, priority, context) is not None:
             plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept,
-                                            running_keys_of(pol), horizon, context, rekey)
+                                            running_keys_of(pol), horizon, context, rekey,
+                                            quiet)
             if plan is not None:
                 return plan
+        quiet.clear()
     return schedule_preemptive(snap, pol.name, priority, numbers, min_run_s)
