@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left
+from itertools import accumulate
 from math import isfinite
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, ne
 from typing import Callable, Optional
 
 from .base import free_gpus_of, keep_running_segment, start_admitted
@@ -43,10 +44,6 @@ _GPUS = attrgetter("num_gpus")
 _ID = attrgetter("id")
 _RUNNING = attrgetter("running")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
-
-
-def _isnan(x) -> bool:
-    return x != x
 
 
 class KeptOrder:
@@ -230,9 +227,13 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         rkeys = list(map(priority, running))
     if runkeys is not None:
         runkeys.remember(snap, running, sure, rjobs, first, until)
-    ranked = sorted(zip(rkeys, rjobs))  # keys are unique (they end in the id)
-    if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
+    firsts = list(map(_FIRST, rkeys))
+    if any(map(ne, firsts, firsts)):  # a NaN key (NaN != NaN; C-level, no Python step)
         return None
+    # the ranked jobs sorted by key (keys are unique: they end in the id), as aligned lists
+    order = sorted(range(len(rkeys)), key=rkeys.__getitem__)
+    skeys = list(map(rkeys.__getitem__, order))
+    sjobs = list(map(rjobs.__getitem__, order))
     reasons: dict = {}
     admitted: set = set()
     capacity = total
@@ -254,17 +255,33 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         capacity -= held - sum(map(_GPUS, rjobs))
     smallest = min(min(kept.gpus, default=total + 1), min(rgpus, default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
-    nw, nr = len(wkeys), len(ranked)
+    nw, nr = len(wkeys), len(skeys)
+    # cum[i]: the GPUs of the first i ranked jobs; without leased jobs a run of ranked jobs
+    # before the next waiting one that fits in ``capacity`` as a whole is admitted in one
+    # step (each of them fits at its turn, so the walk would admit every one)
+    cum = [0, *accumulate(map(_GPUS, sjobs))] if nr else [0]
+    whole = not admitted
     w = r = 0
     starts: list[Job] = []
     skipped: list[str] = []
+    notin: list[Job] = []  # ranked jobs the walk reached and did not admit
     while capacity >= smallest and (w < nw or r < nr):
-        if r < nr and (w == nw or ranked[r][0] < wkeys[w]):
-            job = ranked[r][1]
+        if r < nr and (w == nw or skeys[r] < wkeys[w]):
+            if whole:
+                e = nr if w == nw else bisect_left(skeys, wkeys[w], r + 1)
+                if cum[e] - cum[r] <= capacity:
+                    capacity -= cum[e] - cum[r]
+                    r = e
+                    continue
+            job = sjobs[r]
             r += 1
-            if job.id not in admitted and job.num_gpus <= capacity:
+            if job.id in admitted:
+                continue
+            if job.num_gpus <= capacity:
                 admitted.add(job.id)
                 capacity -= job.num_gpus
+            else:
+                notin.append(job)
         else:
             job = wjobs[w]
             w += 1
@@ -275,7 +292,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                 skipped.append(job.id)
     actions: list = []
     free = free_gpus_of(snap)
-    out = [j for j in rjobs if j.id not in admitted]
+    # not admitted: the ones the walk passed over and every one it did not reach
+    out = notin + [j for j in sjobs[r:] if j.id not in admitted]
     for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
         actions.append(PreemptJob(job.id))
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
