@@ -191,8 +191,13 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     jobs = snap.jobs
     first = kept.keys[0]
     found = None
+    # a second threshold (the second waiting key): running jobs whose cached bound lies
+    # between the two are deferred without a key (see ``prefix`` below)
+    deferred: list = []
+    theta = kept.keys[1] if len(kept.keys) > 1 and min_run_s <= 0 else None
     if runkeys is not None and horizon is not None:
-        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context, rekey)
+        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context, rekey,
+                                theta, deferred)
     sure = rjobs = rkeys = None
     if found is not None:
         running, sure, rkeys, rjobs, until = found
@@ -207,6 +212,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         running = [jobs[i] for i in rids]
         if not all(map(_RUNNING, running)):
             return None
+    if found is None:
+        deferred = []  # (what ``collect`` put there before it gave up)
     # with the kept (waiting) jobs, these are every job: they are the running ones
     if len(running) + len(kept.ids) != len(jobs):
         return None
@@ -225,8 +232,26 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     else:  # every running job ranked by its key (the sure ones from ``collect`` too)
         sure, rjobs, until = [], running, -float("inf")
         rkeys = list(map(priority, running))
+        deferred = []  # ranked with the others
+    # The first waiting job and every running job ranked before ``theta`` are all admitted
+    # when the running jobs certainly ranked at or after ``theta`` hold at least the GPUs
+    # the first waiting job asks beyond the free ones: every item before ``theta`` then
+    # finds, at its turn, at least total - (held - after) - (the first job's GPUs, if it is
+    # not the item) >= its GPUs.  Those after ``theta`` are the ranked ones with a key
+    # not below it (the sure and the deferred ones are below).  Otherwise the deferred
+    # ones are ranked by their exact keys too, as before.
+    prefix = False
+    if deferred:
+        after = sum(j.num_gpus for k, j in zip(rkeys, rjobs) if not k < theta)
+        if after >= kept.jobs[0].num_gpus - (total - held):
+            prefix = True
+        else:
+            rkeys, rjobs = list(rkeys), list(rjobs)
+            runkeys.exact(deferred, snap.now, priority, horizon, rekey, rkeys, rjobs)
+            deferred = []
     if runkeys is not None:
-        runkeys.remember(snap, running, sure, rjobs, first, until)
+        runkeys.remember(snap, running, sure, rjobs + deferred if deferred else rjobs, first,
+                         until)
     firsts = list(map(_FIRST, rkeys))
     if any(map(ne, firsts, firsts)):  # a NaN key (NaN != NaN; C-level, no Python step)
         return None
@@ -265,6 +290,10 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     starts: list[Job] = []
     skipped: list[str] = []
     notin: list[Job] = []  # ranked jobs the walk reached and did not admit
+    if prefix:  # the first waiting job starts, every running job before ``theta`` runs
+        starts.append(wjobs[0])
+        w, r = 1, bisect_left(skeys, theta)
+        capacity = total - kept.jobs[0].num_gpus - (held - (cum[nr] - cum[r]))
     while capacity >= smallest and (w < nw or r < nr):
         if r < nr and (w == nw or skeys[r] < wkeys[w]):
             if whole:
