@@ -207,3 +207,34 @@ def test_quiet_call_tiresias_horizon():
         line.now += 100.0  # attained 150 GPU-s: queue 1, behind ``w``
         plan = _check(pol, line.snapshot(), answers, 0)
         assert {type(a) for a in plan.actions} == {StartJob, PreemptJob}
+
+
+@pytest.mark.parametrize("name", ["srtf", "srsf"])
+@pytest.mark.parametrize("cluster,seed", [("2x8", 3), ("4x4", 4), ("1x8", 5)])
+def test_deferred_running_jobs_in_simulator_runs(name, cluster, seed):
+    """Running jobs whose cached bound lies between the first and the second waiting key
+    are deferred without a key: at some calls the first waiting job and all of them are
+    admitted as a block, at others (the jobs after the second key hold too few GPUs) they
+    are ranked by their exact keys after all; every Plan is the old code's."""
+    from policies.running_keys import RunningKeys
+
+    pol = Differential(name, {})
+    counts = Counter()
+    collect, exact = RunningKeys.collect, RunningKeys.exact
+
+    def counted_collect(self, *a):
+        out = collect(self, *a)
+        if out is not None and len(a) > 8 and a[8]:
+            counts["deferring"] += 1
+        return out
+
+    def counted_exact(self, views, *a):
+        counts["ranked after all"] += 1
+        return exact(self, views, *a)
+
+    with mock.patch.object(RunningKeys, "collect", counted_collect), \
+            mock.patch.object(RunningKeys, "exact", counted_exact):
+        simulate(_jobs(160, seed), parse_cluster(cluster), pol, MODELS,
+                 SimConfig(interval=60.0, preempt_cost=5.0))
+    assert pol.calls > 50 and pol.codes["preempted"] > 0
+    assert counts["deferring"] > counts["ranked after all"] > 0
