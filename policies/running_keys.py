@@ -36,7 +36,18 @@ SRTF's and SRSF's keys of the running jobs that are not sure are evaluated at ev
 (their bound is not below the first waiting key); :func:`remaining_time_rekey` makes, once
 per view, a function of ``now`` that gives that key from the view's constants (the
 arithmetic of :meth:`ClusterSnapshot.remaining_time`, step for step, so the very same
-float) instead of the policy's key through the snapshot's methods."""
+float) instead of the policy's key through the snapshot's methods.
+
+A short arrival puts a small key first in the waiting order, below most running jobs'
+bounds: on the whole Philly trace at 64x8 about 57k of SRSF's 275k calls then evaluated
+~180 running keys each, about half of the policy's time.  With a second threshold (the
+second waiting key) :meth:`RunningKeys.collect` defers, without a key, the running jobs
+whose bound (of a key that never rises) lies below it;
+:func:`policies.kept_order.schedule_preemptive_kept` admits the first waiting job and
+all of them as one block when the ranked jobs at or after the second key hold at least
+the GPUs that job needs beyond the free ones (each item before the second key then fits
+at its turn), and otherwise ranks them by their exact keys after all
+(:meth:`RunningKeys.exact`)."""
 from __future__ import annotations
 
 import bisect
