@@ -28,23 +28,22 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left
+from itertools import accumulate
 from math import isfinite
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, ne
 from typing import Callable, Optional
 
 from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
+from .quiet_calls import QuietCalls, quiet_calls_of
 from .running_keys import Horizon, Rekey, RunningKeys, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
+_ID = attrgetter("id")
 _RUNNING = attrgetter("running")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
-
-
-def _isnan(x) -> bool:
-    return x != x
 
 
 class KeptOrder:
@@ -155,8 +154,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                              min_run_s: float, kept: KeptOrder,
                              runkeys: Optional[RunningKeys] = None,
                              horizon: Optional[Horizon] = None,
-                             context: tuple = (), rekey: Optional[Rekey] = None
-                             ) -> Optional[Plan]:
+                             context: tuple = (), rekey: Optional[Rekey] = None,
+                             quiet: Optional[QuietCalls] = None) -> Optional[Plan]:
     """:func:`policies.base.schedule_preemptive`'s Plan, with the waiting jobs taken from
     ``kept`` (sorted by ``priority``), or ``None`` where the old code should answer: every
     waiting job fits in the free GPUs (the old code then ranks only the waiting ones, at
@@ -174,15 +173,31 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     first waiting job are admitted without a key (only when the running jobs' GPUs fit in
     the cluster all together, as they do in the simulator: then all of them are admitted
     by the merge, in any order).  ``rekey``: the key of a running view as a function of
-    ``now`` (:func:`policies.running_keys.remaining_time_rekey`; with a falling horizon)."""
+    ``now`` (:func:`policies.running_keys.remaining_time_rekey`; with a falling horizon).
+
+    ``quiet`` (:mod:`policies.quiet_calls`; only without a minimum run time): a call at
+    which nothing changed since the last one but that call's own Plan is answered with
+    the Plan that starts and pre-empts nothing, without ranking any job."""
     total = snap.total_gpus
     if kept.asked <= len(snap.free_gpus) or max(kept.gpus, default=0) > total:
+        if quiet is not None:
+            quiet.clear()
         return None
+    if quiet is not None:
+        if min_run_s <= 0 and quiet.answer(snap, context, len(kept.ids), kept.key_of,
+                                           priority, horizon or _exact_now(snap)):
+            return _plan(snap, policy, [], {}, (), kept, 0, numbers)
+        quiet.clear()  # made again below when this call's Plan is made
     jobs = snap.jobs
     first = kept.keys[0]
     found = None
+    # a second threshold (the second waiting key): running jobs whose cached bound lies
+    # between the two are deferred without a key (see ``prefix`` below)
+    deferred: list = []
+    theta = kept.keys[1] if len(kept.keys) > 1 and min_run_s <= 0 else None
     if runkeys is not None and horizon is not None:
-        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context, rekey)
+        found = runkeys.collect(snap, len(kept.ids), first, priority, horizon, context, rekey,
+                                theta, deferred)
     sure = rjobs = rkeys = None
     if found is not None:
         running, sure, rkeys, rjobs, until = found
@@ -197,6 +212,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         running = [jobs[i] for i in rids]
         if not all(map(_RUNNING, running)):
             return None
+    if found is None:
+        deferred = []  # (what ``collect`` put there before it gave up)
     # with the kept (waiting) jobs, these are every job: they are the running ones
     if len(running) + len(kept.ids) != len(jobs):
         return None
@@ -206,19 +223,42 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
             runkeys.remember(snap, running)
         return None
     held = sum(rgpus)
-    if (runkeys is not None and horizon is not None and held <= total
-            and isfinite(snap.now)):
+    keyed = (runkeys is not None and horizon is not None and held <= total
+             and isfinite(snap.now))
+    if keyed:
         if sure is None:
             sure, rkeys, rjobs, until = runkeys.split(snap, running, first, priority, horizon,
                                                       context, rekey)
     else:  # every running job ranked by its key (the sure ones from ``collect`` too)
         sure, rjobs, until = [], running, -float("inf")
         rkeys = list(map(priority, running))
+        deferred = []  # ranked with the others
+    # The first waiting job and every running job ranked before ``theta`` are all admitted
+    # when the running jobs certainly ranked at or after ``theta`` hold at least the GPUs
+    # the first waiting job asks beyond the free ones: every item before ``theta`` then
+    # finds, at its turn, at least total - (held - after) - (the first job's GPUs, if it is
+    # not the item) >= its GPUs.  Those after ``theta`` are the ranked ones with a key
+    # not below it (the sure and the deferred ones are below).  Otherwise the deferred
+    # ones are ranked by their exact keys too, as before.
+    prefix = False
+    if deferred:
+        after = sum(j.num_gpus for k, j in zip(rkeys, rjobs) if not k < theta)
+        if after >= kept.jobs[0].num_gpus - (total - held):
+            prefix = True
+        else:
+            rkeys, rjobs = list(rkeys), list(rjobs)
+            runkeys.exact(deferred, snap.now, priority, horizon, rekey, rkeys, rjobs)
+            deferred = []
     if runkeys is not None:
-        runkeys.remember(snap, running, sure, rjobs, first, until)
-    ranked = sorted(zip(rkeys, rjobs))  # keys are unique (they end in the id)
-    if any(map(_isnan, map(_FIRST, map(_FIRST, ranked)))):
+        runkeys.remember(snap, running, sure, rjobs + deferred if deferred else rjobs, first,
+                         until)
+    firsts = list(map(_FIRST, rkeys))
+    if any(map(ne, firsts, firsts)):  # a NaN key (NaN != NaN; C-level, no Python step)
         return None
+    # the ranked jobs sorted by key (keys are unique: they end in the id), as aligned lists
+    order = sorted(range(len(rkeys)), key=rkeys.__getitem__)
+    skeys = list(map(rkeys.__getitem__, order))
+    sjobs = list(map(rjobs.__getitem__, order))
     reasons: dict = {}
     admitted: set = set()
     capacity = total
@@ -240,17 +280,37 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         capacity -= held - sum(map(_GPUS, rjobs))
     smallest = min(min(kept.gpus, default=total + 1), min(rgpus, default=total + 1))
     wkeys, wjobs = kept.keys, kept.jobs
-    nw, nr = len(wkeys), len(ranked)
+    nw, nr = len(wkeys), len(skeys)
+    # cum[i]: the GPUs of the first i ranked jobs; without leased jobs a run of ranked jobs
+    # before the next waiting one that fits in ``capacity`` as a whole is admitted in one
+    # step (each of them fits at its turn, so the walk would admit every one)
+    cum = [0, *accumulate(map(_GPUS, sjobs))] if nr else [0]
+    whole = not admitted
     w = r = 0
     starts: list[Job] = []
     skipped: list[str] = []
+    notin: list[Job] = []  # ranked jobs the walk reached and did not admit
+    if prefix:  # the first waiting job starts, every running job before ``theta`` runs
+        starts.append(wjobs[0])
+        w, r = 1, bisect_left(skeys, theta)
+        capacity = total - kept.jobs[0].num_gpus - (held - (cum[nr] - cum[r]))
     while capacity >= smallest and (w < nw or r < nr):
-        if r < nr and (w == nw or ranked[r][0] < wkeys[w]):
-            job = ranked[r][1]
+        if r < nr and (w == nw or skeys[r] < wkeys[w]):
+            if whole:
+                e = nr if w == nw else bisect_left(skeys, wkeys[w], r + 1)
+                if cum[e] - cum[r] <= capacity:
+                    capacity -= cum[e] - cum[r]
+                    r = e
+                    continue
+            job = sjobs[r]
             r += 1
-            if job.id not in admitted and job.num_gpus <= capacity:
+            if job.id in admitted:
+                continue
+            if job.num_gpus <= capacity:
                 admitted.add(job.id)
                 capacity -= job.num_gpus
+            else:
+                notin.append(job)
         else:
             job = wjobs[w]
             w += 1
@@ -261,7 +321,8 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
                 skipped.append(job.id)
     actions: list = []
     free = free_gpus_of(snap)
-    out = [j for j in rjobs if j.id not in admitted]
+    # not admitted: the ones the walk passed over and every one it did not reach
+    out = notin + [j for j in sjobs[r:] if j.id not in admitted]
     for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
         actions.append(PreemptJob(job.id))
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
@@ -269,11 +330,56 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         free.give(job.allocation.gpus)
     for job in starts:
         start_admitted(snap, free, job, actions, reasons, numbers)
+    if quiet is not None and min_run_s <= 0:
+        key_of = kept.key_of
+        started = {j.id: key_of[j.id] for j in starts}
+        preempted = {}
+        if out:
+            key = dict(zip(map(_ID, rjobs), rkeys))
+            preempted = {j.id: key[j.id] for j in out}
+        steady = snap.now  # no horizon known: the keys at this ``now`` only
+        if keyed:
+            steady = _steady(runkeys.cache, rjobs, until, snap.now)
+        quiet.note(snap, context, running, started, preempted, steady)
+    return _plan(snap, policy, actions, reasons, skipped, kept, w, numbers)
+
+
+def _plan(snap: ClusterSnapshot, policy: str, actions: list, reasons: dict, skipped,
+          kept: KeptOrder, w: int, numbers: Callable[[Job], dict]) -> Plan:
+    """The Plan of :func:`schedule_preemptive_kept`: the waiting order is the jobs
+    ``skipped`` by the walk, then the kept order from ``w`` on, all of them with the
+    shared WAIT_RESOURCES reason (numbers made on first use), the running jobs without an
+    explicit reason the shared KEEP_RUNNING one."""
+    jobs = snap.jobs
     out_order = Joined(tuple(skipped), Frozen(kept.ids, w))
     waiting_why = (out_order, lambda jid: reason(
         ReasonCode.WAIT_RESOURCES, "higher-priority jobs hold the GPUs", **numbers(jobs[jid])))
     return make_plan(policy, actions, out_order, reasons, [],
                      [waiting_why, keep_running_segment(snap)])
+
+
+def _exact_now(snap: ClusterSnapshot) -> Horizon:
+    """Without a horizon: a key is known at this ``now`` only."""
+    now = snap.now
+    return lambda job, key: (now, False)
+
+
+def _steady(cache: dict, ranked: list, until: float, now: float):
+    """For :class:`policies.quiet_calls.QuietCalls`: a callable giving the time up to which
+    no running job's key rises: ``until`` for the ones admitted without a key (the
+    horizon :class:`RunningKeys` gives them), and for the ranked ones ``ranked`` the
+    horizon of their cache entries (never, for a falling key), made at this call."""
+    def steady() -> float:
+        t = until
+        for j in ranked:
+            e = cache.get(j.id)
+            if e is None or e[0] is not j:
+                return now
+            if not e[4] and e[3] < t:
+                t = e[3]
+        return t
+
+    return steady
 
 
 def kept_order_of(pol) -> KeptOrder:
@@ -299,9 +405,12 @@ def preemptive_with_kept_order(pol, snap: ClusterSnapshot, priority: Callable[[J
 
     if static:
         kept = kept_order_of(pol)
+        quiet = quiet_calls_of(pol)
         if kept.update(snap, priority, context) is not None:
             plan = schedule_preemptive_kept(snap, pol.name, priority, numbers, min_run_s, kept,
-                                            running_keys_of(pol), horizon, context, rekey)
+                                            running_keys_of(pol), horizon, context, rekey,
+                                            quiet)
             if plan is not None:
                 return plan
+        quiet.clear()
     return schedule_preemptive(snap, pol.name, priority, numbers, min_run_s)
