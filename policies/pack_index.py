@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import exclusive_config, pick_consolidated
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Frozen, Gpu, Job
 
 PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
 
@@ -124,25 +124,69 @@ class Placement:
         return self._set_ok(comp, job.id, tuple(gpus))
 
 
-class PackRound:
-    """Candidate hosts of one packing round (see module doc)."""
+class RoundBase:
+    """What a packing round reads of the snapshot before any job is placed: the hosts,
+    their alone GPUs, the §5.1 index and the per-application host lists (filled as asked).
+    A function of ``gpu_jobs``, the running jobs' views and the tables: kept across calls
+    while those are unchanged (:func:`round_base`)."""
 
     def __init__(self, policy, snap: ClusterSnapshot):
-        self.policy, self.snap = policy, snap
         running = snap.running()
         gj = snap.gpu_jobs
         self.hosts = [h for h in running if h.allocation is not None]
+        self.host_ids = frozenset(h.id for h in self.hosts)
         self.alone: dict[str, list[Gpu]] = {
             h.id: [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        self.owner: dict[Gpu, str] = {g: hid for hid, gs in self.alone.items() for g in gs}
         self.placement = Placement(snap, running)
         self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        self.pp: dict[tuple[str, str], float] = {}
+        self.sorted: dict[str, list] = {}
+        self.lists: dict[tuple[str, float], dict[int, list]] = {}
+        self.host_mb: dict[str, float] = {}
+
+
+def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
+    """The policy's :class:`RoundBase` for ``snap``: the last call's while the simulator's
+    change records (``snap.gpu_changes``, ``snap.job_changes``) show no GPU changed hands
+    and no running job (nor a job now running) got a new view since, and the tables and
+    nodes are the same objects; else built afresh (always without the records)."""
+    kept = policy.__dict__.get("_round_base")
+    gr, jr = snap.gpu_changes, snap.job_changes
+    ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
+    usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
+              and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+    if usable and kept is not None:
+        base, glog, jlog, kctx = kept
+        if (all(a is b for a, b in zip(ctx, kctx)) and gr.log.extends(glog)
+                and len(gr.log) == len(glog) and jr.log.extends(jlog)):
+            jobs, hosts = snap.jobs, base.host_ids
+            fresh = jr.log[len(jlog):]
+            if not any(j in hosts or (j in jobs and jobs[j].running) for j in fresh):
+                policy._round_base = (base, gr.log, jr.log, ctx)
+                return base
+    base = RoundBase(policy, snap)
+    policy._round_base = (base, gr.log, jr.log, ctx) if usable else None
+    return base
+
+
+class PackRound:
+    """Candidate hosts of one packing round (see module doc)."""
+
+    def __init__(self, policy, snap: ClusterSnapshot, base: Optional[RoundBase] = None):
+        self.policy, self.snap = policy, snap
+        if base is None:
+            base = RoundBase(policy, snap)
+        self.hosts = base.hosts
+        self._alone0 = base.alone
+        self.alone = dict(base.alone)  # lists are replaced by take(), never changed in place
+        self.placement = base.placement
+        self.node_mem = base.node_mem
         self.rank = snap.node_rank
-        self._pp: dict[tuple[str, str], float] = {}
-        self._sorted: dict[str, list] = {}
-        self._lists: dict[tuple[str, float], dict[int, list]] = {}
+        self._pp = base.pp
+        self._sorted = base.sorted
+        self._lists = base.lists
+        self._host_mb = base.host_mb
         self._heads: dict[tuple, int] = {}
-        self._host_mb: dict[str, float] = {}
 
     def pair_progress(self, a: str, b: str) -> float:
         key = (a, b)
@@ -162,7 +206,7 @@ class PackRound:
             thr = pol.pair_threshold()
             out = []
             for h in self.hosts:
-                al = self.alone[h.id]
+                al = self._alone0[h.id]  # the round's start: alone GPUs only get fewer
                 # equal packing needs all k GPUs alone; alone GPUs only get fewer
                 if not al or (not pol.unequal and len(al) < h.num_gpus):
                     continue
@@ -185,7 +229,7 @@ class PackRound:
             for e in self._sorted_for(app):
                 h = e[1]
                 need = job_mb + self.host_mb(h)
-                if any(need <= mem[g.node] for g in self.alone[h.id]):
+                if any(need <= mem[g.node] for g in self._alone0[h.id]):
                     lists.setdefault(h.num_gpus, []).append(e)
             self._lists[key] = lists
         return lists
