@@ -50,8 +50,24 @@ class Gandiva(PackingHost):
     def score_from(self, progress, snap, host):
         # pair progress first; the measured speed (runtime profile) separates near-ties only,
         # the slower (under-used) host first
+        return progress - 1e-3 * self._measured(snap, host)
+
+    def _measured(self, snap: ClusterSnapshot, host: Job) -> float:
+        """:func:`measured_progress` (1.0 while unmeasured), memoised per job view (a
+        function of the view, the profile table and the node tuple)."""
+        memo = self.__dict__.get("_speeds")
+        if memo is None or memo[0] is not snap.profiles or memo[1] is not snap.nodes:
+            memo = self._speeds = (snap.profiles, snap.nodes, {})
+        seen = memo[2]
+        hit = seen.get(host.id)
+        if hit is not None and hit[0] is host:
+            return hit[1]
         m = measured_progress(snap, host)
-        return progress - 1e-3 * (1.0 if m is None else m)
+        m = 1.0 if m is None else m
+        if len(seen) > 65536:
+            seen.clear()
+        seen[host.id] = (host, m)
+        return m
 
     def may_pack(self, job):
         return not job.preemptions  # a job unpacked by introspection waits for free GPUs

@@ -46,14 +46,30 @@ def pair_progress(snap: ClusterSnapshot, a: str, b: str) -> float:
     return 1.0 / it.ratio(a, b, PACK_MPS, PACK_MPS) + 1.0 / it.ratio(b, a, PACK_MPS, PACK_MPS)
 
 
+class _AllocGpus:
+    """Job id -> its allocation's GPUs (``()`` without one), read from the job map."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+    def __getitem__(self, jid: str):
+        a = self.jobs[jid].allocation
+        return a.gpus if a is not None else ()
+
+
 class Placement:
     """§5.1 over the snapshot with one job added, answered per packing component."""
 
-    def __init__(self, snap: ClusterSnapshot, running: tuple[Job, ...]):
+    def __init__(self, snap: ClusterSnapshot, running: Optional[tuple[Job, ...]] = None):
         gj = snap.gpu_jobs
         self.gj = gj
-        self.jg = {j.id: (j.allocation.gpus if j.allocation is not None else ())
-                   for j in running}
+        if running is not None:
+            self.jg = {j.id: (j.allocation.gpus if j.allocation is not None else ())
+                       for j in running}
+        else:  # the GPUs of a job on ``gpu_jobs`` (a running job, by the snapshot contract)
+            self.jg = _AllocGpus(snap.jobs)
         parent: dict[str, str] = {}
 
         def find(x):
@@ -62,10 +78,11 @@ class Placement:
                 x = parent[x]
             return x
 
-        self.over = False  # some GPU already holds more than two workers
-        for ids in gj.values():
-            if len(ids) > 2:
-                self.over = True
+        # only GPUs shared by two or more jobs join components (each distinct tuple once);
+        # a job on no shared GPU is a component of its own (``root``/``members`` defaults)
+        shared = [ids for ids in set(gj.values()) if len(ids) >= 2]
+        self.over = any(len(ids) > 2 for ids in shared)  # a GPU holds more than two workers
+        for ids in shared:
             for a in ids:
                 find(a)
             for a, b in zip(ids, ids[1:]):
@@ -115,13 +132,29 @@ class Placement:
             ids = gj.get(g, ())
             if len(ids) >= 2:
                 return False
-            touched.update(root[i] for i in ids)
+            touched.update(root.get(i, i) for i in ids)
         if not self.bad <= touched:
             return False
         comp = [job.id]
+        members = self.members
         for r in touched:
-            comp.extend(self.members[r])
+            comp.extend(members.get(r, (r,)))
         return self._set_ok(comp, job.id, tuple(gpus))
+
+
+def _running(snap: ClusterSnapshot):
+    """The running jobs: with the simulator's ``waiting_ids`` those on ``gpu_jobs`` (checked:
+    with the waiting ones they are all jobs, and all run), a cost by GPUs in use rather than
+    by jobs; else every running job of the job map.  (Any order: the round sorts by keys
+    that end in the id.)"""
+    jobs, waiting = snap.jobs, snap.waiting_ids
+    if waiting is not None:
+        ids = set().union(*snap.gpu_jobs.values())
+        if len(ids) + len(waiting) == len(jobs) and ids <= jobs.keys():
+            views = [jobs[i] for i in ids]
+            if all(j.running for j in views):
+                return views
+    return snap.running()
 
 
 class RoundBase:
@@ -131,13 +164,12 @@ class RoundBase:
     while those are unchanged (:func:`round_base`)."""
 
     def __init__(self, policy, snap: ClusterSnapshot):
-        running = snap.running()
         gj = snap.gpu_jobs
-        self.hosts = [h for h in running if h.allocation is not None]
+        self.hosts = [h for h in _running(snap) if h.allocation is not None]
         self.host_ids = frozenset(h.id for h in self.hosts)
         self.alone: dict[str, list[Gpu]] = {
             h.id: [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        self.placement = Placement(snap, running)
+        self.placement = Placement(snap)
         self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
         self.pp: dict[tuple[str, str], float] = {}
         self.sorted: dict[str, list] = {}
@@ -205,12 +237,13 @@ class PackRound:
             pol, snap = self.policy, self.snap
             thr = pol.pair_threshold()
             out = []
+            alone0, unequal, ppof = self._alone0, pol.unequal, self.pair_progress
             for h in self.hosts:
-                al = self._alone0[h.id]  # the round's start: alone GPUs only get fewer
+                al = alone0[h.id]  # the round's start: alone GPUs only get fewer
                 # equal packing needs all k GPUs alone; alone GPUs only get fewer
-                if not al or (not pol.unequal and len(al) < h.num_gpus):
+                if not al or (not unequal and len(al) < h.num_gpus):
                     continue
-                pp = self.pair_progress(app, h.app)
+                pp = ppof(app, h.app)
                 if pp >= thr:
                     out.append(((-pol.score_from(pp, snap, h), h.submit_time, h.id), h))
             out.sort(key=lambda e: e[0])
