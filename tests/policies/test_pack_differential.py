@@ -43,12 +43,34 @@ class Differential:
         self.name = name
         for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
             setattr(self, flag, getattr(self.inner, flag))
+        self.fresh = policies.get_policy(name, **kw)  # the same snapshots, no change records
         self.calls = 0
         self.codes = Counter()
+        self.kept = 0  # calls whose waiting queue was brought up to date, not sorted afresh
+        self.reused = 0  # calls that took the last call's round base over
+        self.bases = 0  # calls that asked for a round base at all
 
     def schedule(self, snap):
-        plan = self.inner.schedule(snap)
-        assert_same(plan, self.ref.schedule(snap))
+        inner = self.inner
+        pq = getattr(inner, "_pack_queue", None)
+        rebuilds = pq.rebuilds if pq is not None else None
+        base = getattr(inner, "_round_base", None)
+        base = base[0] if base is not None else None
+        plan = inner.schedule(snap)
+        ref = self.ref.schedule(snap)
+        assert_same(plan, ref)
+        if rebuilds is not None and inner._pack_queue.rebuilds == rebuilds:
+            self.kept += 1
+        after = getattr(inner, "_round_base", None)
+        if after is not None and after[2] is snap.job_changes.log:  # a round this call
+            self.bases += 1
+            self.reused += after[0] is base
+        # the daemon's kind: the same snapshot without the simulator's change records
+        bare = dataclasses.replace(
+            snap, gpu_changes=None, job_changes=None,
+            queue=None if snap.queue is None else dataclasses.replace(snap.queue, changes=None))
+        assert_same(self.fresh.schedule(bare), ref)
+        assert getattr(self.fresh, "_round_base", None) is None
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
         return plan
@@ -81,6 +103,22 @@ def test_recorded_simulator_snapshots(name, xi, cluster, mps):
     assert pol.calls > 10
     if mps:  # the fitted MPS table lets every pair pass: the packing path is exercised
         assert pol.codes["started_shared"] > 0
+    # the kept paths: the queue brought up to date at most calls, the round base both
+    # taken over and rebuilt
+    assert pol.kept >= pol.calls // 2
+    assert 0 < pol.reused < pol.bases
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loaded_run(name):
+    """A small cluster under a long queue (most jobs wait at every call): the class walk
+    stops early, the waiting reasons come from position segments."""
+    pol = Differential(name)
+    simulate(_jobs(160, seed=7, gpus=(1, 1, 2, 2, 4, 8, 8)), parse_cluster("2x8"), pol, MODELS,
+             SimConfig(interval=60.0, seed=2))
+    assert pol.calls > 100 and pol.kept >= pol.calls - 2
+    assert pol.codes["wait_resources"] > 20 * pol.calls
+    assert 0 < pol.reused < pol.bases
 
 
 def _random_snapshot(draw):
