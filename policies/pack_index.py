@@ -62,7 +62,8 @@ class _AllocGpus:
 class Placement:
     """§5.1 over the snapshot with one job added, answered per packing component."""
 
-    def __init__(self, snap: ClusterSnapshot, running: Optional[tuple[Job, ...]] = None):
+    def __init__(self, snap: ClusterSnapshot, running: Optional[tuple[Job, ...]] = None,
+                 memo: Optional[dict] = None):
         gj = snap.gpu_jobs
         self.gj = gj
         if running is not None:
@@ -92,8 +93,24 @@ class Placement:
             comps.setdefault(find(x), []).append(x)
         self.root = {x: find(x) for x in parent}
         self.members = comps
-        self.bad = {r for r, m in comps.items()
-                    if len(m) >= 2 and not self._set_ok(m, None, ())}
+        if memo is None or running is not None:
+            self.bad = {r for r, m in comps.items()
+                        if len(m) >= 2 and not self._set_ok(m, None, ())}
+            return
+        # a component's verdict is a function of its members' allocations (every job on
+        # one of its GPUs is a member): memoised per member views across calls
+        jobs, bad = snap.jobs, set()
+        for r, m in comps.items():
+            key = tuple(sorted(m))
+            views = tuple(jobs[j] for j in key)
+            hit = memo.get(key)
+            if hit is None or any(a is not b for a, b in zip(hit[0], views)):
+                if len(memo) > 65536:
+                    memo.clear()
+                hit = memo[key] = (views, self._set_ok(m, None, ()))
+            if not hit[1]:
+                bad.add(r)
+        self.bad = bad
 
     def _set_ok(self, comp, job_id: Optional[str], gpus) -> bool:
         """No §5.1 violation inside ``comp`` (``job_id`` placed on ``gpus`` added)."""
@@ -160,43 +177,73 @@ def _running(snap: ClusterSnapshot):
 class RoundBase:
     """What a packing round reads of the snapshot before any job is placed: the hosts,
     their alone GPUs, the §5.1 index and the per-application host lists (filled as asked).
-    A function of ``gpu_jobs``, the running jobs' views and the tables: kept across calls
-    while those are unchanged (:func:`round_base`)."""
+    A function of ``gpu_jobs``, the running jobs' views and the tables (:func:`round_base`
+    keeps it across calls while those are unchanged).  ``prev``: the last call's base, whose
+    per-host parts are taken over for the hosts in ``same`` (same view, none of their GPUs
+    changed hands since: their alone GPUs, list keys and memory fits are unchanged)."""
 
-    def __init__(self, policy, snap: ClusterSnapshot):
+    def __init__(self, policy, snap: ClusterSnapshot, prev: Optional["RoundBase"] = None,
+                 dirty_gpus: frozenset = frozenset()):
         gj = snap.gpu_jobs
         self.hosts = [h for h in _running(snap) if h.allocation is not None]
-        self.host_ids = frozenset(h.id for h in self.hosts)
+        self.views = {h.id: h for h in self.hosts}
+        self.host_ids = self.views.keys()
+        if prev is not None:
+            pv = prev.views
+            self.same = {h.id for h in self.hosts
+                         if pv.get(h.id) is h and dirty_gpus.isdisjoint(h.allocation.gpus)}
+            self._old_sorted, self._old_fit = prev.sorted, prev.fit
+            pal = prev.alone
+        else:
+            self.same, self._old_sorted, self._old_fit, pal = set(), {}, {}, {}
+        same = self.same
         self.alone: dict[str, list[Gpu]] = {
-            h.id: [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        self.placement = Placement(snap)
+            h.id: pal[h.id] if h.id in same
+            else [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
+        self.placement = Placement(snap, memo=_policy_memo(policy, "_placement_memo", snap))
         self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
-        self.pp: dict[tuple[str, str], float] = {}
+        self.pp: dict[tuple[str, str], float] = _policy_memo(policy, "_pp_memo", snap)
         self.sorted: dict[str, list] = {}
+        self.fit: dict[tuple[float, str], bool] = {}
         self.lists: dict[tuple[str, float], dict[int, list]] = {}
         self.host_mb: dict[str, float] = {}
 
 
+def _policy_memo(policy, name: str, snap: ClusterSnapshot) -> dict:
+    """A memo dict kept on the policy for the snapshot's tables and nodes (a new one when
+    any of them is another object)."""
+    ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
+    kept = policy.__dict__.get(name)
+    if kept is None or any(a is not b for a, b in zip(ctx, kept[0])):
+        kept = (ctx, {})
+        setattr(policy, name, kept)
+    return kept[1]
+
+
 def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
-    """The policy's :class:`RoundBase` for ``snap``: the last call's while the simulator's
-    change records (``snap.gpu_changes``, ``snap.job_changes``) show no GPU changed hands
-    and no running job (nor a job now running) got a new view since, and the tables and
-    nodes are the same objects; else built afresh (always without the records)."""
+    """The policy's :class:`RoundBase` for ``snap`` with the simulator's change records
+    (``snap.gpu_changes``, ``snap.job_changes``): the last call's while no GPU changed
+    hands and no running job (nor a job now running) got a new view since; else a new one
+    that takes over the last one's per-host parts for the hosts untouched by the changes
+    (the tables and nodes the same objects).  Built afresh without the records."""
     kept = policy.__dict__.get("_round_base")
     gr, jr = snap.gpu_changes, snap.job_changes
     ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
     usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
               and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+    prev, dirty = None, frozenset()
     if usable and kept is not None:
         base, glog, jlog, kctx = kept
         if (all(a is b for a, b in zip(ctx, kctx)) and gr.log.extends(glog)
-                and len(gr.log) == len(glog) and jr.log.extends(jlog)):
-            jobs, hosts = snap.jobs, base.host_ids
-            fresh = jr.log[len(jlog):]
-            if not any(j in hosts or (j in jobs and jobs[j].running) for j in fresh):
-                policy._round_base = (base, gr.log, jr.log, ctx)
-                return base
-    base = RoundBase(policy, snap)
+                and jr.log.extends(jlog)):
+            if len(gr.log) == len(glog):
+                jobs, hosts = snap.jobs, base.host_ids
+                fresh = jr.log[len(jlog):]
+                if not any(j in hosts or (j in jobs and jobs[j].running) for j in fresh):
+                    policy._round_base = (base, gr.log, jr.log, ctx)
+                    return base
+            prev, dirty = base, frozenset(gr.log[len(glog):])
+    base = RoundBase(policy, snap, prev, dirty)
     policy._round_base = (base, gr.log, jr.log, ctx) if usable else None
     return base
 
@@ -209,6 +256,7 @@ class PackRound:
         if base is None:
             base = RoundBase(policy, snap)
         self.hosts = base.hosts
+        self._base = base
         self._alone0 = base.alone
         self.alone = dict(base.alone)  # lists are replaced by take(), never changed in place
         self.placement = base.placement
@@ -236,9 +284,15 @@ class PackRound:
         if out is None:
             pol, snap = self.policy, self.snap
             thr = pol.pair_threshold()
-            out = []
+            old = self._base._old_sorted.get(app)
+            if old is not None:  # the untouched hosts' entries (same keys, same filter)
+                same = self._base.same
+                out = [e for e in old if e[1].id in same]
+                todo = [h for h in self.hosts if h.id not in same]
+            else:
+                out, todo = [], self.hosts
             alone0, unequal, ppof = self._alone0, pol.unequal, self.pair_progress
-            for h in self.hosts:
+            for h in todo:
                 al = alone0[h.id]  # the round's start: alone GPUs only get fewer
                 # equal packing needs all k GPUs alone; alone GPUs only get fewer
                 if not al or (not unequal and len(al) < h.num_gpus):
@@ -259,10 +313,19 @@ class PackRound:
         if lists is None:
             lists = {}
             mem = self.node_mem
+            base = self._base
+            fit, old_fit, same = base.fit, base._old_fit, base.same
             for e in self._sorted_for(app):
                 h = e[1]
-                need = job_mb + self.host_mb(h)
-                if any(need <= mem[g.node] for g in self._alone0[h.id]):
+                fk = (job_mb, h.id)
+                ok = fit.get(fk)
+                if ok is None:
+                    ok = old_fit.get(fk) if h.id in same else None
+                    if ok is None:
+                        need = job_mb + self.host_mb(h)
+                        ok = any(need <= mem[g.node] for g in self._alone0[h.id])
+                    fit[fk] = ok
+                if ok:
                     lists.setdefault(h.num_gpus, []).append(e)
             self._lists[key] = lists
         return lists
