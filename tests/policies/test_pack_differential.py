@@ -24,7 +24,8 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import placement_ok
-from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, GpuChanges, Job,
+                            JobChanges, JobState, Node)
 from policies.pack_index import Placement
 from policies.throughput import InterferenceTable
 from reference_packing import REFS
@@ -252,3 +253,49 @@ def test_placement_index_matches_placement_ok(data):
                                         unique=True)))
         job = waiting[0]
         assert index.ok(job, pick) == placement_ok(snap, job, pick), (job.id, pick)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_parts_across_snapshots(name, data):
+    """Two snapshots with hand-made change records (the simulator's kind): between them
+    running jobs get new views on the same GPUs (measured speed, sub-batch: no GPU changes
+    hands) and a running job may leave.  The round base and Gandiva's pair memo taken over
+    from the first call must answer as the reference does."""
+    snap = _random_snapshot(data.draw)
+    pol = policies.get_policy(name)
+    gitems, jitems = list(snap.gpu_jobs), list(snap.jobs)  # append-only logs
+
+    def records(s):
+        return dataclasses.replace(s, gpu_changes=GpuChanges(Frozen(gitems), s.gpu_jobs),
+                                   job_changes=JobChanges(Frozen(jitems), s.jobs))
+
+    s1 = records(snap)
+    assert_same(pol.schedule(s1), REFS[name]().schedule(s1))
+    jobs, gj, free = dict(snap.jobs), dict(snap.gpu_jobs), list(snap.free_gpus)
+    running = [j for j in snap.jobs.values() if j.running]
+    for j in running:
+        if data.draw(st.booleans()):
+            et = snap.exclusive_iter_time(j)
+            jobs[j.id] = dataclasses.replace(
+                j, iter_rate=data.draw(st.sampled_from([0.2, 0.5, 0.9, 1.0])) / et,
+                allocation=dataclasses.replace(
+                    j.allocation, sub_batch=j.allocation.sub_batch * data.draw(
+                        st.sampled_from([1, 2, 16]))))
+            jitems.append(j.id)
+    if running and data.draw(st.booleans()):  # one leaves: its GPUs change hands
+        gone = data.draw(st.sampled_from(running))
+        del jobs[gone.id]
+        jitems.append(gone.id)
+        for g in gone.allocation.gpus:
+            rest = tuple(i for i in gj[g] if i != gone.id)
+            gitems.append(g)
+            if rest:
+                gj[g] = rest
+            else:
+                del gj[g]
+                free.append(g)
+    s2 = records(dataclasses.replace(snap, jobs=MappingProxyType(jobs),
+                                     gpu_jobs=MappingProxyType(gj), free_gpus=tuple(free)))
+    assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
