@@ -112,9 +112,10 @@ class Placement:
                 bad.add(r)
         self.bad = bad
 
-    def _set_ok(self, comp, job_id: Optional[str], gpus) -> bool:
+    def _set_ok(self, comp, job_id: Optional[str], gpus, gj=None, jg=None) -> bool:
         """No §5.1 violation inside ``comp`` (``job_id`` placed on ``gpus`` added)."""
-        jg, gj = self.jg, self.gj
+        gj = self.gj if gj is None else gj
+        jg = self.jg if jg is None else jg
         added = set(gpus)
 
         def job_gpus(j):
@@ -139,11 +140,17 @@ class Placement:
                     return False
         return True
 
-    def ok(self, job: Job, gpus: tuple[Gpu, ...]) -> bool:
-        """Same as :func:`policies.gimbal_coord.placement_ok` (``gpus`` non-empty)."""
+    def ok(self, job: Job, gpus: tuple[Gpu, ...], snap: Optional[ClusterSnapshot] = None) -> bool:
+        """Same as :func:`policies.gimbal_coord.placement_ok` (``gpus`` non-empty);
+        ``snap``: the snapshot to read the GPU map and allocations from (one with the same
+        ones as the index was built from) when the index holds none (:meth:`release`)."""
         if self.over:
             return False
-        gj, root = self.gj, self.root
+        if snap is not None:
+            gj, jg = snap.gpu_jobs, _AllocGpus(snap.jobs)
+        else:
+            gj, jg = self.gj, self.jg
+        root = self.root
         touched = set()
         for g in gpus:
             ids = gj.get(g, ())
@@ -156,7 +163,13 @@ class Placement:
         members = self.members
         for r in touched:
             comp.extend(members.get(r, (r,)))
-        return self._set_ok(comp, job.id, tuple(gpus))
+        return self._set_ok(comp, job.id, tuple(gpus), gj, jg)
+
+    def release(self) -> None:
+        """Drop the references to the snapshot's maps (an index kept across calls must not
+        hold them: the simulator reuses an unobserved map in place); :meth:`ok` then reads
+        them from the snapshot it is given."""
+        self.gj = self.jg = None
 
 
 def _running(snap: ClusterSnapshot):
@@ -201,6 +214,7 @@ class RoundBase:
             h.id: pal[h.id] if h.id in same
             else [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
         self.placement = Placement(snap, memo=_policy_memo(policy, "_placement_memo", snap))
+        self.placement.release()
         self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
         self.pp: dict[tuple[str, str], float] = _policy_memo(policy, "_pp_memo", snap)
         self.sorted: dict[str, list] = {}
@@ -392,6 +406,6 @@ class PackRound:
             if len(al) < n or (n == k and len(al) < k):
                 continue
             gpus = self._fit(job, host, al, job_mb)
-            if gpus is None or not self.placement.ok(job, gpus):
+            if gpus is None or not self.placement.ok(job, gpus, self.snap):
                 continue
             return gpus, host
