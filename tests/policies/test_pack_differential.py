@@ -280,9 +280,9 @@ def test_kept_parts_across_snapshots(name, data):
             et = snap.exclusive_iter_time(j)
             jobs[j.id] = dataclasses.replace(
                 j, iter_rate=data.draw(st.sampled_from([0.2, 0.5, 0.9, 1.0])) / et,
-                allocation=dataclasses.replace(
-                    j.allocation, sub_batch=j.allocation.sub_batch * data.draw(
-                        st.sampled_from([1, 2, 16]))))
+                allocation=dataclasses.replace(  # a larger or smaller worker: memory fits flip
+                    j.allocation, sub_batch=max(1, int(j.allocation.sub_batch * data.draw(
+                        st.sampled_from([1, 2, 16, 1 / 16]))))))
             jitems.append(j.id)
     if running and data.draw(st.booleans()):  # one leaves: its GPUs change hands
         gone = data.draw(st.sampled_from(running))
