@@ -101,12 +101,14 @@ class PackingHost(Policy):
         """:meth:`_schedule_walk`'s Plan from the queue kept by class
         (:mod:`policies.pack_queue`): the classes' heads merged in the host's order, a class
         dropped at its first job that waits (every later one of its class waits too)."""
-        free = free_gpus_of(snap)
-        nfree = nfree0 = free.total
+        classes = pq.classes
+        # the free-GPU index only when a job waits (GIMBAL's 30 s rounds mostly call with
+        # nothing waiting, where building it was a fifth of the call)
+        free = free_gpus_of(snap) if classes else None
+        nfree = nfree0 = free.total if classes else 0
         rnd = None
         actions, reasons = [], {}
         touched: set[str] = set()
-        classes = pq.classes
         heap = [(ck[0], c) for c, (ck, _) in classes.items()
                 if c[0] <= nfree or c[3]]  # neither fits nor may pack: all of it waits
         heapify(heap)
