@@ -43,34 +43,71 @@ class Gandiva(PackingHost):
     threshold = 1.0
     gimbal_threshold = 0.9
 
-    def order(self, snap: ClusterSnapshot) -> list[Job]:
-        return sorted(snap.pending(), key=lambda j: (
-            j.deadline is None, j.deadline if j.deadline is not None else 0.0,
-            j.submit_time, j.id))
+    def order_key(self, snap: ClusterSnapshot):
+        return lambda j: (j.deadline is None, j.deadline if j.deadline is not None else 0.0,
+                          j.submit_time, j.id)
 
     def score_from(self, progress, snap, host):
         # pair progress first; the measured speed (runtime profile) separates near-ties only,
         # the slower (under-used) host first
+        return progress - 1e-3 * self._measured(snap, host)
+
+    def _measured(self, snap: ClusterSnapshot, host: Job) -> float:
+        """:func:`measured_progress` (1.0 while unmeasured), memoised per job view (a
+        function of the view, the profile table and the node tuple)."""
+        memo = self.__dict__.get("_speeds")
+        if memo is None or memo[0] is not snap.profiles or memo[1] is not snap.nodes:
+            memo = self._speeds = (snap.profiles, snap.nodes, {})
+        seen = memo[2]
+        hit = seen.get(host.id)
+        if hit is not None and hit[0] is host:
+            return hit[1]
         m = measured_progress(snap, host)
-        return progress - 1e-3 * (1.0 if m is None else m)
+        m = 1.0 if m is None else m
+        if len(seen) > 65536:
+            seen.clear()
+        seen[host.id] = (host, m)
+        return m
 
     def may_pack(self, job):
         return not job.preemptions  # a job unpacked by introspection waits for free GPUs
 
-    def schedule(self, snap: ClusterSnapshot) -> Plan:
+    def _slow_pair(self, snap: ClusterSnapshot, a: Job, b: Job) -> Optional[str]:
+        """The job introspection unpacks from the packed pair ``a``, ``b`` (the later one),
+        or ``None``."""
+        if not (a.running and b.running) or a.restore_left > 0 or b.restore_left > 0:
+            return None
         thr = self.gimbal_threshold if self.gimbal else self.threshold
+        ma, mb = measured_progress(snap, a), measured_progress(snap, b)
+        if ma is not None and mb is not None and ma + mb < thr - 1e-9:
+            return max((a, b), key=lambda j: (j.start_time or 0.0, j.id)).id
+        return None
+
+    def schedule(self, snap: ClusterSnapshot) -> Plan:
         unpack: set[str] = set()
         # no GPU holds two jobs: nothing to introspect (one C-level pass instead of the loop)
-        pairs = snap.gpu_jobs.values() if max(map(len, snap.gpu_jobs.values()), default=0) >= 2 else ()
-        for ids in pairs:
-            if len(ids) != 2:
-                continue
-            a, b = (snap.jobs[i] for i in ids)
-            if not (a.running and b.running) or a.restore_left > 0 or b.restore_left > 0:
-                continue
-            ma, mb = measured_progress(snap, a), measured_progress(snap, b)
-            if ma is not None and mb is not None and ma + mb < thr - 1e-9:
-                unpack.add(max((a, b), key=lambda j: (j.start_time or 0.0, j.id)).id)
+        gj = snap.gpu_jobs
+        if max(map(len, gj.values()), default=0) >= 2:
+            # each packed pair once (a pair on k GPUs appears k times), its verdict memoised
+            # while both jobs keep their views (a function of the two views, the profile
+            # table and the node tuple only)
+            memo = self.__dict__.get("_pairs")
+            ctx = (snap.profiles, snap.nodes)
+            if memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]:
+                memo = self._pairs = (ctx, {})
+            seen, jobs = memo[1], snap.jobs
+            fresh = {}
+            for ids in set(gj.values()):
+                if len(ids) != 2:
+                    continue
+                a, b = jobs[ids[0]], jobs[ids[1]]
+                hit = seen.get(ids)
+                if hit is None or hit[0] is not a or hit[1] is not b:
+                    hit = (a, b, self._slow_pair(snap, a, b))
+                fresh[ids] = hit
+                if hit[2] is not None:
+                    unpack.add(hit[2])
+            self._pairs = (ctx, fresh)
         if not unpack:
             return super().schedule(snap)
         # an introspection call only unpacks; the next call places jobs on what it freed

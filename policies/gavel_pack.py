@@ -30,11 +30,11 @@ class GavelPack(PackingHost):
     gimbal_threshold = 0.9
     round_length = 360.0
 
-    def order(self, snap: ClusterSnapshot) -> list[Job]:
+    def order_key(self, snap: ClusterSnapshot):
         def key(j):
             r = snap.remaining_time(j)
             return (r is None, -(r or 0.0), j.submit_time, j.id)
-        return sorted(snap.pending(), key=key)
+        return key
 
     def numbers(self, snap, job):
         r = snap.remaining_time(job)

@@ -29,11 +29,11 @@ class Lucid(PackingHost):
     threshold = 1.25
     gimbal_threshold = 1.0
 
-    def order(self, snap: ClusterSnapshot) -> list[Job]:
+    def order_key(self, snap: ClusterSnapshot):
         def key(j):
             n = snap.job_length(j)
             return (n is None, n if n is not None else 0.0, j.submit_time, j.id)
-        return sorted(snap.pending(), key=key)
+        return key
 
     def numbers(self, snap, job):
         n = snap.job_length(job)

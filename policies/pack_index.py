@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import exclusive_config, pick_consolidated
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Frozen, Gpu, Job
 
 PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
 
@@ -46,14 +46,31 @@ def pair_progress(snap: ClusterSnapshot, a: str, b: str) -> float:
     return 1.0 / it.ratio(a, b, PACK_MPS, PACK_MPS) + 1.0 / it.ratio(b, a, PACK_MPS, PACK_MPS)
 
 
+class _AllocGpus:
+    """Job id -> its allocation's GPUs (``()`` without one), read from the job map."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+    def __getitem__(self, jid: str):
+        a = self.jobs[jid].allocation
+        return a.gpus if a is not None else ()
+
+
 class Placement:
     """§5.1 over the snapshot with one job added, answered per packing component."""
 
-    def __init__(self, snap: ClusterSnapshot, running: tuple[Job, ...]):
+    def __init__(self, snap: ClusterSnapshot, running: Optional[tuple[Job, ...]] = None,
+                 memo: Optional[dict] = None):
         gj = snap.gpu_jobs
         self.gj = gj
-        self.jg = {j.id: (j.allocation.gpus if j.allocation is not None else ())
-                   for j in running}
+        if running is not None:
+            self.jg = {j.id: (j.allocation.gpus if j.allocation is not None else ())
+                       for j in running}
+        else:  # the GPUs of a job on ``gpu_jobs`` (a running job, by the snapshot contract)
+            self.jg = _AllocGpus(snap.jobs)
         parent: dict[str, str] = {}
 
         def find(x):
@@ -62,10 +79,11 @@ class Placement:
                 x = parent[x]
             return x
 
-        self.over = False  # some GPU already holds more than two workers
-        for ids in gj.values():
-            if len(ids) > 2:
-                self.over = True
+        # only GPUs shared by two or more jobs join components (each distinct tuple once);
+        # a job on no shared GPU is a component of its own (``root``/``members`` defaults)
+        shared = [ids for ids in set(gj.values()) if len(ids) >= 2]
+        self.over = any(len(ids) > 2 for ids in shared)  # a GPU holds more than two workers
+        for ids in shared:
             for a in ids:
                 find(a)
             for a, b in zip(ids, ids[1:]):
@@ -75,12 +93,29 @@ class Placement:
             comps.setdefault(find(x), []).append(x)
         self.root = {x: find(x) for x in parent}
         self.members = comps
-        self.bad = {r for r, m in comps.items()
-                    if len(m) >= 2 and not self._set_ok(m, None, ())}
+        if memo is None or running is not None:
+            self.bad = {r for r, m in comps.items()
+                        if len(m) >= 2 and not self._set_ok(m, None, ())}
+            return
+        # a component's verdict is a function of its members' allocations (every job on
+        # one of its GPUs is a member): memoised per member views across calls
+        jobs, bad = snap.jobs, set()
+        for r, m in comps.items():
+            key = tuple(sorted(m))
+            views = tuple(jobs[j] for j in key)
+            hit = memo.get(key)
+            if hit is None or any(a is not b for a, b in zip(hit[0], views)):
+                if len(memo) > 65536:
+                    memo.clear()
+                hit = memo[key] = (views, self._set_ok(m, None, ()))
+            if not hit[1]:
+                bad.add(r)
+        self.bad = bad
 
-    def _set_ok(self, comp, job_id: Optional[str], gpus) -> bool:
+    def _set_ok(self, comp, job_id: Optional[str], gpus, gj=None, jg=None) -> bool:
         """No §5.1 violation inside ``comp`` (``job_id`` placed on ``gpus`` added)."""
-        jg, gj = self.jg, self.gj
+        gj = self.gj if gj is None else gj
+        jg = self.jg if jg is None else jg
         added = set(gpus)
 
         def job_gpus(j):
@@ -105,44 +140,147 @@ class Placement:
                     return False
         return True
 
-    def ok(self, job: Job, gpus: tuple[Gpu, ...]) -> bool:
-        """Same as :func:`policies.gimbal_coord.placement_ok` (``gpus`` non-empty)."""
+    def ok(self, job: Job, gpus: tuple[Gpu, ...], snap: Optional[ClusterSnapshot] = None) -> bool:
+        """Same as :func:`policies.gimbal_coord.placement_ok` (``gpus`` non-empty);
+        ``snap``: the snapshot to read the GPU map and allocations from (one with the same
+        ones as the index was built from) when the index holds none (:meth:`release`)."""
         if self.over:
             return False
-        gj, root = self.gj, self.root
+        if snap is not None:
+            gj, jg = snap.gpu_jobs, _AllocGpus(snap.jobs)
+        else:
+            gj, jg = self.gj, self.jg
+        root = self.root
         touched = set()
         for g in gpus:
             ids = gj.get(g, ())
             if len(ids) >= 2:
                 return False
-            touched.update(root[i] for i in ids)
+            touched.update(root.get(i, i) for i in ids)
         if not self.bad <= touched:
             return False
         comp = [job.id]
+        members = self.members
         for r in touched:
-            comp.extend(self.members[r])
-        return self._set_ok(comp, job.id, tuple(gpus))
+            comp.extend(members.get(r, (r,)))
+        return self._set_ok(comp, job.id, tuple(gpus), gj, jg)
+
+    def release(self) -> None:
+        """Drop the references to the snapshot's maps (an index kept across calls must not
+        hold them: the simulator reuses an unobserved map in place); :meth:`ok` then reads
+        them from the snapshot it is given."""
+        self.gj = self.jg = None
+
+
+def _running(snap: ClusterSnapshot):
+    """The running jobs: with the simulator's ``waiting_ids`` those on ``gpu_jobs`` (checked:
+    with the waiting ones they are all jobs, and all run), a cost by GPUs in use rather than
+    by jobs; else every running job of the job map.  (Any order: the round sorts by keys
+    that end in the id.)"""
+    jobs, waiting = snap.jobs, snap.waiting_ids
+    if waiting is not None:
+        ids = set().union(*snap.gpu_jobs.values())
+        if len(ids) + len(waiting) == len(jobs) and ids <= jobs.keys():
+            views = [jobs[i] for i in ids]
+            if all(j.running for j in views):
+                return views
+    return snap.running()
+
+
+class RoundBase:
+    """What a packing round reads of the snapshot before any job is placed: the hosts,
+    their alone GPUs, the §5.1 index and the per-application host lists (filled as asked).
+    A function of ``gpu_jobs``, the running jobs' views and the tables (:func:`round_base`
+    keeps it across calls while those are unchanged).  ``prev``: the last call's base, whose
+    per-host parts are taken over for the hosts in ``same`` (same view, none of their GPUs
+    changed hands since: their alone GPUs, list keys and memory fits are unchanged)."""
+
+    def __init__(self, policy, snap: ClusterSnapshot, prev: Optional["RoundBase"] = None,
+                 dirty_gpus: frozenset = frozenset()):
+        gj = snap.gpu_jobs
+        self.hosts = [h for h in _running(snap) if h.allocation is not None]
+        self.views = {h.id: h for h in self.hosts}
+        self.host_ids = self.views.keys()
+        if prev is not None:
+            pv = prev.views
+            self.same = {h.id for h in self.hosts
+                         if pv.get(h.id) is h and dirty_gpus.isdisjoint(h.allocation.gpus)}
+            self._old_sorted, self._old_fit = prev.sorted, prev.fit
+            pal = prev.alone
+        else:
+            self.same, self._old_sorted, self._old_fit, pal = set(), {}, {}, {}
+        same = self.same
+        self.alone: dict[str, list[Gpu]] = {
+            h.id: pal[h.id] if h.id in same
+            else [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
+        self.placement = Placement(snap, memo=_policy_memo(policy, "_placement_memo", snap))
+        self.placement.release()
+        self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        self.pp: dict[tuple[str, str], float] = _policy_memo(policy, "_pp_memo", snap)
+        self.sorted: dict[str, list] = {}
+        self.fit: dict[tuple[float, str], bool] = {}
+        self.lists: dict[tuple[str, float], dict[int, list]] = {}
+        self.host_mb: dict[str, float] = {}
+
+
+def _policy_memo(policy, name: str, snap: ClusterSnapshot) -> dict:
+    """A memo dict kept on the policy for the snapshot's tables and nodes (a new one when
+    any of them is another object)."""
+    ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
+    kept = policy.__dict__.get(name)
+    if kept is None or any(a is not b for a, b in zip(ctx, kept[0])):
+        kept = (ctx, {})
+        setattr(policy, name, kept)
+    return kept[1]
+
+
+def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
+    """The policy's :class:`RoundBase` for ``snap`` with the simulator's change records
+    (``snap.gpu_changes``, ``snap.job_changes``): the last call's while no GPU changed
+    hands and no running job (nor a job now running) got a new view since; else a new one
+    that takes over the last one's per-host parts for the hosts untouched by the changes
+    (the tables and nodes the same objects).  Built afresh without the records."""
+    kept = policy.__dict__.get("_round_base")
+    gr, jr = snap.gpu_changes, snap.job_changes
+    ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
+    usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
+              and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+    prev, dirty = None, frozenset()
+    if usable and kept is not None:
+        base, glog, jlog, kctx = kept
+        if (all(a is b for a, b in zip(ctx, kctx)) and gr.log.extends(glog)
+                and jr.log.extends(jlog)):
+            if len(gr.log) == len(glog):
+                jobs, hosts = snap.jobs, base.host_ids
+                fresh = jr.log[len(jlog):]
+                if not any(j in hosts or (j in jobs and jobs[j].running) for j in fresh):
+                    policy._round_base = (base, gr.log, jr.log, ctx)
+                    return base
+            prev, dirty = base, frozenset(gr.log[len(glog):])
+    base = RoundBase(policy, snap, prev, dirty)
+    policy._round_base = (base, gr.log, jr.log, ctx) if usable else None
+    return base
 
 
 class PackRound:
     """Candidate hosts of one packing round (see module doc)."""
 
-    def __init__(self, policy, snap: ClusterSnapshot):
+    def __init__(self, policy, snap: ClusterSnapshot, base: Optional[RoundBase] = None):
         self.policy, self.snap = policy, snap
-        running = snap.running()
-        gj = snap.gpu_jobs
-        self.hosts = [h for h in running if h.allocation is not None]
-        self.alone: dict[str, list[Gpu]] = {
-            h.id: [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        self.owner: dict[Gpu, str] = {g: hid for hid, gs in self.alone.items() for g in gs}
-        self.placement = Placement(snap, running)
-        self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        if base is None:
+            base = RoundBase(policy, snap)
+        self.hosts = base.hosts
+        self._base = base
+        self._alone0 = base.alone
+        self.alone = dict(base.alone)  # lists are replaced by take(), never changed in place
+        self.placement = base.placement
+        self.node_mem = base.node_mem
         self.rank = snap.node_rank
-        self._pp: dict[tuple[str, str], float] = {}
-        self._sorted: dict[str, list] = {}
-        self._lists: dict[tuple[str, float], dict[int, list]] = {}
+        self._pp = base.pp
+        self._sorted = base.sorted
+        self._lists = base.lists
+        self._host_mb = base.host_mb
         self._heads: dict[tuple, int] = {}
-        self._host_mb: dict[str, float] = {}
 
     def pair_progress(self, a: str, b: str) -> float:
         key = (a, b)
@@ -160,13 +298,20 @@ class PackRound:
         if out is None:
             pol, snap = self.policy, self.snap
             thr = pol.pair_threshold()
-            out = []
-            for h in self.hosts:
-                al = self.alone[h.id]
+            old = self._base._old_sorted.get(app)
+            if old is not None:  # the untouched hosts' entries (same keys, same filter)
+                same = self._base.same
+                out = [e for e in old if e[1].id in same]
+                todo = [h for h in self.hosts if h.id not in same]
+            else:
+                out, todo = [], self.hosts
+            alone0, unequal, ppof = self._alone0, pol.unequal, self.pair_progress
+            for h in todo:
+                al = alone0[h.id]  # the round's start: alone GPUs only get fewer
                 # equal packing needs all k GPUs alone; alone GPUs only get fewer
-                if not al or (not pol.unequal and len(al) < h.num_gpus):
+                if not al or (not unequal and len(al) < h.num_gpus):
                     continue
-                pp = self.pair_progress(app, h.app)
+                pp = ppof(app, h.app)
                 if pp >= thr:
                     out.append(((-pol.score_from(pp, snap, h), h.submit_time, h.id), h))
             out.sort(key=lambda e: e[0])
@@ -182,10 +327,19 @@ class PackRound:
         if lists is None:
             lists = {}
             mem = self.node_mem
+            base = self._base
+            fit, old_fit, same = base.fit, base._old_fit, base.same
             for e in self._sorted_for(app):
                 h = e[1]
-                need = job_mb + self.host_mb(h)
-                if any(need <= mem[g.node] for g in self.alone[h.id]):
+                fk = (job_mb, h.id)
+                ok = fit.get(fk)
+                if ok is None:
+                    ok = old_fit.get(fk) if h.id in same else None
+                    if ok is None:
+                        need = job_mb + self.host_mb(h)
+                        ok = any(need <= mem[g.node] for g in self._alone0[h.id])
+                    fit[fk] = ok
+                if ok:
                     lists.setdefault(h.num_gpus, []).append(e)
             self._lists[key] = lists
         return lists
@@ -252,6 +406,6 @@ class PackRound:
             if len(al) < n or (n == k and len(al) < k):
                 continue
             gpus = self._fit(job, host, al, job_mb)
-            if gpus is None or not self.placement.ok(job, gpus):
+            if gpus is None or not self.placement.ok(job, gpus, self.snap):
                 continue
             return gpus, host

@@ -21,12 +21,15 @@ actions with the new per-worker MPS shares and sample shares (:func:`~policies.g
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+from heapq import heapify, heappop, heappush
 from typing import Optional
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_coord import coordinate
-from .model import ClusterSnapshot, Job
-from .pack_index import PACK_MPS, PackRound, pair_progress
+from .model import ClusterSnapshot, Frozen, Joined, Job
+from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
+from .pack_queue import PackQueue, pack_queue_of, worker_mb
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 
 __all__ = ["PACK_MPS", "PackingHost", "pair_progress"]
@@ -54,8 +57,12 @@ class PackingHost(Policy):
             raise ValueError(f"round_length must be > 0 s, got {round_length}")
 
     # ---- host-specific hooks
+    def order_key(self, snap: ClusterSnapshot):
+        """The host's order as a sort key (fixed while a job waits; unique: ends in the id)."""
+        return lambda j: (j.submit_time, j.id)
+
     def order(self, snap: ClusterSnapshot) -> list[Job]:
-        return list(snap.pending())
+        return sorted(snap.pending(), key=self.order_key(snap))
 
     def score_from(self, progress: float, snap: ClusterSnapshot, host: Job) -> float:
         """Sharing score of packing beside ``host`` given the pair's progress
@@ -83,6 +90,111 @@ class PackingHost(Policy):
         return {}
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
+        pq = pack_queue_of(self)
+        klass = lambda j: (j.num_gpus, j.app, worker_mb(snap, j), self.may_pack(j))  # noqa: E731
+        if pq.update(snap, self.order_key(snap), klass) and all(
+                1 <= c[0] <= snap.total_gpus for c in pq.classes):
+            return self._schedule_classes(snap, pq)
+        return self._schedule_walk(snap)
+
+    def _schedule_classes(self, snap: ClusterSnapshot, pq: PackQueue) -> Plan:
+        """:meth:`_schedule_walk`'s Plan from the queue kept by class
+        (:mod:`policies.pack_queue`): the classes' heads merged in the host's order, a class
+        dropped at its first job that waits (every later one of its class waits too)."""
+        classes = pq.classes
+        # the free-GPU index only when a job waits (GIMBAL's 30 s rounds mostly call with
+        # nothing waiting, where building it was a fifth of the call)
+        free = free_gpus_of(snap) if classes else None
+        nfree = nfree0 = free.total if classes else 0
+        rnd = None
+        actions, reasons = [], {}
+        touched: set[str] = set()
+        heap = [(ck[0], c) for c, (ck, _) in classes.items()
+                if c[0] <= nfree or c[3]]  # neither fits nor may pack: all of it waits
+        heapify(heap)
+        nxt: dict[tuple, int] = {}
+        removed = []  # keys of the started jobs
+        cuts = []  # (key, free GPUs after it) of each job started on free GPUs
+        while heap:
+            k, c = heappop(heap)
+            ck, cj = classes[c]
+            i = nxt.get(c, 0)
+            job = cj[i]
+            n = c[0]
+            if n <= nfree:
+                gpus = free.pick(n)
+                free.take(gpus)
+                nfree -= n
+                b, s = exclusive_config(snap, job)
+                actions.append(StartJob(job.id, gpus, b, s))
+                reasons[job.id] = reason(ReasonCode.STARTED, f"{n} GPUs free",
+                                         **self.numbers(snap, job))
+                cuts.append((k, nfree))
+            else:
+                if not c[3]:
+                    continue  # may not pack, and the free GPUs only get fewer
+                if rnd is None:
+                    rnd = PackRound(self, snap, round_base(self, snap))
+                target = rnd.target(job)
+                if target is None:
+                    continue  # the class is done: its later jobs miss too
+                gpus, host = target
+                rnd.take(host, gpus)
+                touched.update((job.id, host.id))
+                b, s = exclusive_config(snap, job)
+                actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,),
+                                        mps_pct=PACK_MPS))
+                reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
+                                         score=rnd.score(job, host), **self.numbers(snap, job))
+            removed.append(k)
+            nxt[c] = i + 1
+            if i + 1 < len(ck):
+                heappush(heap, (ck[i + 1], c))
+        self._coordinate(snap, touched, actions, reasons)
+        ids, keys, jobs = pq.ids, pq.keys, snap.jobs
+        # the waiting jobs' reasons by position: the free count changes only at a free start
+        segments = []
+        a, nf = 0, nfree0
+        for key, after in cuts:
+            p = bisect_left(keys, key)
+            segments.append((Frozen(ids, a, p), self._waiting_reason(snap, jobs, nf)))
+            a, nf = p, after
+        segments.append((Frozen(ids, a), self._waiting_reason(snap, jobs, nf)))
+        segments.append(keep_running_segment(snap))
+        # the order: the waiting jobs without the started ones (slices of the kept ids)
+        if removed:
+            pos = sorted(bisect_left(keys, key) for key in removed)
+            head, a = [], 0
+            for p in pos:
+                head += ids[a:p]
+                a = p + 1
+            order = Joined(tuple(head), Frozen(ids, a))
+        else:
+            order = Frozen(ids)
+        return make_plan(self.name, actions, order, reasons, [], segments)
+
+    def _waiting_reason(self, snap, jobs, nfree):
+        def why(jid):
+            job = jobs[jid]
+            return reason(ReasonCode.WAIT_RESOURCES, f"needs {job.num_gpus} GPUs, {nfree} free, "
+                          "no pair passes the packing rule", free_gpus=nfree,
+                          **self.numbers(snap, job))
+        return why
+
+    def _coordinate(self, snap, touched, actions, reasons) -> None:
+        if self.gimbal:
+            for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
+                                skip=touched):
+                for rz in c.resizes:
+                    actions.append(rz)
+                    reasons[rz.job_id] = reason(
+                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {c.jmax}",
+                        objective_before=c.result.objective_before,
+                        objective_after=c.result.objective_after)
+
+    def _schedule_walk(self, snap: ClusterSnapshot) -> Plan:
+        """Every waiting job in order (a job asks more GPUs than the cluster has, or none,
+        or a key is NaN)."""
         # the free-GPU index is built for the first job in the order (GIMBAL's 30 s rounds
         # call with nothing waiting, where building it was a fifth of the call)
         free = None
@@ -125,15 +237,7 @@ class PackingHost(Policy):
             actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,), mps_pct=PACK_MPS))
             reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
                                      score=rnd.score(job, host), **nums)
-        if self.gimbal:
-            for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
-                                skip=touched):
-                for rz in c.resizes:
-                    actions.append(rz)
-                    reasons[rz.job_id] = reason(
-                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {c.jmax}",
-                        objective_before=c.result.objective_before,
-                        objective_after=c.result.objective_after)
+        self._coordinate(snap, touched, actions, reasons)
         # running jobs the plan does not mention: the shared KEEP_RUNNING reason, computed
         # when a consumer asks (explicit reasons win, as keep_running_reasons gives them)
         return make_plan(self.name, actions, order, reasons, infeasible,

@@ -24,7 +24,8 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import placement_ok
-from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
+from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, GpuChanges, Job,
+                            JobChanges, JobState, Node)
 from policies.pack_index import Placement
 from policies.throughput import InterferenceTable
 from reference_packing import REFS
@@ -43,12 +44,34 @@ class Differential:
         self.name = name
         for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
             setattr(self, flag, getattr(self.inner, flag))
+        self.fresh = policies.get_policy(name, **kw)  # the same snapshots, no change records
         self.calls = 0
         self.codes = Counter()
+        self.kept = 0  # calls whose waiting queue was brought up to date, not sorted afresh
+        self.reused = 0  # calls that took the last call's round base over
+        self.bases = 0  # calls that asked for a round base at all
 
     def schedule(self, snap):
-        plan = self.inner.schedule(snap)
-        assert_same(plan, self.ref.schedule(snap))
+        inner = self.inner
+        pq = getattr(inner, "_pack_queue", None)
+        rebuilds = pq.rebuilds if pq is not None else None
+        base = getattr(inner, "_round_base", None)
+        base = base[0] if base is not None else None
+        plan = inner.schedule(snap)
+        ref = self.ref.schedule(snap)
+        assert_same(plan, ref)
+        if rebuilds is not None and inner._pack_queue.rebuilds == rebuilds:
+            self.kept += 1
+        after = getattr(inner, "_round_base", None)
+        if after is not None and after[2] is snap.job_changes.log:  # a round this call
+            self.bases += 1
+            self.reused += after[0] is base
+        # the daemon's kind: the same snapshot without the simulator's change records
+        bare = dataclasses.replace(
+            snap, gpu_changes=None, job_changes=None,
+            queue=None if snap.queue is None else dataclasses.replace(snap.queue, changes=None))
+        assert_same(self.fresh.schedule(bare), ref)
+        assert getattr(self.fresh, "_round_base", None) is None
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
         return plan
@@ -81,6 +104,22 @@ def test_recorded_simulator_snapshots(name, xi, cluster, mps):
     assert pol.calls > 10
     if mps:  # the fitted MPS table lets every pair pass: the packing path is exercised
         assert pol.codes["started_shared"] > 0
+    # the kept paths: the queue brought up to date at most calls, the round base both
+    # taken over and rebuilt
+    assert pol.kept >= pol.calls // 2
+    assert 0 < pol.reused < pol.bases
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loaded_run(name):
+    """A small cluster under a long queue (most jobs wait at every call): the class walk
+    stops early, the waiting reasons come from position segments."""
+    pol = Differential(name)
+    simulate(_jobs(160, seed=7, gpus=(1, 1, 2, 2, 4, 8, 8)), parse_cluster("2x8"), pol, MODELS,
+             SimConfig(interval=60.0, seed=2))
+    assert pol.calls > 100 and pol.kept >= pol.calls - 2
+    assert pol.codes["wait_resources"] > 20 * pol.calls
+    assert 0 < pol.reused < pol.bases
 
 
 def _random_snapshot(draw):
@@ -214,3 +253,49 @@ def test_placement_index_matches_placement_ok(data):
                                         unique=True)))
         job = waiting[0]
         assert index.ok(job, pick) == placement_ok(snap, job, pick), (job.id, pick)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_parts_across_snapshots(name, data):
+    """Two snapshots with hand-made change records (the simulator's kind): between them
+    running jobs get new views on the same GPUs (measured speed, sub-batch: no GPU changes
+    hands) and a running job may leave.  The round base and Gandiva's pair memo taken over
+    from the first call must answer as the reference does."""
+    snap = _random_snapshot(data.draw)
+    pol = policies.get_policy(name)
+    gitems, jitems = list(snap.gpu_jobs), list(snap.jobs)  # append-only logs
+
+    def records(s):
+        return dataclasses.replace(s, gpu_changes=GpuChanges(Frozen(gitems), s.gpu_jobs),
+                                   job_changes=JobChanges(Frozen(jitems), s.jobs))
+
+    s1 = records(snap)
+    assert_same(pol.schedule(s1), REFS[name]().schedule(s1))
+    jobs, gj, free = dict(snap.jobs), dict(snap.gpu_jobs), list(snap.free_gpus)
+    running = [j for j in snap.jobs.values() if j.running]
+    for j in running:
+        if data.draw(st.booleans()):
+            et = snap.exclusive_iter_time(j)
+            jobs[j.id] = dataclasses.replace(
+                j, iter_rate=data.draw(st.sampled_from([0.2, 0.5, 0.9, 1.0])) / et,
+                allocation=dataclasses.replace(  # a larger or smaller worker: memory fits flip
+                    j.allocation, sub_batch=max(1, int(j.allocation.sub_batch * data.draw(
+                        st.sampled_from([1, 2, 16, 1 / 16]))))))
+            jitems.append(j.id)
+    if running and data.draw(st.booleans()):  # one leaves: its GPUs change hands
+        gone = data.draw(st.sampled_from(running))
+        del jobs[gone.id]
+        jitems.append(gone.id)
+        for g in gone.allocation.gpus:
+            rest = tuple(i for i in gj[g] if i != gone.id)
+            gitems.append(g)
+            if rest:
+                gj[g] = rest
+            else:
+                del gj[g]
+                free.append(g)
+    s2 = records(dataclasses.replace(snap, jobs=MappingProxyType(jobs),
+                                     gpu_jobs=MappingProxyType(gj), free_gpus=tuple(free)))
+    assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
