@@ -277,10 +277,8 @@ class ASrpt(Policy):
 
         kept = self._korder.update(snap, key, (self._gen,))
         if kept is not None and self._win.changed:
-            waiting = [k for k in self._win.changed if k in kept.key_of]
-            if waiting and not kept._apply(snap.jobs, waiting, key) \
-                    and not kept._rebuild(snap.queue.jobs, key):
-                kept.clear()
+            key_of = kept.key_of
+            if not kept.rekey(snap, [k for k in self._win.changed if k in key_of], key):
                 kept = None
         if kept is not None:
             return kept.keys, kept.jobs, kept.ids, max(kept.gpus, default=0) > snap.total_gpus

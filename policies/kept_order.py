@@ -142,6 +142,15 @@ class KeptOrder:
         self.asked = sum(j.num_gpus for j in self.jobs)
         return True
 
+    def rekey(self, snap: ClusterSnapshot, ids, key: Callable[[Job], tuple]) -> bool:
+        """Key the waiting jobs of ``ids`` again after :meth:`update` (for a key that
+        changes while a job waits, e.g. A-SRPT's Ã1 completion time: the caller names the
+        jobs whose key changed); ``False`` when the order could not be kept (cleared)."""
+        if ids and not self._apply(snap.jobs, ids, key) and not self._rebuild(snap.queue.jobs, key):
+            self.clear()
+            return False
+        return True
+
     def queue(self, snap: ClusterSnapshot) -> WaitingQueue:
         """The order as a :class:`WaitingQueue` of views (for
         :func:`policies.base.schedule_nonpreemptive`'s blocked tail)."""
