@@ -37,7 +37,7 @@ from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 from .quiet_calls import QuietCalls, quiet_calls_of
-from .running_keys import Horizon, Rekey, RunningKeys, running_keys_of
+from .running_keys import Horizon, Rekey, RunningKeys, queue_record, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
@@ -70,9 +70,8 @@ class KeptOrder:
         fixed while a job waits; ``context``: the policy's own parameters the key reads).
         ``None`` when the snapshot carries no kept queue with a change record (the caller
         sorts as before) or a key is NaN (a NaN key has no place in a sorted order)."""
-        q = snap.queue
-        log = q.changes if q is not None and q.source is snap.jobs else None
-        if not isinstance(log, Frozen):
+        q, log = snap.queue, queue_record(snap)
+        if log is None:
             self.clear()
             return None
         ctx = self._ctx

@@ -45,15 +45,10 @@ from operator import attrgetter, is_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job
+from .running_keys import queue_record
 
 _INF = math.inf
 _ID = attrgetter("id")
-
-
-def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
-    q = snap.queue
-    log = q.changes if q is not None and q.source is snap.jobs else None
-    return log if isinstance(log, Frozen) else None
 
 
 class QuietCalls:
@@ -74,7 +69,7 @@ class QuietCalls:
              preempted: dict, steady) -> None:
         """Record a call that ranked the jobs (``steady``: a time, or a no-argument
         callable giving it, for the running jobs of ``running`` kept by the Plan)."""
-        log = _record(snap)
+        log = queue_record(snap)
         if log is None or not math.isfinite(snap.now):
             self._log = None
             return
@@ -93,7 +88,7 @@ class QuietCalls:
         log0 = self._log
         if log0 is None:
             return False
-        log, now = _record(snap), snap.now
+        log, now = queue_record(snap), snap.now
         if (log is None or not log.extends(log0) or not self._now <= now
                 or not math.isfinite(now)):
             return False

@@ -71,7 +71,9 @@ _RUN = JobState.RUNNING
 _ID = attrgetter("id")
 
 
-def _record(snap: ClusterSnapshot) -> Optional[Frozen]:
+def queue_record(snap: ClusterSnapshot) -> Optional[Frozen]:
+    """The snapshot's waiting-queue change record (``queue.changes``) when it belongs to
+    the snapshot's job map and is the simulator's append-only view, else ``None``."""
     q = snap.queue
     log = q.changes if q is not None and q.source is snap.jobs else None
     return log if isinstance(log, Frozen) else None
@@ -116,7 +118,7 @@ class RunningKeys:
         record's entries since (``nwaiting``: the waiting jobs, all not running), or
         ``None`` (another run, an older snapshot, a first call, or a count that disagrees
         with the snapshot: the caller scans)."""
-        log = _record(snap)
+        log = queue_record(snap)
         seen = self._seen
         if seen is None or log is None or not log.extends(seen):
             return None
@@ -139,7 +141,7 @@ class RunningKeys:
         ``deferred`` (a list) with ``theta``: the running jobs whose cached bound (a key
         that never rises) is not below ``first`` but below ``theta`` are put there without
         a key (the caller evaluates them with :meth:`exact` if it needs their keys)."""
-        log = _record(snap)
+        log = queue_record(snap)
         seen = self._seen
         if seen is None or log is None or not log.extends(seen):
             return None
@@ -190,7 +192,7 @@ class RunningKeys:
         """The running jobs of ``snap`` (found by :meth:`collect`, :meth:`running` or by the
         scan), the sure ones among them, the others (``rest``), the first waiting key and
         the time up to which the sure ones stay sure."""
-        self._seen = _record(snap)
+        self._seen = queue_record(snap)
         self._run = running
         taken, self._taken = self._taken, None
         if taken is not None and taken[0] is sure:  # the last sure ones, then new ones
