@@ -299,3 +299,51 @@ def test_kept_parts_across_snapshots(name, data):
     s2 = records(dataclasses.replace(snap, jobs=MappingProxyType(jobs),
                                      gpu_jobs=MappingProxyType(gj), free_gpus=tuple(free)))
     assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_placement_memo_across_snapshots(data):
+    """The §5.1 verdicts memoised per component across calls (``Placement(memo=...)``)
+    equal the ones computed afresh, over a sequence of snapshots whose components have the
+    same job ids (R0, R1, ...) but other allocations: a member's new view must not reuse
+    the verdict of its old one."""
+    memo: dict = {}
+    for _ in range(4):
+        snap = _random_snapshot(data.draw)
+        fresh = Placement(snap)
+        kept = Placement(snap, memo=memo)
+        assert kept.members == fresh.members
+        assert kept.bad == fresh.bad
+
+
+def test_placement_memo_new_views_same_members():
+    """One component, the same two jobs in both snapshots: inside its host's GPUs first
+    (§5.1 holds), then across a GPU the host does not hold (it does not).  The verdict
+    memoised for the first views must not answer for the second."""
+    node = Node("n0", 4, gpu_mem_mb=80000)
+    g = list(node.gpus())
+    app = APPS[0]
+    batch = MODELS.iters_table[app][0][0] * 2
+
+    def snap(r1_gpus):
+        r0 = Job("R0", 0.0, 2, app, batch, total_iters=1e4, state=JobState.RUNNING,
+                 allocation=Allocation((g[0], g[1]), batch // 2), start_time=0.0)
+        r1 = Job("R1", 1.0, 2, app, batch, total_iters=1e4, state=JobState.RUNNING,
+                 allocation=Allocation(tuple(r1_gpus), batch // 2), start_time=0.0)
+        occ: dict = {}
+        for j in (r0, r1):
+            for x in j.allocation.gpus:
+                occ[x] = occ.get(x, ()) + (j.id,)
+        return ClusterSnapshot(10.0, (node,), MappingProxyType({"R0": r0, "R1": r1}),
+                               MappingProxyType(occ), tuple(x for x in g if x not in occ),
+                               MODELS.profiles, MODELS.memory, MODELS.interference)
+
+    memo: dict = {}
+    verdicts = []
+    for s in (snap((g[0], g[1])), snap((g[1], g[2])), snap((g[0], g[1]))):
+        fresh, kept = Placement(s), Placement(s, memo=memo)
+        assert kept.members == fresh.members and len(fresh.members) == 1
+        assert kept.bad == fresh.bad
+        verdicts.append(bool(fresh.bad))
+    assert verdicts == [False, True, False]
