@@ -217,26 +217,32 @@ class Similarity(Policy):
         for job in queue:
             if not any(c > 0 for c in cap.values()):
                 break
-            m = ref_for(job.app)
-            ref = m[0] if m else None
-            # sch_m depends on the job only through these fields: once per class and round
-            cls = (ref, job.num_gpus, job.gpu_range, job.global_batch, job.batch_range)
-            try:
-                opts = sugg.get(cls)
-            except TypeError:  # an unhashable range (a list): no memo for this job
-                cls, opts = None, None
-            if opts is None:
-                opts = self.suggestions(snap, job, ref, types)
-                if cls is not None:
-                    sugg[cls] = opts
-            for opt in opts:
-                if opt.ngpu <= cap[opt.gpu_type]:
-                    decided[job.id] = opt
-                    refs[job.id] = m
-                    cap[opt.gpu_type] -= opt.ngpu
-                    break
+            self._choose(snap, job, cap, types, ref_for, sugg, decided, refs)
 
         # ---- placement: keep exact matches, pre-empt the rest, start the decisions
+        started_why, kept_why = self._why(refs)
+        preempted, starts, placed, batch_of, why = apply_decisions(
+            snap, queue, decided, self.cd, started_why, kept_why)
+        reasons.update(why)
+
+        # ---- Algorithm 3: pack queued jobs beside jobs alone on one GPU
+        queued = [j for j in queue if j.id not in placed]
+        if self.jp and queued:
+            pool = _Pool(self, queued)
+            self._pack(snap, queue, placed, preempted, starts, batch_of, pool, ref_for, reasons)
+            queued = [j for j in queued if j.id not in pool.gone]
+        actions = list(preempted.values()) + starts
+        order = []
+        for j in queued:
+            order.append(j.id)
+            if j.id not in reasons or reasons[j.id].code is not ReasonCode.PREEMPTED:
+                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                       "no suggestion fits the GPUs left this round")
+        keep_running_reasons(snap, reasons)
+        return make_plan(self.name, actions, order, reasons)
+
+    def _why(self, refs: dict):
+        """(reason of a started job, reason of a kept one) for apply_decisions."""
         def started_why(job, opt):
             code = ReasonCode.RESUMED if job.start_time is not None else ReasonCode.STARTED
             return reason(code, f"{opt.ngpu} x {opt.gpu_type}, batch {opt.batch}: the fastest "
@@ -255,59 +261,71 @@ class Similarity(Policy):
                                               "same decision as last round",
                                               **self._nums(m, opt))
             return r
+        return started_why, kept_why
 
-        preempted, starts, placed, batch_of, why = apply_decisions(
-            snap, queue, decided, self.cd, started_why, kept_why)
-        reasons.update(why)
+    def _choose(self, snap, job: Job, cap: dict, types, ref_for, sugg: dict, decided: dict,
+                refs: dict) -> None:
+        """Algorithm 2 for one job: the first suggestion whose GPU count fits the type's
+        remaining GPUs (``cap``, decreased), recorded in ``decided`` and ``refs``."""
+        m = ref_for(job.app)
+        ref = m[0] if m else None
+        # sch_m depends on the job only through these fields: once per class and round
+        cls = (ref, job.num_gpus, job.gpu_range, job.global_batch, job.batch_range)
+        try:
+            opts = sugg.get(cls)
+        except TypeError:  # an unhashable range (a list): no memo for this job
+            cls, opts = None, None
+        if opts is None:
+            opts = self.suggestions(snap, job, ref, types)
+            if cls is not None:
+                sugg[cls] = opts
+        for opt in opts:
+            if opt.ngpu <= cap[opt.gpu_type]:
+                decided[job.id] = opt
+                refs[job.id] = m
+                cap[opt.gpu_type] -= opt.ngpu
+                break
 
-        # ---- Algorithm 3: pack queued jobs beside jobs alone on one GPU
-        queued = [j for j in queue if j.id not in placed]
-        if self.jp and queued:
-            on_gpu: dict[Gpu, list[str]] = {}
-            for jid, gs in placed.items():
-                for g in gs:
-                    on_gpu.setdefault(g, []).append(jid)
-            pool = _Pool(self, queued)
-            # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
-            # queue, never from the hosts it walks)
-            started_before = {x.job_id for x in starts}
-            for sj in [j for j in queue if j.id in placed and len(placed[j.id]) == 1]:
-                if not pool.left:
-                    break
-                g = placed[sj.id][0]
-                if len(on_gpu.get(g, ())) != 1:
-                    continue
-                started_now = sj.id in preempted or sj.id in started_before
-                kept = sj.allocation if sj.running and not started_now else None
-                best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
-                                     mem_of_node[g.node], pool, ref_for, kept)
-                if best is None:
-                    continue
-                job, b, score = best
-                pool.take(job)
-                placed[job.id] = (g,)
-                on_gpu[g].append(job.id)
-                nums = dict(batch=b, host_tput=score[0], combined_tput=score[1])
-                cur = job.allocation
-                if (job.id in preempted and cur.gpus == (g,)
-                        and (cur.global_batch or job.global_batch) == b):
-                    del preempted[job.id]  # packed again exactly where it runs
-                    reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, f"packed again beside {sj.id}",
-                                             **nums)
-                    continue
-                starts.append(start_on(snap, job, (g,), b, (sj.id,)))
-                reasons[job.id] = reason(ReasonCode.STARTED_SHARED,
-                                         f"packed beside {sj.id} on {g.node}:{g.index} (Alg. 3)", **nums)
-            queued = [j for j in queued if j.id not in pool.gone]
-        actions = list(preempted.values()) + starts
-        order = []
-        for j in queued:
-            order.append(j.id)
-            if j.id not in reasons or reasons[j.id].code is not ReasonCode.PREEMPTED:
-                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                       "no suggestion fits the GPUs left this round")
-        keep_running_reasons(snap, reasons)
-        return make_plan(self.name, actions, order, reasons)
+    def _pack(self, snap, walked, placed, preempted, starts, batch_of, pool, ref_for,
+              reasons) -> None:
+        """Algorithm 3 over ``pool`` (the queued jobs that may be packed): every job of
+        ``walked`` (queue order) placed alone on one GPU may take one partner (in place:
+        ``placed``, ``preempted``, ``starts``, ``reasons``; the pool's ``gone``)."""
+        gtype_of, mem_of_node = node_maps(snap)
+        on_gpu: dict[Gpu, list[str]] = {}
+        for jid, gs in placed.items():
+            for g in gs:
+                on_gpu.setdefault(g, []).append(jid)
+        # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
+        # queue, never from the hosts it walks)
+        started_before = {x.job_id for x in starts}
+        for sj in [j for j in walked if j.id in placed and len(placed[j.id]) == 1]:
+            if not pool.left:
+                break
+            g = placed[sj.id][0]
+            if len(on_gpu.get(g, ())) != 1:
+                continue
+            started_now = sj.id in preempted or sj.id in started_before
+            kept = sj.allocation if sj.running and not started_now else None
+            best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
+                                 mem_of_node[g.node], pool, ref_for, kept)
+            if best is None:
+                continue
+            job, b, score = best
+            pool.take(job)
+            placed[job.id] = (g,)
+            on_gpu[g].append(job.id)
+            nums = dict(batch=b, host_tput=score[0], combined_tput=score[1])
+            cur = job.allocation
+            if (job.id in preempted and cur.gpus == (g,)
+                    and (cur.global_batch or job.global_batch) == b):
+                del preempted[job.id]  # packed again exactly where it runs
+                reasons[job.id] = reason(ReasonCode.KEEP_RUNNING, f"packed again beside {sj.id}",
+                                         **nums)
+                continue
+            starts.append(start_on(snap, job, (g,), b, (sj.id,)))
+            reasons[job.id] = reason(ReasonCode.STARTED_SHARED,
+                                     f"packed beside {sj.id} on {g.node}:{g.index} (Alg. 3)", **nums)
 
     @staticmethod
     def _nums(m, opt: Optional[Option]) -> dict:
