@@ -364,6 +364,41 @@ class Joined(Frozen):
         return f"Joined({tuple(self)!r})"
 
 
+class Deferred(Frozen):
+    """A read-only sequence made on first use: the concatenation of ``parts``, each a
+    sequence or a no-argument callable returning one (then kept; the parts are dropped).
+    A policy's queue order whose middle is re-sorted at every call (isolation's jobs that
+    have run, :mod:`policies.gavel_kept`) costs nothing per job unless a consumer reads
+    it (the simulator reads only the actions).  Compares, slices and pickles as Frozen."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts):
+        super().__init__([], 0, 0)
+        self._items = None
+        self._parts = tuple(parts)
+
+    def _made(self) -> "Deferred":
+        if self._items is None:
+            items: list = []
+            for p in self._parts:
+                items.extend(p() if callable(p) else p)
+            self._items, self._stop, self._parts = items, len(items), ()
+        return self
+
+    def __len__(self) -> int:
+        return Frozen.__len__(self._made())
+
+    def __getitem__(self, i):
+        return Frozen.__getitem__(self._made(), i)
+
+    def __iter__(self):
+        return Frozen.__iter__(self._made())
+
+    def __repr__(self) -> str:
+        return f"Deferred({tuple(self)!r})"
+
+
 @dataclass(frozen=True)
 class WaitingQueue:
     """The waiting jobs in submit order (ties by id), as :meth:`ClusterSnapshot.pending`

@@ -97,12 +97,14 @@ def current_batch(job: Job) -> int:
 
 def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[str, Choice],
                     reallocate: bool, started_why: Callable[[Job, Choice], Reason],
-                    kept_why: Callable[[Job, Choice], Reason]):
+                    kept_why: Callable[[Job, Choice], Reason], running=None):
     """Plan pieces for ``decided`` (job id -> choice) over the queue order.
 
     ``reallocate`` (re-scheduling rounds): a running job whose choice equals what it runs
     keeps its GPUs; any other running job is pre-empted (and restarted where its new
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
+    ``running``: the snapshot's running jobs in (submit time, id) order, as
+    ``snap.running()`` gives them (a caller that knows them spares the scan of every job).
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
     _, gtype_of, of_type, _ = _node_memo(snap.nodes)
@@ -110,7 +112,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
     batch_of: dict[str, int] = {}
-    for job in snap.running():
+    for job in snap.running() if running is None else running:
         alloc, opt = job.allocation, decided.get(job.id)
         cur = current_batch(job)
         same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
