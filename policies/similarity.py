@@ -50,6 +50,7 @@ from .base import Policy, exclusive_config, keep_running_reasons
 from .model import ClusterSnapshot, Gpu, Job
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
+from .similarity_kept import SimilarityState, kept_schedule
 from .typed_rounds import apply_decisions, node_maps, start_on, type_capacity
 
 DECIDE = ("gpu", "gpu_ngpu", "gpu_ngpu_bs")
@@ -142,6 +143,7 @@ class Similarity(Policy):
         self.decide, self.cd, self.jp = decide, bool(cd), bool(jp)
         self.round_length = float(round_length)
         self.preemptive = self.cd
+        self._kept = SimilarityState()  # the queue kept across calls (policies.similarity_kept)
 
     rounds_only = True
 
@@ -187,6 +189,9 @@ class Similarity(Policy):
 
     # ------------------------------------------------------------------ schedule
     def schedule(self, snap: ClusterSnapshot):
+        plan = kept_schedule(self, snap, self._kept)
+        if plan is not None:
+            return plan
         db: Optional[SimilarityDB] = snap.predictors.get("similarity")
         waiting = snap.pending()
         reasons: dict = {}

@@ -1,0 +1,242 @@
+"""Seed 002's similarity rounds (Algorithms 2-3, with re-scheduling ``cd``) over a queue kept
+across calls (issue #13, docs/scale.md §2).
+
+With re-scheduling the round walks the queue "unfinished jobs of earlier rounds first, then
+new ones, each by arrival" (§4.2): the key (started?, submit time, id) of a waiting job is
+fixed while it waits, so the waiting jobs are kept in a :class:`~policies.kept_order.KeptOrder`
+brought up to date from the simulator's change record, and the running jobs (all started) are
+merged into its first part per call.  Algorithm 2 stops once no GPU is left, as before; the
+rest of the queue is not walked.  Algorithm 3 draws partners from the queued jobs that may
+share a GPU, grouped by class (application, batch, batch range) and, within a class, in queue
+order: a second KeptOrder keys the waiting jobs by (class number, queue key), so a class's
+earliest candidate is the head of its segment (skipping the jobs placed or taken this round)
+or an unplaced running job of the class, and only the literal walk over every candidate (near
+ties, :meth:`Similarity._partner`) gathers them all.  The queue order of the Plan is made
+when a consumer reads it (:class:`~policies.model.Deferred`) and the waiting reason is one
+shared segment.  Without a change record, without re-scheduling, or with odd numbers (no
+finite submit time, an unhashable range, a running job never started) the old code answers.
+The Plan is the same (tests/policies/test_similarity_kept_differential.py, against the
+verbatim old code at every call of loaded simulator runs)."""
+from __future__ import annotations
+
+from bisect import bisect_left
+from operator import attrgetter, itemgetter
+from typing import Optional
+
+from .base import _running_ids, keep_running_segment
+from .kept_order import KeptOrder
+from .model import ClusterSnapshot, Deferred
+from .plan import Plan, ReasonCode, make_plan, reason
+from .typed_rounds import apply_decisions, type_capacity
+
+STARTED, NEW, ODD = 0, 1, 2
+_NONE = -1  # class number of a job that may not be packed (asks more than one GPU)
+_BAD = 1 << 40  # class number of a job with odd numbers
+_BIG = 1e15
+_SUBMIT_ORDER = attrgetter("submit_time", "id")
+_FIRST = itemgetter(0)
+
+
+def queue_key(j) -> tuple:
+    s = j.submit_time
+    if not -_BIG <= s <= _BIG:
+        return (ODD, 0.0, j.id)
+    return (STARTED if j.start_time is not None else NEW, s, j.id)
+
+
+class SimilarityState:
+    """Per policy instance: the waiting jobs in queue order, the same by packing class, and
+    the class numbers handed out (class -> number, stable for the instance)."""
+
+    def __init__(self):
+        self.queue = KeptOrder()
+        self.by_class = KeptOrder()
+        self.numbers: dict = {}
+
+    def class_of(self, pol, j) -> int:
+        """The packing class number of ``j`` (``_Pool``'s rule), ``_NONE`` or ``_BAD``."""
+        if pol.decide == "gpu" or j.gpu_range is None:
+            if j.num_gpus != 1:
+                return _NONE
+        elif not j.gpu_range[0] <= 1:
+            return _NONE
+        ck = (j.app, j.global_batch, j.batch_range)
+        try:
+            c = self.numbers.get(ck)
+        except TypeError:
+            return _BAD
+        if c is None:
+            c = self.numbers[ck] = len(self.numbers)
+        return c
+
+
+class _KeptPool:
+    """``similarity._Pool``'s interface over the kept class order: positions are queue keys
+    (ordered as the queue positions are)."""
+
+    def __init__(self, ckeys, cjobs, run_by_class: dict, placed, left: int):
+        self.ckeys, self.cjobs, self.run_by_class, self.placed = ckeys, cjobs, run_by_class, placed
+        self.gone: set = set()
+        self.left = left
+        self.mem_memo: dict = {}
+        self.seg: dict = {}  # class -> [next index, end] in the class order
+        i, n = 0, len(ckeys)
+        while i < n:  # the classes present among the waiting jobs: one bisection each
+            c = ckeys[i][0]
+            end = bisect_left(ckeys, (c + 1,), i, n)
+            if c >= 0:
+                self.seg[c] = [i, end]
+            i = end
+        self.run_head = dict.fromkeys(run_by_class, 0)
+
+    def _first(self, c):
+        best = None
+        s = self.seg.get(c)
+        if s is not None:
+            i, end = s
+            ck, cj, placed, gone = self.ckeys, self.cjobs, self.placed, self.gone
+            while i < end and (cj[i].id in placed or cj[i].id in gone):
+                i += 1
+            s[0] = i
+            if i < end:
+                best = (ck[i][1:], cj[i])
+        lst = self.run_by_class.get(c)
+        if lst is not None:
+            k = self.run_head[c]
+            while k < len(lst) and lst[k][1].id in self.gone:
+                k += 1
+            self.run_head[c] = k
+            if k < len(lst) and (best is None or lst[k][0] < best[0]):
+                best = lst[k]
+        return best
+
+    def firsts(self) -> list:
+        out = []
+        for c in set(self.seg) | set(self.run_by_class):
+            f = self._first(c)
+            if f is not None:
+                out.append((c, f))
+        return out
+
+    def walk(self):
+        rest = []
+        for c, (i, end) in self.seg.items():
+            for k in range(i, end):
+                j = self.cjobs[k]
+                if j.id not in self.placed and j.id not in self.gone:
+                    rest.append((self.ckeys[k][1:], c, j))
+        for c, lst in self.run_by_class.items():
+            rest.extend((pos, c, j) for pos, j in lst if j.id not in self.gone)
+        rest.sort(key=_FIRST)
+        for _, c, j in rest:
+            yield c, j
+
+    def take(self, job) -> None:
+        self.gone.add(job.id)
+        self.left -= 1
+
+
+def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optional[Plan]:
+    """:meth:`Similarity.schedule`'s Plan with re-scheduling over the kept queue, or
+    ``None`` where the old code should answer."""
+    if not pol.cd:
+        return None
+    kq = state.queue.update(snap, queue_key, (pol.decide,))
+    if kq is None:
+        return None
+    keys, kjobs = kq.keys, kq.jobs
+    n = len(keys)
+    if n and keys[-1][0] == ODD:
+        return None
+    kc = None
+    if pol.jp:
+        kc = state.by_class.update(snap, lambda j: (state.class_of(pol, j),) + queue_key(j),
+                                   (pol.decide,))
+        if kc is None or (kc.keys and kc.keys[-1][0] == _BAD):
+            return None
+    jobs = snap.jobs
+    run_ids = _running_ids(snap)
+    if len(run_ids) + n != len(jobs):
+        return None
+    running = sorted((jobs[i] for i in run_ids), key=_SUBMIT_ORDER)
+    rkeys = []
+    for j in running:
+        k = queue_key(j)
+        if k[0] != STARTED:
+            return None
+        rkeys.append(k)
+
+    db = snap.predictors.get("similarity")
+    types = type_capacity(snap)
+    cap = {t: v[0] for t, v in types.items()}
+    ref_cache: dict = {}
+
+    def ref_for(app):
+        if app not in ref_cache:
+            ref_cache[app] = db.closest(app) if db is not None else None
+        return ref_cache[app]
+
+    # ---- Algorithm 2 over merge(running, started waiting) + new waiting, until no GPU is left
+    f_end = bisect_left(keys, (NEW,))
+    nr = len(running)
+    ri = ki = 0
+    decided: dict = {}
+    refs: dict = {}
+    sugg: dict = {}
+    walked: list = []
+    while any(c > 0 for c in cap.values()):
+        if ri < nr and (ki >= f_end or rkeys[ri] < keys[ki]):
+            job = running[ri]
+            ri += 1
+        elif ki < n:
+            job = kjobs[ki]
+            ki += 1
+        else:
+            break
+        walked.append(job)
+        pol._choose(snap, job, cap, types, ref_for, sugg, decided, refs)
+
+    started_why, kept_why = pol._why(refs)
+    preempted, starts, placed, batch_of, reasons = apply_decisions(
+        snap, walked, decided, True, started_why, kept_why, running)
+
+    # ---- Algorithm 3 over the queued jobs by class
+    left = nr + n - len(placed)
+    gone: set = set()
+    if pol.jp and left:
+        run_by_class: dict = {}
+        for k, j in zip(rkeys, running):
+            if j.id not in placed:
+                c = state.class_of(pol, j)
+                if c == _BAD:
+                    return None
+                if c >= 0:
+                    run_by_class.setdefault(c, []).append((k, j))
+        pool = _KeptPool(kc.keys, kc.jobs, run_by_class, placed, left)
+        pol._pack(snap, walked, placed, preempted, starts, batch_of, pool, ref_for, reasons)
+        gone = pool.gone
+
+    rest_run = running[ri:]
+    rest_keys = rkeys[ri:]
+    kq_ids = kq.ids  # the kept lists of jobs and ids are copied before a change while held
+
+    def rest() -> list:
+        """The queue after the walked jobs (none of them placed), less the packed ones."""
+        out = []
+        a, b = 0, ki
+        while a < len(rest_run) or b < n:
+            if a < len(rest_run) and (b >= f_end or rest_keys[a] < (
+                    STARTED, kjobs[b].submit_time, kq_ids[b])):
+                jid = rest_run[a].id
+                a += 1
+            else:
+                jid = kq_ids[b]
+                b += 1
+            if jid not in gone:
+                out.append(jid)
+        return out
+
+    order = Deferred([[j.id for j in walked if j.id not in placed], rest])
+    wait = reason(ReasonCode.WAIT_RESOURCES, "no suggestion fits the GPUs left this round")
+    return make_plan(pol.name, list(preempted.values()) + starts, order, reasons, [],
+                     [(order, wait), keep_running_segment(snap)])
