@@ -37,11 +37,14 @@ def old_rounds():
              if hasattr(m, n)]
     assert len(saved) == 6  # every user is patched (a new import would escape the test)
     saved += [(policies.gavel_mtd, "run_round", policies.gavel_mtd.run_round),
-              (policies.isolation.Isolation, "schedule", policies.isolation.Isolation.schedule)]
+              (policies.isolation.Isolation, "schedule", policies.isolation.Isolation.schedule),
+              (policies.similarity, "kept_schedule", policies.similarity.kept_schedule)]
     for m, n, _ in saved[:6]:
         setattr(m, n, getattr(ref, n))
     policies.gavel_mtd.run_round = ref.run_round
     policies.isolation.Isolation.schedule = ref.isolation_schedule
+    # similarity's queue kept across calls (policies/similarity_kept.py) off: the old walk
+    policies.similarity.kept_schedule = lambda pol, snap, state: None
     try:
         yield
     finally:
