@@ -197,7 +197,7 @@ class Similarity(Policy):
         reasons: dict = {}
         types = type_capacity(snap)
         cap = {t: v[0] for t, v in types.items()}
-        gtype_of, mem_of_node = node_maps(snap)
+        gtype_of, _ = node_maps(snap)
         ref_cache: dict[str, Optional[tuple[str, float]]] = {}
 
         def ref_for(app):
