@@ -367,9 +367,9 @@ class Joined(Frozen):
 class Deferred(Frozen):
     """A read-only sequence made on first use: the concatenation of ``parts``, each a
     sequence or a no-argument callable returning one (then kept; the parts are dropped).
-    A policy's queue order whose middle is re-sorted at every call (isolation's jobs that
-    have run, :mod:`policies.gavel_kept`) costs nothing per job unless a consumer reads
-    it (the simulator reads only the actions).  Compares, slices and pickles as Frozen."""
+    A policy's queue order that would be re-sorted at every call (similarity's queue past
+    the point where no GPU is left, :mod:`policies.similarity_kept`) costs nothing per job
+    unless a consumer reads it (the simulator reads only the actions).  Compares, slices and pickles as Frozen."""
 
     __slots__ = ("_parts",)
 
