@@ -66,8 +66,8 @@ from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
-                          runs)
+from .share_index import (REL, Candidate, Lin, Round, evaluate, rejected, runs,
+                          share_keep_of)
 from .single_gpus import single_gpus_of
 
 _INF = float("inf")
@@ -119,7 +119,11 @@ class SjfBsbf(Policy):
             gmin = min((j.num_gpus for j in pending), default=0)
             gmax = max((j.num_gpus for j in pending), default=0)
 
-        rnd = Round(snap, occupant_cache_of(self), single_gpus_of(self))
+        # memos and the running jobs' groups kept across calls while the snapshot's
+        # tables and nodes are the same objects (policies.share_index.ShareKeep)
+        keep = share_keep_of(self)
+        keep.check(snap, REL)
+        rnd = Round(snap, keep, single_gpus_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)

@@ -24,7 +24,8 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
-from policies.single_gpus import SingleGpus, single_gpus
+from policies.share_index import Round, _alloc_iter_time
+from policies.single_gpus import SingleGpus, _node_offsets, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -68,13 +69,41 @@ class Differential:
         # calls whose |G_OJ| came from the GPUs kept since an earlier call brought up to
         # date from the GPU change record (SingleGpus), and those scanned afresh
         self.singles_kept = self.singles_fresh = 0
+        # running jobs' groups taken from ShareKeep (kept since an earlier call) and made
+        # afresh, over the calls that built the sharing index, with and without records
+        self.entries = Counter()
+
+    def _check_keep(self, pol, snap, before, tag):
+        """After a call that built the groups (a new ``entries`` dict): every kept entry
+        is what a fresh computation on this snapshot gives."""
+        keep = pol.__dict__.get("_share_keep")
+        if keep is None or keep.entries is before[0]:
+            return
+        one = single_gpus(snap)
+        rnd = Round(snap)
+        rnd.per_gpu_groups = pol.per_gpu_groups
+        rnd.offset, rnd.size = _node_offsets(snap.nodes)
+        for jid, e in keep.entries.items():
+            job = snap.jobs[jid]
+            assert e.job is job
+            assert e.gset == {g for g, j in one.items() if j == jid}
+            assert e.t == _alloc_iter_time(snap, job)
+            assert e.units == rnd._entry(job, list(e.gset)).units
+            self.entries[tag + ("kept" if before[1].get(jid) is e else "made")] += 1
+
+    @staticmethod
+    def _before(pol):
+        keep = pol.__dict__.get("_share_keep")
+        return (None, {}) if keep is None else (keep.entries, dict(keep.entries))
 
     def schedule(self, snap):
         ref = self.ref.schedule(snap)
+        before_keep = self._before(self.inner)
         kept_gpus = self.inner.__dict__.get("_single_gpus")
         before = kept_gpus._seen if kept_gpus is not None else None
         plan = self.inner.schedule(snap)
         assert_same(plan, ref)
+        self._check_keep(self.inner, snap, before_keep, "")
         kept = self.inner.__dict__.get("_kept_order")
         if kept is not None and kept._seen is not None and kept._seen is snap.queue.changes:
             self.kept += 1
@@ -90,7 +119,9 @@ class Differential:
         # the daemon's kind: no change record of the waiting order nor of the GPU map
         nolog = dataclasses.replace(snap, queue=dataclasses.replace(snap.queue, changes=None),
                                     gpu_changes=None)
+        before_keep = self._before(self.fresh)
         other = self.fresh.schedule(nolog)
+        self._check_keep(self.fresh, nolog, before_keep, "fresh_")
         # a tail segment besides the running jobs' one (before a lookup resolves them)
         self.fresh_tails += isinstance(other.reasons, Reasons) and len(other.reasons._segments) > 1
         assert_same(other, ref)
@@ -173,6 +204,9 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     if per_gpu == 2:
         assert pol.codes["started_shared"] > 0
         assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
+    if per_gpu == 2:  # running jobs' groups kept across calls, and made afresh
+        for tag in ("", "fresh_"):
+            assert pol.entries[tag + "kept"] > 0 and pol.entries[tag + "made"] > 0
     if name == "sjf-bsbf" and per_gpu == 2:  # both ways of making a deferred reason
         assert made["flushed"] > 0 and made["made"] > made["flushed"]
 
