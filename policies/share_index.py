@@ -282,6 +282,9 @@ class Round:
         self.singles = singles
         # rejected jobs whose wait reason is not made yet (policies.sjf_bsbf)
         self.deferred: list = []
+        # candidate signature -> i_B of a job that could not start since the round's last
+        # start, every group it did not share with surely (policies.sjf_bsbf)
+        self.fails: dict = {}
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = snap.min_gpu_mem_mb

@@ -129,6 +129,7 @@ class SjfBsbf(Policy):
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
+        fails = rnd.fails  # signature -> i_B of a job that could not start (see _share)
         tail = None
         passed: list = []  # runs of jobs passed over as one lazy segment each
         n_pending = len(pending)
@@ -173,6 +174,15 @@ class SjfBsbf(Policy):
                 # walk passes them, each waits with the same counts (one lazy segment)
                 k = self._pass_run(snap, pending, ids, k, nfree + n_one if can_share else nfree,
                                    nfree, n_one, can_share, waiting, passed)
+                continue
+            ib = job.total_iters
+            mark = fails.get((job.app, job.global_batch, need)) if fails else None
+            if mark is not None and ib is not None and mark <= ib <= 2.0 * mark:
+                # a job of the same signature with fewer iterations could not start since
+                # the last start, every group it did not share with surely: neither can
+                # this one (:meth:`_share`); its reason is made as the walk would make it
+                waiting.append(job.id)
+                rnd.deferred.append((job, None, nfree, nums))
                 continue
             if not rnd.shared_ready:
                 rnd.build_shared(self.per_gpu_groups)
@@ -220,12 +230,27 @@ class SjfBsbf(Policy):
     # round's last start (the state no longer changes), only when the reason is looked up.
     # Only jobs whose reason reads no per-group choice made during their own walk step
     # (no exactly-evaluated rejected group) are deferred.
+    # A job skipped as one of a signature that could not start (entry ``(job, None, nfree,
+    # nums)``) is deferred the same way: its reason is what :meth:`_share` says for it on
+    # the same state.
     def _flush(self, rnd: Round, reasons: dict) -> None:
+        """Make the deferred reasons: the round's state changes next (a start), so the
+        signatures that could not start may start now (``rnd.fails`` is emptied)."""
         for entry in rnd.deferred:
             reasons[entry[0].id] = self._rest_reason(rnd, entry)
         rnd.deferred.clear()
+        rnd.fails.clear()
 
     def _rest_reason(self, rnd: Round, entry: tuple):
+        if entry[1] is None:  # skipped: the walk's step for it, on the same state
+            job, _, nfree, nums = entry
+            saved, rnd.deferred = rnd.deferred, []
+            out: dict = {}
+            started = self._share(rnd, job, Candidate(rnd, job), nfree, None, nums, None, out)
+            assert started is None, "a longer job of a signature that could not start"
+            why = self._rest_reason(rnd, rnd.deferred[0]) if rnd.deferred else out[job.id]
+            rnd.deferred = saved
+            return why
         job, cand, nfree, shareable, nobenefit, blocked, f_runs, slack, nums = entry
         best = self._best_rest(rnd, cand, f_runs, [], slack)
         out: dict = {}
@@ -275,11 +300,20 @@ class SjfBsbf(Policy):
 
     def _share(self, rnd: Round, job, cand: Candidate, nfree, norder, nums, actions, reasons):
         """Lines 9–17 for one job: label every group by Theorem 1 (bounds, exact near
-        a sign change), then take the best-t shared GPUs or explain the wait."""
+        a sign change), then take the best-t shared GPUs or explain the wait.
+
+        A job that waits with every group it does not share with surely not shared with
+        (memory, not evaluable, or a bounds 'F' run of a class whose D(X) = t_share − t_seq
+        grows with i_B: both closed-form coefficients per i_B ≥ 0, D continuous at the case
+        break) marks its signature with its i_B in ``rnd.fails``: until the next start a
+        job of that signature with i_B' in [i_B, 2 i_B] has D ≥ D(i_B) > the margin at
+        those groups, so it shares only where this one does and waits too (the factor 2
+        keeps float error of D far below the margin, which grows with i_B)."""
         need = job.num_gpus
         t_runs, f_runs, u_true, u_false = [], [], [], []
         shareable = nobenefit = blocked = 0
         margin_max = 0.0
+        sure = cand.usable  # every group not shared with is surely not (see above)
         usable = cand.usable
         ib = cand.iters
         sig = (job.app, job.global_batch, job.num_gpus)
@@ -304,6 +338,7 @@ class SjfBsbf(Policy):
                     else:
                         u_false.append(gr)
                         nobenefit += len(gr.gpus)
+                        sure = False
                 continue
             keys = cls.keys
             xa, xb = keys[0][0], keys[-1][0]
@@ -326,6 +361,8 @@ class SjfBsbf(Policy):
             if lo_d > margin:
                 f_runs.append((cls, 0, len(keys), v))
                 nobenefit += cls.total
+                if sure and (consts[1] < 0.0 or consts[2] < 0.0):
+                    sure = False
                 continue
             s_half = cand.t_excl * ib / 2.0
             for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
@@ -335,6 +372,8 @@ class SjfBsbf(Policy):
                 elif label == "F":
                     f_runs.append((cls, lo, hi, v))
                     nobenefit += cls.gpus_in(lo, hi)
+                    if sure and (consts[1] < 0.0 or consts[2] < 0.0):
+                        sure = False
                 else:
                     for gr in cls.groups[lo:hi]:
                         gr.choice = evaluate(rnd, cand, gr)
@@ -344,9 +383,12 @@ class SjfBsbf(Policy):
                         else:
                             u_false.append(gr)
                             nobenefit += len(gr.gpus)
+                            sure = False
         if shareable >= 1 and shareable + nfree >= need:
             chosen = self._best_t(rnd, cand, need, t_runs, u_true, 2.0 * margin_max)
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
+        if sure:
+            rnd.fails[sig] = ib
         best = None
         if nfree + shareable + nobenefit >= need:
             if not u_false:

@@ -177,6 +177,7 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
 
     def counted(self, rnd, entry):
         made["made"] += 1
+        made["skipped"] += entry[1] is None  # a job of a signature that could not start
         return rest_reason(self, rnd, entry)
 
     pass_run = sjf_bsbf.SjfBsbf._pass_run
@@ -209,9 +210,11 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
             assert pol.entries[tag + "kept"] > 0 and pol.entries[tag + "made"] > 0
     if name == "sjf-bsbf" and per_gpu == 2:  # both ways of making a deferred reason
         assert made["flushed"] > 0 and made["made"] > made["flushed"]
+        # jobs skipped as of a signature that could not start since the last start
+        assert made["skipped"] > 0
 
 
-def _random_snapshot(draw):
+def _random_snapshot(draw, few_signatures=False):
     nodes = draw(st.integers(1, 4))
     per = draw(st.sampled_from([2, 4, 8]))
     gpus = [(n, i) for n in range(nodes) for i in range(per)]
@@ -234,11 +237,16 @@ def _random_snapshot(draw):
             else draw(st.floats(0, 0.99))
         jobs.append(running(f"R{k}", app, chosen, sub_batch=sb, batch=sb * want, total=total,
                             done=done * total))
-    for k in range(draw(st.integers(1, 12))):
-        n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
-        jobs.append(pending(f"P{k}", draw(st.sampled_from(["x", "big"])), n,
-                            total=draw(st.floats(10, 1e5)),
-                            batch=draw(st.sampled_from([16, 64, 256])) * n,
+    for k in range(draw(st.integers(1, 12 if not few_signatures else 24))):
+        if few_signatures:  # many jobs of one (app, batch, GPUs), lengths spread widely
+            n = draw(st.sampled_from([1, 1, 2]))
+            app, batch = draw(st.sampled_from(["x", "x", "big"])), 64 * n
+            total = draw(st.sampled_from([10.0, 1e2, 1e3, 1e4, 1e5])) * draw(st.floats(1, 3))
+        else:
+            n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+            app, batch = draw(st.sampled_from(["x", "big"])), draw(st.sampled_from([16, 64, 256])) * n
+            total = draw(st.floats(10, 1e5))
+        jobs.append(pending(f"P{k}", app, n, total=total, batch=batch,
                             submit=draw(st.floats(0, 100))))
     xi = draw(st.sampled_from([0.3, 0.5, 0.8, 1.0, 1.3, 1.5, 1.7, 2.5]))
     pairs = {}
@@ -260,6 +268,29 @@ def test_random_snapshots(name, rel, data, monkeypatch):
         monkeypatch.setattr(sjf_bsbf, "REL", rel)
     snap = _random_snapshot(data.draw)
     assert_same(policies.get_policy(name).schedule(snap), REFS[name]().schedule(snap))
+
+
+def test_random_snapshots_one_signature(monkeypatch):
+    """Many waiting jobs of a few signatures with lengths spread over decades, ξ from 0.3
+    (the bounds are not used) to 2.5: SJF-BSBF's skip of a signature that could not start
+    (``rnd.fails``) must not change the Plan, and skipped jobs occur."""
+    seen = Counter()
+    rest_reason = sjf_bsbf.SjfBsbf._rest_reason
+
+    def counted(self, rnd, entry):
+        seen["skipped"] += entry[1] is None
+        return rest_reason(self, rnd, entry)
+
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def check(data):
+        snap = _random_snapshot(data.draw, few_signatures=True)
+        assert_same(policies.get_policy("sjf-bsbf").schedule(snap), RefSjfBsbf().schedule(snap))
+
+    check()
+    assert seen["skipped"] > 0
 
 
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
