@@ -73,6 +73,7 @@ from .single_gpus import single_gpus_of
 _INF = float("inf")
 _FIRST = itemgetter(0)
 _KEEP = reason(ReasonCode.KEEP_RUNNING)
+_WINDOW = 1024.0  # i_B range a signature's mark covers (SjfBsbf._share)
 
 
 def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: bool):
@@ -177,12 +178,14 @@ class SjfBsbf(Policy):
                 continue
             ib = job.total_iters
             mark = fails.get((job.app, job.global_batch, need)) if fails else None
-            if mark is not None and ib is not None and mark <= ib <= 2.0 * mark:
+            if mark is not None and ib is not None and mark <= ib <= _WINDOW * mark:
                 # a job of the same signature with fewer iterations could not start since
                 # the last start, every group it did not share with surely: neither can
-                # this one (:meth:`_share`); its reason is made as the walk would make it
-                waiting.append(job.id)
-                rnd.deferred.append((job, None, nfree, nums))
+                # this one (:meth:`_share`), nor the run behind it of such jobs and of jobs
+                # asking more than the GPUs free and shareable; reasons made as the walk
+                # would make them
+                k = self._skip_run(snap, pending, ids, keys, k, fails, nfree, n_one, waiting,
+                                   passed, rnd.deferred)
                 continue
             if not rnd.shared_ready:
                 rnd.build_shared(self.per_gpu_groups)
@@ -222,6 +225,41 @@ class SjfBsbf(Policy):
         passed.append((run, _resources_reason(snap, nfree, n_one, can_share)))
         return end - 1
 
+    @staticmethod
+    def _skip_run(snap, pending, ids, keys, k, fails, nfree, n_one, waiting, passed,
+                  deferred) -> int:
+        """From position ``k`` (a job of a signature in ``fails`` within its window, see
+        :meth:`_share`) the run of jobs that are such jobs too or ask more than the
+        ``nfree + n_one`` GPUs free and shareable (and at most the cluster): nothing
+        changes while the walk passes them.  Their ids join ``waiting``; the former are
+        deferred (``(job, None, nfree, length_s)``, reason made by :meth:`_rest_reason`),
+        the latter wait for resources in one lazy segment of ``passed``.  Returns the
+        run's last position."""
+        total = snap.total_gpus
+        fits = nfree + n_one
+        n = len(pending)
+        end = k
+        over = []
+        get = fails.get
+        while end < n:
+            j = pending[end]
+            need = j.num_gpus
+            if need > fits:
+                if need > total:
+                    break
+                over.append(j.id)
+            else:
+                mark = get((j.app, j.global_batch, need))
+                ib = j.total_iters
+                if mark is None or ib is None or not mark <= ib <= _WINDOW * mark:
+                    break
+                deferred.append((j, None, nfree, keys[end][0]))
+            end += 1
+        waiting.extend(ids[k:end])
+        if over:
+            passed.append((over, _resources_reason(snap, nfree, n_one, True)))
+        return end - 1
+
     # ------------------------------------------------- deferred wait reasons
     # A job Theorem 1 rejects everywhere waits with the numbers of the rejected pair closest
     # to sharing (:meth:`_best_rest`), which costs more than the decision.  The decision is
@@ -231,7 +269,7 @@ class SjfBsbf(Policy):
     # Only jobs whose reason reads no per-group choice made during their own walk step
     # (no exactly-evaluated rejected group) are deferred.
     # A job skipped as one of a signature that could not start (entry ``(job, None, nfree,
-    # nums)``) is deferred the same way: its reason is what :meth:`_share` says for it on
+    # length_s)``) is deferred the same way: its reason is what :meth:`_share` says for it on
     # the same state.
     def _flush(self, rnd: Round, reasons: dict) -> None:
         """Make the deferred reasons: the round's state changes next (a start), so the
@@ -243,7 +281,8 @@ class SjfBsbf(Policy):
 
     def _rest_reason(self, rnd: Round, entry: tuple):
         if entry[1] is None:  # skipped: the walk's step for it, on the same state
-            job, _, nfree, nums = entry
+            job, _, nfree, length_s = entry
+            nums = {"length_s": length_s if length_s != _INF else -1.0}
             saved, rnd.deferred = rnd.deferred, []
             out: dict = {}
             started = self._share(rnd, job, Candidate(rnd, job), nfree, None, nums, None, out)
@@ -258,9 +297,14 @@ class SjfBsbf(Policy):
         return out[job.id]
 
     def _deferred_segment(self, rnd: Round) -> tuple:
-        by_id = {entry[0].id: entry for entry in rnd.deferred}
-        rnd.deferred = []
-        return (tuple(by_id), lambda jid: self._rest_reason(rnd, by_id[jid]))
+        entries, rnd.deferred = rnd.deferred, []
+        by_id: dict = {}  # made on first use, as the reasons
+
+        def why(jid):
+            if not by_id:
+                by_id.update((entry[0].id, entry) for entry in entries)
+            return self._rest_reason(rnd, by_id[jid])
+        return (lambda: [entry[0].id for entry in entries], why)
 
     # --------------------------------------------------------------- helpers
     @staticmethod
@@ -306,9 +350,10 @@ class SjfBsbf(Policy):
         (memory, not evaluable, or a bounds 'F' run of a class whose D(X) = t_share − t_seq
         grows with i_B: both closed-form coefficients per i_B ≥ 0, D continuous at the case
         break) marks its signature with its i_B in ``rnd.fails``: until the next start a
-        job of that signature with i_B' in [i_B, 2 i_B] has D ≥ D(i_B) > the margin at
-        those groups, so it shares only where this one does and waits too (the factor 2
-        keeps float error of D far below the margin, which grows with i_B)."""
+        job of that signature with i_B' in [i_B, _WINDOW i_B] has D ≥ D(i_B) > the margin
+        at those groups, so it shares only where this one does and waits too (the bounded
+        factor keeps the float error of its D, a few ulp of ~_WINDOW·t_B·i_B, far below
+        the margin REL·t_B·i_B: 1024 · 1e-16 ≪ 1e-9)."""
         need = job.num_gpus
         t_runs, f_runs, u_true, u_false = [], [], [], []
         shareable = nobenefit = blocked = 0
