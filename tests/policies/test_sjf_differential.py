@@ -244,8 +244,9 @@ def _random_snapshot(draw, few_signatures=False):
             total = draw(st.sampled_from([10.0, 1e2, 1e3, 1e4, 1e5])) * draw(st.floats(1, 3))
         else:
             n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
-            app, batch = draw(st.sampled_from(["x", "big"])), draw(st.sampled_from([16, 64, 256])) * n
+            app = draw(st.sampled_from(["x", "big"]))  # drawn in the order they always were
             total = draw(st.floats(10, 1e5))
+            batch = draw(st.sampled_from([16, 64, 256])) * n
         jobs.append(pending(f"P{k}", app, n, total=total, batch=batch,
                             submit=draw(st.floats(0, 100))))
     xi = draw(st.sampled_from([0.3, 0.5, 0.8, 1.0, 1.3, 1.5, 1.7, 2.5]))
@@ -333,6 +334,33 @@ def test_one_instance_across_snapshots(name):
         assert_same(plan, REFS[name]().schedule(snap))
         seen.update(r.code.value for r in plan.reasons.values())
     assert seen["started_shared"] > 0
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_other_tables(name):
+    """One instance, the same jobs (same views) and node tuple, but the interference or
+    memory table another object with other numbers: what the instance keeps across calls
+    (ShareKeep's memos and groups) is dropped, every Plan equals the reference's."""
+    jobs = [running("R0", "x", [(0, 0)], sub_batch=64, batch=64, total=1e4),
+            running("R1", "big", [(0, 1), (0, 2)], sub_batch=64, batch=128, total=5e3),
+            pending("P0", "x", 1, total=300.0, batch=64),
+            pending("P1", "x", 1, total=3e3, batch=64, submit=1.0),
+            pending("P2", "big", 2, total=800.0, batch=128, submit=2.0)]
+    pol = policies.get_policy(name)
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    plans = []
+    for xi, mem in [(1.5, 16384), (0.7, 16384), (2.5, 16384), (1.5, 9000), (1.5, 16384)]:
+        other = make_snap(jobs, nodes=1, gpus_per_node=4, xi_default=xi, mem_mb=mem)
+        snap = dataclasses.replace(base, interference=other.interference,
+                                   memory=MappingProxyType(dict(other.memory)))
+        if mem != 16384:  # the node tuple with less GPU memory
+            snap = dataclasses.replace(snap, nodes=other.nodes)
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        plans.append(plan)
+    # the tables matter: not every Plan is the same
+    assert len({(tuple(p.actions), tuple(sorted((j, r.text) for j, r in p.reasons.items())))
+                for p in plans}) > 1
 
 
 def test_single_gpus_follow_the_change_record_or_scan():
