@@ -284,10 +284,15 @@ def test_random_snapshots_one_signature(monkeypatch):
 
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def check(data):
         snap = _random_snapshot(data.draw, few_signatures=True)
+        if data.draw(st.booleans()):  # nodes of other GPU memory: beside a job on a big
+            # node B may fit a faster sub-batch than its exclusive one (cluster minimum)
+            mems = [data.draw(st.sampled_from([4000, 8000, 16384, 40000])) for _ in snap.nodes]
+            nodes = tuple(dataclasses.replace(n, gpu_mem_mb=m) for n, m in zip(snap.nodes, mems))
+            snap = dataclasses.replace(snap, nodes=nodes)
         assert_same(policies.get_policy("sjf-bsbf").schedule(snap), RefSjfBsbf().schedule(snap))
 
     check()
@@ -334,6 +339,52 @@ def test_one_instance_across_snapshots(name):
         assert_same(plan, REFS[name]().schedule(snap))
         seen.update(r.code.value for r in plan.reasons.values())
     assert seen["started_shared"] > 0
+
+
+@pytest.mark.parametrize("ratio,ib", [(2, 1000.0), (4, 1000.0), (8, 300.0)])
+def test_longer_job_of_a_signature_may_share(ratio, ib):
+    """Beside a job on a node with more GPU memory than the cluster's smallest, B fits a
+    faster sub-batch than its exclusive configuration (t_B < t_seq's): Theorem 1's D then
+    falls with i_B in Case 2, and a longer job of a signature that could not start may
+    share — the skip (``rnd.fails``) must not apply there."""
+    jobs = [running("A", "x", [(1, 0)], sub_batch=64, batch=64, total=1000.0),
+            *(running(f"C{k}", "x", [(k // 4, (k // 2) % 2 * (1 - k // 4))])
+              for k in range(4)),
+            running("C4", "x", [(1, 1)]), running("C5", "x", [(1, 1)]),
+            pending("B1", "big", 1, total=ib, batch=64),
+            pending("B2", "big", 1, total=ib * ratio, batch=64, submit=1.0)]
+    snap = make_snap(jobs, nodes=2, gpus_per_node=2, xi_default=2.0)
+    snap = dataclasses.replace(snap, nodes=(dataclasses.replace(snap.nodes[0], gpu_mem_mb=5300),
+                                            dataclasses.replace(snap.nodes[1], gpu_mem_mb=40000)))
+    plan = policies.get_policy("sjf-bsbf").schedule(snap)
+    assert_same(plan, RefSjfBsbf().schedule(snap))
+    # the shorter one waits, the longer one shares with A
+    assert plan.reasons["B1"].code.value == "wait_no_share_benefit"
+    assert [(a.job_id, a.share_with) for a in plan.starts()] == [("B2", ("A",))]
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_same_views_other_gpu_map(name):
+    """Hand-built snapshots (no change record) with the same job objects and tables but
+    another GPU map (a job now beside A on one of its GPUs, then gone): A's kept group
+    follows its single-occupied GPUs."""
+    a = running("A", "x", [(0, 0), (0, 1), (0, 2)], sub_batch=64, batch=192, total=1e5)
+    b = running("B", "x", [(0, 1)], sub_batch=32, batch=32, total=1e3)
+    waiting = [pending(f"P{k}", "x", n, total=t, batch=64 * n, submit=float(k))
+               for k, (n, t) in enumerate([(2, 200.0), (1, 50.0), (3, 400.0), (2, 9e3)])]
+    pol = policies.get_policy(name)
+    first = None
+    starts = []
+    for others in ([], [b], [], [b]):
+        snap = make_snap([a, *others, *waiting], nodes=1, gpus_per_node=4)
+        if first is None:
+            first = snap
+        snap = dataclasses.replace(snap, profiles=first.profiles, memory=first.memory,
+                                   interference=first.interference, nodes=first.nodes)
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        starts.append(tuple(plan.actions))
+    assert starts[0] != starts[1]  # the GPU map matters
 
 
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
