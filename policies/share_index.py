@@ -92,28 +92,58 @@ def _node_mem(nodes: tuple) -> dict:
 _MEM: dict = {}
 
 
-def occupant_cache_of(pol) -> dict:
-    """The policy instance's occupant cache (``pol._occupant_cache``, made on first use):
-    job id -> (view, profiles, t_A) of the running jobs of its last round."""
-    cache = pol.__dict__.get("_occupant_cache")
-    if cache is None:
-        cache = pol._occupant_cache = {}
-    return cache
+class ShareKeep:
+    """What the rounds of one SJF-BSBF / SJF-FFS instance keep across calls (issue #13):
+    memos that depend only on the snapshot's profile, memory and interference tables and
+    node tuple (B's per-signature precomputation, iteration times, exclusive
+    configurations, ξ pairs, and per class what Algorithm 2 needs of each candidate
+    signature, ``Cls.memo``), and per running job holding GPUs alone its candidate
+    group(s) without the time-dependent part (t_A of its allocation, its single-occupied
+    GPUs in GPU order, the class's memory numbers).  Everything is dropped when one of
+    those tables, the node tuple or the bounds' margin is another object / value; a job's
+    entry is used only while its view is the same object (its allocation cannot differ)
+    and its single-occupied GPUs are the same set.  i_A (hence X) is evaluated at
+    ``snap.now`` every round, as before."""
+
+    def __init__(self):
+        self._valid: Optional[tuple] = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.cand_memo: dict = {}
+        self.iter_cache: dict = {}
+        self.excl: dict = {}
+        self.subs: dict = {}
+        self.xi: dict = {}
+        self.cls_memo: dict = {}  # class key -> {candidate signature -> Cls.memo value}
+        self.entries: dict = {}  # job id -> _Entry
+
+    def check(self, snap: ClusterSnapshot, rel: float) -> None:
+        """Drop everything unless ``snap``'s tables and nodes are those of the last call."""
+        v = self._valid
+        if (v is None or v[0] is not snap.profiles or v[1] is not snap.memory
+                or v[2] is not snap.interference or v[3] is not snap.nodes or v[4] != rel):
+            self.reset()
+            self._valid = (snap.profiles, snap.memory, snap.interference, snap.nodes, rel)
 
 
-def _occupant_cached(snap: ClusterSnapshot, job: Job, cache: dict,
-                     kept: dict) -> Optional[Occupant]:
-    """:func:`occupant_from_job` with t_A (eq. 7 of the job's allocation: fixed while its
-    view is the same and the profile table is the same object) taken from ``cache``;
-    what is used is put in ``kept``.  i_A is evaluated at ``snap.now`` as before."""
-    alloc = job.allocation
-    if alloc is None or not alloc.gpus:
-        return None
-    e = cache.get(job.id)
-    if e is None or e[0] is not job or e[1] is not snap.profiles:
-        e = (job, snap.profiles, _alloc_iter_time(snap, job))
-    kept[job.id] = e
-    return _occupant(snap, job, e[2])
+class _Entry:
+    """A running job's kept candidate group(s): its view, the set of its single-occupied
+    GPUs, t_A (``None`` without a profile) and per group (one, or one per GPU for
+    per-GPU groups) (app, A's memory MiB, GPU memory cap), GPUs and positions."""
+
+    __slots__ = ("job", "gset", "t", "units")
+
+    def __init__(self, job, gset, t, units):
+        self.job, self.gset, self.t, self.units = job, gset, t, units
+
+
+def share_keep_of(pol) -> ShareKeep:
+    """The policy instance's :class:`ShareKeep` (``pol._share_keep``, made on first use)."""
+    keep = pol.__dict__.get("_share_keep")
+    if keep is None:
+        keep = pol._share_keep = ShareKeep()
+    return keep
 
 
 class Candidate:
@@ -234,31 +264,37 @@ class Cls:
         return c[hi] - c[lo]
 
 
+def _group_key(gr: "Group") -> tuple:
+    return (gr.x, gr.pos[0])
+
+
 class Round:
     """Free and single-occupied GPUs of one scheduling round, updated per start."""
 
-    def __init__(self, snap: ClusterSnapshot, occupant_cache: Optional[dict] = None,
+    def __init__(self, snap: ClusterSnapshot, keep: Optional[ShareKeep] = None,
                  singles: Optional[SingleGpus] = None):
-        """``occupant_cache``: the policy's :func:`occupant_cache_of` (running jobs'
-        iteration times kept across rounds), or ``None``; ``singles``: the policy's
-        :func:`single_gpus_of` (G_OJ kept across rounds), or ``None``."""
+        """``keep``: the policy's :func:`share_keep_of` (memos and running jobs' groups
+        kept across rounds, checked against ``snap`` by the caller), or ``None``;
+        ``singles``: the policy's :func:`single_gpus_of` (G_OJ kept across rounds), or
+        ``None``."""
         self.snap = snap
-        self.occupant_cache = occupant_cache
+        self.keep = keep
         self.singles = singles
-        self.cand_memo: dict = {}
         # rejected jobs whose wait reason is not made yet (policies.sjf_bsbf)
         self.deferred: list = []
+        # candidate signature -> i_B of a job that could not start since the round's last
+        # start, every group it did not share with surely (policies.sjf_bsbf)
+        self.fails: dict = {}
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = snap.min_gpu_mem_mb
         self.mem_of = _node_mem(nodes)
         self.free = free_gpus_of(snap)
         self.n_free = self.free.total
-        self.iter_cache: dict = {}
-        self._excl: dict = {}
-        self._subs: dict = {}
-        self._xi: dict = {}
-        self.fit_memo: dict = {}
+        if keep is None:
+            keep = ShareKeep()
+        self.cand_memo, self.iter_cache, self._excl = keep.cand_memo, keep.iter_cache, keep.excl
+        self._subs, self._xi, self._cls_memo = keep.subs, keep.xi, keep.cls_memo
         self.counted = False  # n_one known (count_shared)
         self.shared_ready = False  # groups built (build_shared)
         self.started: list = []  # starts made before the sharing indexes were built
@@ -316,22 +352,49 @@ class Round:
         # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
         # places but does not list as running, or cannot model, is skipped
         jobs = snap.jobs
-        cache = self.occupant_cache
-        kept = {} if cache is not None else None
+        keep = self.keep
+        old = keep.entries if keep is not None else {}
+        kept: dict = {}
+        per_gpu = self.per_gpu_groups
+        by_cls: dict = {}  # class key -> its groups (sorted below)
+        groups = self.groups
         for jid, gs in singles.items():
             j = jobs.get(jid)
             if j is None or not j.running:
                 continue
-            o = (occupant_from_job(snap, j) if cache is None
-                 else _occupant_cached(snap, j, cache, kept))
-            if o is None:
+            alloc = j.allocation
+            if alloc is None or not alloc.gpus:
                 continue
+            e = old.get(jid)
+            if e is None or e.job is not j or e.gset != frozenset(gs):
+                e = self._entry(j, gs)
+            kept[jid] = e
+            o = _occupant(snap, j, e.t)
             self.occupants[jid] = o
-            gs.sort(key=self.pos_of)
-            self._add_groups(o, gs)
-        if cache is not None:
-            cache.clear()
-            cache.update(kept)
+            usable = o.usable
+            for key3, ugpus, upos in e.units:
+                gr = Group(o, list(ugpus), list(upos))
+                if per_gpu:
+                    gr.x = 0.0
+                    groups[ugpus[0]] = gr
+                else:
+                    groups[jid] = gr
+                key = (*key3, usable)
+                lst = by_cls.get(key)
+                if lst is None:
+                    lst = by_cls[key] = []
+                lst.append(gr)
+        if keep is not None:
+            keep.entries = kept
+        for key, lst in by_cls.items():
+            c = self.classes[key] = self._new_cls(key)
+            lst.sort(key=_group_key)
+            c.groups = lst
+            c.keys = [gr.key for gr in lst]
+            c.cnts = [len(gr.gpus) for gr in lst]
+            c.total = sum(c.cnts)
+            for gr in lst:
+                gr.cls = c
         self.shared_ready = True
         for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
             self.occupy(job, gpus, b, s, list(gpus))
@@ -357,8 +420,35 @@ class Round:
         key = (occ.job.app, a_mb, cap, occ.usable)
         c = self.classes.get(key)
         if c is None:
-            c = self.classes[key] = Cls(occ.job.app, a_mb, cap, occ.usable)
+            c = self.classes[key] = self._new_cls(key)
         return c
+
+    def _new_cls(self, key: tuple) -> "Cls":
+        """The class of ``key`` = (app, A's memory MiB, cap, evaluable), its Algorithm 2
+        memo kept across rounds (:class:`ShareKeep`)."""
+        c = Cls(*key)
+        memo = self._cls_memo.get(key)
+        if memo is None:
+            memo = self._cls_memo[key] = {}
+        c.memo = memo
+        return c
+
+    def _entry(self, job: Job, gs: list) -> _Entry:
+        """The kept part of a running job's group(s) (:class:`_Entry`): t_A of its
+        allocation, its single-occupied GPUs ``gs`` in GPU order and the class numbers."""
+        snap = self.snap
+        t = _alloc_iter_time(snap, job)
+        gpus = sorted(gs, key=self.pos_of)
+        mem = snap.memory.get(job.app)
+        a_mb = 0.0 if mem is None else mem.mem_mb(job.allocation.sub_batch)
+        mem_of = self.mem_of
+        if self.per_gpu_groups:
+            units = tuple(((job.app, a_mb, mem_of[g.node]), (g,), (self.pos_of(g),))
+                          for g in gpus)
+        else:
+            units = (((job.app, a_mb, min(mem_of[g.node] for g in gpus)), tuple(gpus),
+                      tuple(self.pos_of(g) for g in gpus)),)
+        return _Entry(job, frozenset(gpus), t, units)
 
     def _add_groups(self, occ: Occupant, gpus: list) -> None:
         if self.per_gpu_groups:  # SJF-FFS: first fit, kept in GPU order

@@ -66,13 +66,14 @@ from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .share_index import (REL, Candidate, Lin, Round, evaluate, occupant_cache_of, rejected,
-                          runs)
+from .share_index import (REL, Candidate, Lin, Round, evaluate, rejected, runs,
+                          share_keep_of)
 from .single_gpus import single_gpus_of
 
 _INF = float("inf")
 _FIRST = itemgetter(0)
 _KEEP = reason(ReasonCode.KEEP_RUNNING)
+_WINDOW = 1024.0  # i_B range a signature's mark covers (SjfBsbf._share)
 
 
 def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: bool):
@@ -119,12 +120,17 @@ class SjfBsbf(Policy):
             gmin = min((j.num_gpus for j in pending), default=0)
             gmax = max((j.num_gpus for j in pending), default=0)
 
-        rnd = Round(snap, occupant_cache_of(self), single_gpus_of(self))
+        # memos and the running jobs' groups kept across calls while the snapshot's
+        # tables and nodes are the same objects (policies.share_index.ShareKeep)
+        keep = share_keep_of(self)
+        keep.check(snap, REL)
+        rnd = Round(snap, keep, single_gpus_of(self))
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
+        fails = rnd.fails  # signature -> i_B of a job that could not start (see _share)
         tail = None
         passed: list = []  # runs of jobs passed over as one lazy segment each
         n_pending = len(pending)
@@ -170,6 +176,17 @@ class SjfBsbf(Policy):
                 k = self._pass_run(snap, pending, ids, k, nfree + n_one if can_share else nfree,
                                    nfree, n_one, can_share, waiting, passed)
                 continue
+            ib = job.total_iters
+            mark = fails.get((job.app, job.global_batch, need)) if fails else None
+            if mark is not None and ib is not None and mark <= ib <= _WINDOW * mark:
+                # a job of the same signature with fewer iterations could not start since
+                # the last start, every group it did not share with surely: neither can
+                # this one (:meth:`_share`), nor the run behind it of such jobs and of jobs
+                # asking more than the GPUs free and shareable; reasons made as the walk
+                # would make them
+                k = self._skip_run(snap, pending, ids, keys, k, fails, nfree, n_one, waiting,
+                                   passed, rnd.deferred)
+                continue
             if not rnd.shared_ready:
                 rnd.build_shared(self.per_gpu_groups)
             cand = Candidate(rnd, job)
@@ -208,6 +225,41 @@ class SjfBsbf(Policy):
         passed.append((run, _resources_reason(snap, nfree, n_one, can_share)))
         return end - 1
 
+    @staticmethod
+    def _skip_run(snap, pending, ids, keys, k, fails, nfree, n_one, waiting, passed,
+                  deferred) -> int:
+        """From position ``k`` (a job of a signature in ``fails`` within its window, see
+        :meth:`_share`) the run of jobs that are such jobs too or ask more than the
+        ``nfree + n_one`` GPUs free and shareable (and at most the cluster): nothing
+        changes while the walk passes them.  Their ids join ``waiting``; the former are
+        deferred (``(job, None, nfree, length_s)``, reason made by :meth:`_rest_reason`),
+        the latter wait for resources in one lazy segment of ``passed``.  Returns the
+        run's last position."""
+        total = snap.total_gpus
+        fits = nfree + n_one
+        n = len(pending)
+        end = k
+        over = []
+        get = fails.get
+        while end < n:
+            j = pending[end]
+            need = j.num_gpus
+            if need > fits:
+                if need > total:
+                    break
+                over.append(j.id)
+            else:
+                mark = get((j.app, j.global_batch, need))
+                ib = j.total_iters
+                if mark is None or ib is None or not mark <= ib <= _WINDOW * mark:
+                    break
+                deferred.append((j, None, nfree, keys[end][0]))
+            end += 1
+        waiting.extend(ids[k:end])
+        if over:
+            passed.append((over, _resources_reason(snap, nfree, n_one, True)))
+        return end - 1
+
     # ------------------------------------------------- deferred wait reasons
     # A job Theorem 1 rejects everywhere waits with the numbers of the rejected pair closest
     # to sharing (:meth:`_best_rest`), which costs more than the decision.  The decision is
@@ -216,12 +268,28 @@ class SjfBsbf(Policy):
     # round's last start (the state no longer changes), only when the reason is looked up.
     # Only jobs whose reason reads no per-group choice made during their own walk step
     # (no exactly-evaluated rejected group) are deferred.
+    # A job skipped as one of a signature that could not start (entry ``(job, None, nfree,
+    # length_s)``) is deferred the same way: its reason is what :meth:`_share` says for it on
+    # the same state.
     def _flush(self, rnd: Round, reasons: dict) -> None:
+        """Make the deferred reasons: the round's state changes next (a start), so the
+        signatures that could not start may start now (``rnd.fails`` is emptied)."""
         for entry in rnd.deferred:
             reasons[entry[0].id] = self._rest_reason(rnd, entry)
         rnd.deferred.clear()
+        rnd.fails.clear()
 
     def _rest_reason(self, rnd: Round, entry: tuple):
+        if entry[1] is None:  # skipped: the walk's step for it, on the same state
+            job, _, nfree, length_s = entry
+            nums = {"length_s": length_s if length_s != _INF else -1.0}
+            saved, rnd.deferred = rnd.deferred, []
+            out: dict = {}
+            started = self._share(rnd, job, Candidate(rnd, job), nfree, None, nums, None, out)
+            assert started is None, "a longer job of a signature that could not start"
+            why = self._rest_reason(rnd, rnd.deferred[0]) if rnd.deferred else out[job.id]
+            rnd.deferred = saved
+            return why
         job, cand, nfree, shareable, nobenefit, blocked, f_runs, slack, nums = entry
         best = self._best_rest(rnd, cand, f_runs, [], slack)
         out: dict = {}
@@ -229,9 +297,14 @@ class SjfBsbf(Policy):
         return out[job.id]
 
     def _deferred_segment(self, rnd: Round) -> tuple:
-        by_id = {entry[0].id: entry for entry in rnd.deferred}
-        rnd.deferred = []
-        return (tuple(by_id), lambda jid: self._rest_reason(rnd, by_id[jid]))
+        entries, rnd.deferred = rnd.deferred, []
+        by_id: dict = {}  # made on first use, as the reasons
+
+        def why(jid):
+            if not by_id:
+                by_id.update((entry[0].id, entry) for entry in entries)
+            return self._rest_reason(rnd, by_id[jid])
+        return (lambda: [entry[0].id for entry in entries], why)
 
     # --------------------------------------------------------------- helpers
     @staticmethod
@@ -271,11 +344,21 @@ class SjfBsbf(Policy):
 
     def _share(self, rnd: Round, job, cand: Candidate, nfree, norder, nums, actions, reasons):
         """Lines 9–17 for one job: label every group by Theorem 1 (bounds, exact near
-        a sign change), then take the best-t shared GPUs or explain the wait."""
+        a sign change), then take the best-t shared GPUs or explain the wait.
+
+        A job that waits with every group it does not share with surely not shared with
+        (memory, not evaluable, or a bounds 'F' run of a class whose D(X) = t_share − t_seq
+        grows with i_B: both closed-form coefficients per i_B ≥ 0, D continuous at the case
+        break) marks its signature with its i_B in ``rnd.fails``: until the next start a
+        job of that signature with i_B' in [i_B, _WINDOW i_B] has D ≥ D(i_B) > the margin
+        at those groups, so it shares only where this one does and waits too (the bounded
+        factor keeps the float error of its D, a few ulp of ~_WINDOW·t_B·i_B, far below
+        the margin REL·t_B·i_B: 1024 · 1e-16 ≪ 1e-9)."""
         need = job.num_gpus
         t_runs, f_runs, u_true, u_false = [], [], [], []
         shareable = nobenefit = blocked = 0
         margin_max = 0.0
+        sure = cand.usable  # every group not shared with is surely not (see above)
         usable = cand.usable
         ib = cand.iters
         sig = (job.app, job.global_batch, job.num_gpus)
@@ -300,6 +383,7 @@ class SjfBsbf(Policy):
                     else:
                         u_false.append(gr)
                         nobenefit += len(gr.gpus)
+                        sure = False
                 continue
             keys = cls.keys
             xa, xb = keys[0][0], keys[-1][0]
@@ -322,6 +406,8 @@ class SjfBsbf(Policy):
             if lo_d > margin:
                 f_runs.append((cls, 0, len(keys), v))
                 nobenefit += cls.total
+                if sure and (consts[1] < 0.0 or consts[2] < 0.0):
+                    sure = False
                 continue
             s_half = cand.t_excl * ib / 2.0
             for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
@@ -331,6 +417,8 @@ class SjfBsbf(Policy):
                 elif label == "F":
                     f_runs.append((cls, lo, hi, v))
                     nobenefit += cls.gpus_in(lo, hi)
+                    if sure and (consts[1] < 0.0 or consts[2] < 0.0):
+                        sure = False
                 else:
                     for gr in cls.groups[lo:hi]:
                         gr.choice = evaluate(rnd, cand, gr)
@@ -340,9 +428,12 @@ class SjfBsbf(Policy):
                         else:
                             u_false.append(gr)
                             nobenefit += len(gr.gpus)
+                            sure = False
         if shareable >= 1 and shareable + nfree >= need:
             chosen = self._best_t(rnd, cand, need, t_runs, u_true, 2.0 * margin_max)
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
+        if sure:
+            rnd.fails[sig] = ib
         best = None
         if nfree + shareable + nobenefit >= need:
             if not u_false:

@@ -24,7 +24,8 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
-from policies.single_gpus import SingleGpus, single_gpus
+from policies.share_index import Round, _alloc_iter_time
+from policies.single_gpus import SingleGpus, _node_offsets, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -68,13 +69,41 @@ class Differential:
         # calls whose |G_OJ| came from the GPUs kept since an earlier call brought up to
         # date from the GPU change record (SingleGpus), and those scanned afresh
         self.singles_kept = self.singles_fresh = 0
+        # running jobs' groups taken from ShareKeep (kept since an earlier call) and made
+        # afresh, over the calls that built the sharing index, with and without records
+        self.entries = Counter()
+
+    def _check_keep(self, pol, snap, before, tag):
+        """After a call that built the groups (a new ``entries`` dict): every kept entry
+        is what a fresh computation on this snapshot gives."""
+        keep = pol.__dict__.get("_share_keep")
+        if keep is None or keep.entries is before[0]:
+            return
+        one = single_gpus(snap)
+        rnd = Round(snap)
+        rnd.per_gpu_groups = pol.per_gpu_groups
+        rnd.offset, rnd.size = _node_offsets(snap.nodes)
+        for jid, e in keep.entries.items():
+            job = snap.jobs[jid]
+            assert e.job is job
+            assert e.gset == {g for g, j in one.items() if j == jid}
+            assert e.t == _alloc_iter_time(snap, job)
+            assert e.units == rnd._entry(job, list(e.gset)).units
+            self.entries[tag + ("kept" if before[1].get(jid) is e else "made")] += 1
+
+    @staticmethod
+    def _before(pol):
+        keep = pol.__dict__.get("_share_keep")
+        return (None, {}) if keep is None else (keep.entries, dict(keep.entries))
 
     def schedule(self, snap):
         ref = self.ref.schedule(snap)
+        before_keep = self._before(self.inner)
         kept_gpus = self.inner.__dict__.get("_single_gpus")
         before = kept_gpus._seen if kept_gpus is not None else None
         plan = self.inner.schedule(snap)
         assert_same(plan, ref)
+        self._check_keep(self.inner, snap, before_keep, "")
         kept = self.inner.__dict__.get("_kept_order")
         if kept is not None and kept._seen is not None and kept._seen is snap.queue.changes:
             self.kept += 1
@@ -90,7 +119,9 @@ class Differential:
         # the daemon's kind: no change record of the waiting order nor of the GPU map
         nolog = dataclasses.replace(snap, queue=dataclasses.replace(snap.queue, changes=None),
                                     gpu_changes=None)
+        before_keep = self._before(self.fresh)
         other = self.fresh.schedule(nolog)
+        self._check_keep(self.fresh, nolog, before_keep, "fresh_")
         # a tail segment besides the running jobs' one (before a lookup resolves them)
         self.fresh_tails += isinstance(other.reasons, Reasons) and len(other.reasons._segments) > 1
         assert_same(other, ref)
@@ -146,6 +177,7 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
 
     def counted(self, rnd, entry):
         made["made"] += 1
+        made["skipped"] += entry[1] is None  # a job of a signature that could not start
         return rest_reason(self, rnd, entry)
 
     pass_run = sjf_bsbf.SjfBsbf._pass_run
@@ -173,11 +205,16 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     if per_gpu == 2:
         assert pol.codes["started_shared"] > 0
         assert pol.codes["wait_no_share_benefit" if name == "sjf-bsbf" else "wait_resources"] > 0
+    if per_gpu == 2:  # running jobs' groups kept across calls, and made afresh
+        for tag in ("", "fresh_"):
+            assert pol.entries[tag + "kept"] > 0 and pol.entries[tag + "made"] > 0
     if name == "sjf-bsbf" and per_gpu == 2:  # both ways of making a deferred reason
         assert made["flushed"] > 0 and made["made"] > made["flushed"]
+        # jobs skipped as of a signature that could not start since the last start
+        assert made["skipped"] > 0
 
 
-def _random_snapshot(draw):
+def _random_snapshot(draw, few_signatures=False):
     nodes = draw(st.integers(1, 4))
     per = draw(st.sampled_from([2, 4, 8]))
     gpus = [(n, i) for n in range(nodes) for i in range(per)]
@@ -200,11 +237,17 @@ def _random_snapshot(draw):
             else draw(st.floats(0, 0.99))
         jobs.append(running(f"R{k}", app, chosen, sub_batch=sb, batch=sb * want, total=total,
                             done=done * total))
-    for k in range(draw(st.integers(1, 12))):
-        n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
-        jobs.append(pending(f"P{k}", draw(st.sampled_from(["x", "big"])), n,
-                            total=draw(st.floats(10, 1e5)),
-                            batch=draw(st.sampled_from([16, 64, 256])) * n,
+    for k in range(draw(st.integers(1, 12 if not few_signatures else 24))):
+        if few_signatures:  # many jobs of one (app, batch, GPUs), lengths spread widely
+            n = draw(st.sampled_from([1, 1, 2]))
+            app, batch = draw(st.sampled_from(["x", "x", "big"])), 64 * n
+            total = draw(st.sampled_from([10.0, 1e2, 1e3, 1e4, 1e5])) * draw(st.floats(1, 3))
+        else:
+            n = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+            app = draw(st.sampled_from(["x", "big"]))  # drawn in the order they always were
+            total = draw(st.floats(10, 1e5))
+            batch = draw(st.sampled_from([16, 64, 256])) * n
+        jobs.append(pending(f"P{k}", app, n, total=total, batch=batch,
                             submit=draw(st.floats(0, 100))))
     xi = draw(st.sampled_from([0.3, 0.5, 0.8, 1.0, 1.3, 1.5, 1.7, 2.5]))
     pairs = {}
@@ -226,6 +269,34 @@ def test_random_snapshots(name, rel, data, monkeypatch):
         monkeypatch.setattr(sjf_bsbf, "REL", rel)
     snap = _random_snapshot(data.draw)
     assert_same(policies.get_policy(name).schedule(snap), REFS[name]().schedule(snap))
+
+
+def test_random_snapshots_one_signature(monkeypatch):
+    """Many waiting jobs of a few signatures with lengths spread over decades, ξ from 0.3
+    (the bounds are not used) to 2.5: SJF-BSBF's skip of a signature that could not start
+    (``rnd.fails``) must not change the Plan, and skipped jobs occur."""
+    seen = Counter()
+    rest_reason = sjf_bsbf.SjfBsbf._rest_reason
+
+    def counted(self, rnd, entry):
+        seen["skipped"] += entry[1] is None
+        return rest_reason(self, rnd, entry)
+
+    monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_rest_reason", counted)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def check(data):
+        snap = _random_snapshot(data.draw, few_signatures=True)
+        if data.draw(st.booleans()):  # nodes of other GPU memory: beside a job on a big
+            # node B may fit a faster sub-batch than its exclusive one (cluster minimum)
+            mems = [data.draw(st.sampled_from([4000, 8000, 16384, 40000])) for _ in snap.nodes]
+            nodes = tuple(dataclasses.replace(n, gpu_mem_mb=m) for n, m in zip(snap.nodes, mems))
+            snap = dataclasses.replace(snap, nodes=nodes)
+        assert_same(policies.get_policy("sjf-bsbf").schedule(snap), RefSjfBsbf().schedule(snap))
+
+    check()
+    assert seen["skipped"] > 0
 
 
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
@@ -268,6 +339,79 @@ def test_one_instance_across_snapshots(name):
         assert_same(plan, REFS[name]().schedule(snap))
         seen.update(r.code.value for r in plan.reasons.values())
     assert seen["started_shared"] > 0
+
+
+@pytest.mark.parametrize("ratio,ib", [(2, 1000.0), (4, 1000.0), (8, 300.0)])
+def test_longer_job_of_a_signature_may_share(ratio, ib):
+    """Beside a job on a node with more GPU memory than the cluster's smallest, B fits a
+    faster sub-batch than its exclusive configuration (t_B < t_seq's): Theorem 1's D then
+    falls with i_B in Case 2, and a longer job of a signature that could not start may
+    share — the skip (``rnd.fails``) must not apply there."""
+    jobs = [running("A", "x", [(1, 0)], sub_batch=64, batch=64, total=1000.0),
+            *(running(f"C{k}", "x", [(k // 4, (k // 2) % 2 * (1 - k // 4))])
+              for k in range(4)),
+            running("C4", "x", [(1, 1)]), running("C5", "x", [(1, 1)]),
+            pending("B1", "big", 1, total=ib, batch=64),
+            pending("B2", "big", 1, total=ib * ratio, batch=64, submit=1.0)]
+    snap = make_snap(jobs, nodes=2, gpus_per_node=2, xi_default=2.0)
+    snap = dataclasses.replace(snap, nodes=(dataclasses.replace(snap.nodes[0], gpu_mem_mb=5300),
+                                            dataclasses.replace(snap.nodes[1], gpu_mem_mb=40000)))
+    plan = policies.get_policy("sjf-bsbf").schedule(snap)
+    assert_same(plan, RefSjfBsbf().schedule(snap))
+    # the shorter one waits, the longer one shares with A
+    assert plan.reasons["B1"].code.value == "wait_no_share_benefit"
+    assert [(a.job_id, a.share_with) for a in plan.starts()] == [("B2", ("A",))]
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_same_views_other_gpu_map(name):
+    """Hand-built snapshots (no change record) with the same job objects and tables but
+    another GPU map (a job now beside A on one of its GPUs, then gone): A's kept group
+    follows its single-occupied GPUs."""
+    a = running("A", "x", [(0, 0), (0, 1), (0, 2)], sub_batch=64, batch=192, total=1e5)
+    b = running("B", "x", [(0, 1)], sub_batch=32, batch=32, total=1e3)
+    waiting = [pending(f"P{k}", "x", n, total=t, batch=64 * n, submit=float(k))
+               for k, (n, t) in enumerate([(2, 200.0), (1, 50.0), (3, 400.0), (2, 9e3)])]
+    pol = policies.get_policy(name)
+    first = None
+    starts = []
+    for others in ([], [b], [], [b]):
+        snap = make_snap([a, *others, *waiting], nodes=1, gpus_per_node=4)
+        if first is None:
+            first = snap
+        snap = dataclasses.replace(snap, profiles=first.profiles, memory=first.memory,
+                                   interference=first.interference, nodes=first.nodes)
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        starts.append(tuple(plan.actions))
+    assert starts[0] != starts[1]  # the GPU map matters
+
+
+@pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
+def test_one_instance_other_tables(name):
+    """One instance, the same jobs (same views) and node tuple, but the interference or
+    memory table another object with other numbers: what the instance keeps across calls
+    (ShareKeep's memos and groups) is dropped, every Plan equals the reference's."""
+    jobs = [running("R0", "x", [(0, 0)], sub_batch=64, batch=64, total=1e4),
+            running("R1", "big", [(0, 1), (0, 2)], sub_batch=64, batch=128, total=5e3),
+            pending("P0", "x", 1, total=300.0, batch=64),
+            pending("P1", "x", 1, total=3e3, batch=64, submit=1.0),
+            pending("P2", "big", 2, total=800.0, batch=128, submit=2.0)]
+    pol = policies.get_policy(name)
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    plans = []
+    for xi, mem in [(1.5, 16384), (0.7, 16384), (2.5, 16384), (1.5, 9000), (1.5, 16384)]:
+        other = make_snap(jobs, nodes=1, gpus_per_node=4, xi_default=xi, mem_mb=mem)
+        snap = dataclasses.replace(base, interference=other.interference,
+                                   memory=MappingProxyType(dict(other.memory)))
+        if mem != 16384:  # the node tuple with less GPU memory
+            snap = dataclasses.replace(snap, nodes=other.nodes)
+        plan = pol.schedule(snap)
+        assert_same(plan, REFS[name]().schedule(snap))
+        plans.append(plan)
+    # the tables matter: not every Plan is the same
+    assert len({(tuple(p.actions), tuple(sorted((j, r.text) for j, r in p.reasons.items())))
+                for p in plans}) > 1
 
 
 def test_single_gpus_follow_the_change_record_or_scan():
