@@ -20,6 +20,20 @@ from test_sjf_differential import assert_same
 from test_similarity import APPS, snap, job
 
 
+def typed_cluster(nv, nk, per, mem, specs):
+    """``nv`` V100 and ``nk`` K80 nodes of ``per`` GPUs (one V100 node if none) and a job
+    per spec (application, GPUs, batch, elastic GPU range?, flexible batch range?)."""
+    nodes = tuple([Node(f"v{i}", per, "v100", mem) for i in range(nv)] +
+                  [Node(f"k{i}", per, "k80", min(mem, 12288)) for i in range(nk)])
+    if not nodes:
+        nodes = (Node("v0", per, "v100", mem),)
+    total = sum(n.num_gpus for n in nodes)
+    jobs = [job(i, app=a, n=min(n, total), batch=b, t=float(i % 5),
+                gpu_range=(1, 4) if el else None, batch_range=(32, 512) if fb else None)
+            for i, (a, n, b, el, fb) in enumerate(specs)]
+    return nodes, jobs
+
+
 @settings(max_examples=200, deadline=None)
 @given(nv=st.integers(0, 3), nk=st.integers(0, 2), per=st.sampled_from([1, 2, 4]),
        mem=st.sampled_from([4000, 12288, 16384, 40000]),
@@ -29,14 +43,7 @@ from test_similarity import APPS, snap, job
        decide=st.sampled_from(["gpu", "gpu_ngpu", "gpu_ngpu_bs"]), jp=st.booleans(),
        cd=st.booleans(), rounds=st.integers(1, 2))
 def test_random_rounds(nv, nk, per, mem, specs, decide, jp, cd, rounds):
-    nodes = tuple([Node(f"v{i}", per, "v100", mem) for i in range(nv)] +
-                  [Node(f"k{i}", per, "k80", min(mem, 12288)) for i in range(nk)])
-    if not nodes:
-        nodes = (Node("v0", per, "v100", mem),)
-    total = sum(n.num_gpus for n in nodes)
-    jobs = [job(i, app=a, n=min(n, total), batch=b, t=float(i % 5),
-                gpu_range=(1, 4) if el else None, batch_range=(32, 512) if fb else None)
-            for i, (a, n, b, el, fb) in enumerate(specs)]
+    nodes, jobs = typed_cluster(nv, nk, per, mem, specs)
     sn = snap(nodes, jobs)
     for _ in range(rounds):
         plan = Similarity(decide=decide, jp=jp, cd=cd).schedule(sn)

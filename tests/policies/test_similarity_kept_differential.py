@@ -19,6 +19,7 @@ from policies.model import Deferred, Frozen, Node, WaitingQueue
 from policies.similarity import Similarity
 from reference_similarity import RefSimilarity
 from test_similarity import APPS, M, job, snap
+from test_similarity_differential import typed_cluster
 from test_sjf_differential import assert_same
 
 
@@ -109,14 +110,7 @@ def _recorded(sn, log: list):
        decide=st.sampled_from(["gpu", "gpu_ngpu", "gpu_ngpu_bs"]), jp=st.booleans(),
        cd=st.booleans(), rounds=st.integers(1, 4), dt=st.sampled_from([0.0, 60.0]))
 def test_random_rounds_with_a_record(nv, nk, per, mem, specs, decide, jp, cd, rounds, dt):
-    nodes = tuple([Node(f"v{i}", per, "v100", mem) for i in range(nv)] +
-                  [Node(f"k{i}", per, "k80", min(mem, 12288)) for i in range(nk)])
-    if not nodes:
-        nodes = (Node("v0", per, "v100", mem),)
-    total = sum(nd.num_gpus for nd in nodes)
-    jobs = [job(i, app=a, n=min(n, total), batch=b, t=float(i % 5),
-                gpu_range=(1, 4) if el else None, batch_range=(32, 512) if fb else None)
-            for i, (a, n, b, el, fb) in enumerate(specs)]
+    nodes, jobs = typed_cluster(nv, nk, per, mem, specs)
     sn = snap(nodes, jobs, now=5.0)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     try:
