@@ -329,13 +329,17 @@ def _read_int_files(run_dir: str, suffix: str) -> Dict[int, int]:
     return out
 
 
-def classify_exit(torchrun_rc: int, worker_codes: Dict[int, int], terminated_by: Optional[int]) -> int:
+def classify_exit(torchrun_rc: int, worker_codes: Dict[int, int], terminated_by: Optional[int],
+                  local_ranks: Optional[int] = None) -> int:
     """Exit status of gimbal-run for one launch.
 
     0 when torchrun succeeded; :data:`EXIT_CHECKPOINT` when some worker exited
     with 75 and none failed otherwise; else the first failing worker's own
     code (rank order); else 128+signal when gimbal-run was told to stop;
-    else torchrun's status."""
+    0 when each of this node's ``local_ranks`` workers recorded that its script
+    ended with 0 (a crash after that, in the interpreter's teardown — e.g. a
+    communication library's threads aborting at exit — does not undo finished
+    training; :func:`teardown_crash` says so in the log); else torchrun's status."""
     if torchrun_rc == 0:
         return 0
     failing = {r: c for r, c in worker_codes.items() if c != 0}
@@ -346,7 +350,19 @@ def classify_exit(torchrun_rc: int, worker_codes: Dict[int, int], terminated_by:
         return real[0]
     if terminated_by is not None:
         return 128 + int(terminated_by)
+    if teardown_crash(torchrun_rc, worker_codes, local_ranks):
+        return 0
     return torchrun_rc if torchrun_rc > 0 else 128 + (-torchrun_rc)
+
+
+def teardown_crash(torchrun_rc: int, worker_codes: Dict[int, int],
+                   local_ranks: Optional[int]) -> bool:
+    """True when torchrun failed although every one of this node's ``local_ranks``
+    workers recorded exit 0 (``launcher.worker`` writes the record when the script
+    returns, before the interpreter's teardown)."""
+    return (torchrun_rc != 0 and local_ranks is not None and local_ranks > 0
+            and len(worker_codes) == local_ranks
+            and all(c == 0 for c in worker_codes.values()))
 
 
 class Supervisor:
@@ -512,7 +528,11 @@ class Supervisor:
                 self.term_time = None
         codes = _read_int_files(plan.run_dir, "exit")
         self.proc = None
-        result = classify_exit(rc, codes, self.terminated_by)
+        result = classify_exit(rc, codes, self.terminated_by, plan.nproc_per_node)
+        if self.terminated_by is None and teardown_crash(rc, codes, plan.nproc_per_node):
+            log.warning("torchrun exited %d after every worker's script ended with 0: a worker "
+                        "crashed while its interpreter shut down (see its stderr above); the "
+                        "training itself finished, so gimbal-run exits 0", rc)
         log.info("torchrun exited %d, worker codes %s -> %d", rc, codes, result)
         _cleanup(plan.run_dir)
         return result

@@ -98,6 +98,39 @@ def test_classify_exit():
     assert classify_exit(1, {0: 75, 1: 4}, None) == 4
     assert classify_exit(1, {}, signal.SIGTERM) == 143
     assert classify_exit(1, {}, None) == 1
+    # every local worker's script ended with 0, then one crashed at interpreter teardown
+    assert classify_exit(1, {0: 0, 1: 0}, None, local_ranks=2) == 0
+    assert classify_exit(-6, {0: 0, 1: 0}, None, local_ranks=2) == 0
+    assert classify_exit(1, {0: 0, 1: 0}, None) == 1  # rank count unknown
+    assert classify_exit(1, {0: 0}, None, local_ranks=2) == 1  # rank 1 left no record
+    assert classify_exit(1, {0: 0, 1: 0}, signal.SIGTERM, local_ranks=2) == 143
+
+
+_TEARDOWN = """import os, signal, sys, time
+def rank0_recorded():  # rank 1 acts only once rank 0's script has ended and been recorded
+    while not os.path.exists(os.path.join(os.environ["GIMBAL_RUN_DIR"], "worker.0.exit")):
+        time.sleep(0.05)
+if os.environ["RANK"] == "1":
+    if sys.argv[1] == "abort-at-exit":  # the script ends with 0, its interpreter then aborts
+        import atexit
+        atexit.register(lambda: (rank0_recorded(), os.abort()))
+    else:  # killed before the script ends: no exit record
+        rank0_recorded()
+        os.kill(os.getpid(), signal.SIGKILL)
+print("rank", os.environ["RANK"], "done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode,rc", [("abort-at-exit", 0), ("killed", 1)])
+def test_teardown_crash_after_finished_training(tmp_path, mode, rc):
+    script = tmp_path / "teardown.py"
+    script.write_text(_TEARDOWN)
+    p = _gimbal_run(["--standalone", "--nproc", "2", "--state-dir", str(tmp_path), "--",
+                     str(script), mode])
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == rc, out
+    assert ("crashed while its interpreter shut down" in out) == (rc == 0), out
+    assert "rank 0 done" in out
 
 
 # ------------------------------------------------------------ end to end (real torchrun)
