@@ -304,6 +304,10 @@ class Similarity(Policy):
         # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
         # queue, never from the hosts it walks)
         started_before = {x.job_id for x in starts}
+        # hosts that found no partner since the pool last changed, by what _partner reads
+        # of the host (application, batch, GPU type and memory, micro-batch in force): a
+        # host alike finds none either, as long as nothing is taken
+        none_for: set = set()
         for sj in [j for j in walked if j.id in placed and len(placed[j.id]) == 1]:
             if not pool.left:
                 break
@@ -312,11 +316,17 @@ class Similarity(Policy):
                 continue
             started_now = sj.id in preempted or sj.id in started_before
             kept = sj.allocation if sj.running and not started_now else None
+            alike = (sj.app, batch_of[sj.id], gtype_of[g.node], mem_of_node[g.node],
+                     kept is None, None if kept is None else kept.sub_batch)
+            if alike in none_for:
+                continue
             best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
                                  mem_of_node[g.node], pool, ref_for, kept)
             if best is None:
+                none_for.add(alike)
                 continue
             job, b, score = best
+            none_for.clear()
             pool.take(job)
             placed[job.id] = (g,)
             on_gpu[g].append(job.id)

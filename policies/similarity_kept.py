@@ -52,6 +52,43 @@ class SimilarityState:
         self.queue = KeptOrder()
         self.by_class = KeptOrder()
         self.numbers: dict = {}
+        self.ctx: Optional[tuple] = None  # what the memos below were made with
+        self.sugg: dict = {}  # class -> sch_m (the Options, shared across calls)
+        self.opts_of: dict = {}  # job id -> (view, reference match, sch_m)
+        self.kept: dict = {}  # apply_decisions' memo of the running jobs kept
+
+    def memos(self, pol, snap: ClusterSnapshot, db) -> None:
+        """Keep the memos across calls while what they were made of is the very same
+        (profiles, GPU types, nodes, reference database, decision variables), else clear
+        them; bound them by the jobs of the snapshot (ids of ended jobs pile up)."""
+        ctx = (snap.profiles, snap.gpu_types, snap.nodes, db, pol.decide)
+        old = self.ctx
+        if (old is None or any(a is not b for a, b in zip(old[:4], ctx[:4]))
+                or old[4] != ctx[4] or len(self.opts_of) > 4 * len(snap.jobs) + 1024):
+            self.sugg, self.opts_of, self.kept = {}, {}, {}
+        elif len(self.kept) > 4 * len(snap.jobs) + 1024:
+            self.kept = {}
+        self.ctx = ctx
+
+    def options(self, pol, snap, job, types, ref_for) -> tuple:
+        """(view, reference match, sch_m) of ``job``: ``Similarity._choose``'s suggestions,
+        memoised per class across calls and per view."""
+        hit = self.opts_of.get(job.id)
+        if hit is not None and hit[0] is job:
+            return hit
+        m = ref_for(job.app)
+        ref = m[0] if m else None
+        cls = (ref, job.num_gpus, job.gpu_range, job.global_batch, job.batch_range)
+        try:
+            opts = self.sugg.get(cls)
+        except TypeError:  # an unhashable range: no class memo for this job
+            cls, opts = None, None
+        if opts is None:
+            opts = pol.suggestions(snap, job, ref, types)
+            if cls is not None:
+                self.sugg[cls] = opts
+        hit = self.opts_of[job.id] = (job, m, opts)
+        return hit
 
     def class_of(self, pol, j) -> int:
         """The packing class number of ``j`` (``_Pool``'s rule), ``_NONE`` or ``_BAD``."""
@@ -169,6 +206,9 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
     db = snap.predictors.get("similarity")
     types = type_capacity(snap)
     cap = {t: v[0] for t, v in types.items()}
+    if any(c < 0 for c in cap.values()):
+        return None
+    state.memos(pol, snap, db)
     ref_cache: dict = {}
 
     def ref_for(app):
@@ -182,9 +222,10 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
     ri = ki = 0
     decided: dict = {}
     refs: dict = {}
-    sugg: dict = {}
     walked: list = []
-    while any(c > 0 for c in cap.values()):
+    total = sum(cap.values())  # no cap is negative: any GPU left <=> total > 0
+    options = state.options
+    while total > 0:  # Similarity._choose per job, its sch_m memoised (SimilarityState)
         if ri < nr and (ki >= f_end or rkeys[ri] < keys[ki]):
             job = running[ri]
             ri += 1
@@ -194,11 +235,18 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
         else:
             break
         walked.append(job)
-        pol._choose(snap, job, cap, types, ref_for, sugg, decided, refs)
+        _, m, opts = options(pol, snap, job, types, ref_for)
+        for opt in opts:
+            if opt.ngpu <= cap[opt.gpu_type]:
+                decided[job.id] = opt
+                refs[job.id] = m
+                cap[opt.gpu_type] -= opt.ngpu
+                total -= opt.ngpu
+                break
 
     started_why, kept_why = pol._why(refs)
     preempted, starts, placed, batch_of, reasons = apply_decisions(
-        snap, walked, decided, True, started_why, kept_why, running)
+        snap, walked, decided, True, started_why, kept_why, running, state.kept)
 
     # ---- Algorithm 3 over the queued jobs by class
     left = nr + n - len(placed)

@@ -97,7 +97,8 @@ def current_batch(job: Job) -> int:
 
 def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[str, Choice],
                     reallocate: bool, started_why: Callable[[Job, Choice], Reason],
-                    kept_why: Callable[[Job, Choice], Reason], running=None):
+                    kept_why: Callable[[Job, Choice], Reason], running=None,
+                    memo: Optional[dict] = None):
     """Plan pieces for ``decided`` (job id -> choice) over the queue order.
 
     ``reallocate`` (re-scheduling rounds): a running job whose choice equals what it runs
@@ -105,6 +106,11 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
     ``running``: the snapshot's running jobs in (submit time, id) order, as
     ``snap.running()`` gives them (a caller that knows them spares the scan of every job).
+    ``memo`` (with ``reallocate`` only): job id -> (view, choice, reason, batch) of the
+    running jobs kept at earlier calls, kept by the caller across calls; a job whose view
+    and choice are the very objects recorded keeps its GPUs again with the recorded reason
+    and batch, without the comparison (the caller passes it only while ``kept_why`` is a
+    function of the view and the choice alone and its choices are shared objects).
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
     _, gtype_of, of_type, _ = _node_memo(snap.nodes)
@@ -112,16 +118,28 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
     batch_of: dict[str, int] = {}
+    if not reallocate:
+        memo = None
     for job in snap.running() if running is None else running:
-        alloc, opt = job.allocation, decided.get(job.id)
+        jid = job.id
+        alloc, opt = job.allocation, decided.get(jid)
+        if memo is not None:
+            hit = memo.get(jid)
+            if hit is not None and hit[0] is job and hit[1] is opt:
+                kept[jid] = alloc.gpus
+                batch_of[jid] = hit[3]
+                reasons[jid] = hit[2]
+                continue
         cur = current_batch(job)
         same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
                 and _all_of_type(alloc, gtype_of, opt.gpu_type))
         if not reallocate or same:
-            kept[job.id] = alloc.gpus
-            batch_of[job.id] = cur
+            kept[jid] = alloc.gpus
+            batch_of[jid] = cur
             if same:
-                reasons[job.id] = kept_why(job, opt)
+                r = reasons[jid] = kept_why(job, opt)
+                if memo is not None:
+                    memo[jid] = (job, opt, r, cur)
             continue
         preempted[job.id] = PreemptJob(job.id)
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
