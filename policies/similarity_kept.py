@@ -20,12 +20,12 @@ verbatim old code at every call of loaded simulator runs)."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Optional
 
-from .base import _running_ids, keep_running_segment
+from .base import keep_running_segment
 from .kept_order import KeptOrder
-from .model import ClusterSnapshot, Deferred
+from .model import ClusterSnapshot, Deferred, Frozen
 from .plan import Plan, ReasonCode, make_plan, reason
 from .typed_rounds import apply_decisions, type_capacity
 
@@ -33,7 +33,6 @@ STARTED, NEW, ODD = 0, 1, 2
 _NONE = -1  # class number of a job that may not be packed (asks more than one GPU)
 _BAD = 1 << 40  # class number of a job with odd numbers
 _BIG = 1e15
-_SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FIRST = itemgetter(0)
 
 
@@ -56,6 +55,7 @@ class SimilarityState:
         self.sugg: dict = {}  # class -> sch_m (the Options, shared across calls)
         self.opts_of: dict = {}  # job id -> (view, reference match, sch_m)
         self.kept: dict = {}  # apply_decisions' memo of the running jobs kept
+        self.running = RunningOrder()
 
     def memos(self, pol, snap: ClusterSnapshot, db) -> None:
         """Keep the memos across calls while what they were made of is the very same
@@ -105,6 +105,63 @@ class SimilarityState:
         if c is None:
             c = self.numbers[ck] = len(self.numbers)
         return c
+
+
+class RunningOrder:
+    """The running jobs in queue order (all started: by (submit time, id)) with their queue
+    keys, kept across calls from the snapshot's job change record
+    (:class:`policies.model.JobChanges`): only the jobs named after the entries seen last
+    are looked at again.  Without a usable record (the daemon's snapshots, a copy with
+    other ``jobs``, a record of another run or an older snapshot) it is made by a pass
+    over every job."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen = None
+        self.keys: list = []
+        self.jobs: list = []
+        self.key_of: dict = {}
+
+    def update(self, snap: ClusterSnapshot) -> bool:
+        """Bring the order up to ``snap``; ``False`` (cleared) when a running job's queue
+        key is not a started one (the caller takes the old path)."""
+        rec = snap.job_changes
+        log = rec.log if rec is not None and rec.source is snap.jobs else None
+        if not isinstance(log, Frozen):
+            log = None
+        jobs = snap.jobs
+        if log is not None and self._seen is not None and log.extends(self._seen):
+            keys, kjobs, key_of = self.keys, self.jobs, self.key_of
+            for jid in dict.fromkeys(log[len(self._seen):]):
+                old = key_of.pop(jid, None)
+                if old is not None:
+                    i = bisect_left(keys, old)
+                    if i == len(keys) or keys[i] != old:  # not where it was put: rebuild
+                        self.clear()
+                        return self.update(snap)
+                    del keys[i], kjobs[i]
+                v = jobs.get(jid)
+                if v is not None and v.running:
+                    k = queue_key(v)
+                    if k[0] != STARTED:
+                        self.clear()
+                        return False
+                    i = bisect_left(keys, k)
+                    keys.insert(i, k)
+                    kjobs.insert(i, v)
+                    key_of[jid] = k
+        else:
+            pairs = sorted(((queue_key(j), j) for j in jobs.values() if j.running), key=_FIRST)
+            if pairs and pairs[-1][0][0] != STARTED:
+                self.clear()
+                return False
+            self.keys = [k for k, _ in pairs]
+            self.jobs = [j for _, j in pairs]
+            self.key_of = {j.id: k for k, j in pairs}
+        self._seen = log
+        return True
 
 
 class _KeptPool:
@@ -191,17 +248,10 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
                                    (pol.decide,))
         if kc is None or (kc.keys and kc.keys[-1][0] == _BAD):
             return None
-    jobs = snap.jobs
-    run_ids = _running_ids(snap)
-    if len(run_ids) + n != len(jobs):
+    ro = state.running
+    if not ro.update(snap) or len(ro.jobs) + n != len(snap.jobs):
         return None
-    running = sorted((jobs[i] for i in run_ids), key=_SUBMIT_ORDER)
-    rkeys = []
-    for j in running:
-        k = queue_key(j)
-        if k[0] != STARTED:
-            return None
-        rkeys.append(k)
+    running, rkeys = list(ro.jobs), list(ro.keys)  # copies: the kept lists change later
 
     db = snap.predictors.get("similarity")
     types = type_capacity(snap)
@@ -224,7 +274,7 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
     refs: dict = {}
     walked: list = []
     total = sum(cap.values())  # no cap is negative: any GPU left <=> total > 0
-    options = state.options
+    options, opts_of = state.options, state.opts_of
     while total > 0:  # Similarity._choose per job, its sch_m memoised (SimilarityState)
         if ri < nr and (ki >= f_end or rkeys[ri] < keys[ki]):
             job = running[ri]
@@ -235,7 +285,10 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
         else:
             break
         walked.append(job)
-        _, m, opts = options(pol, snap, job, types, ref_for)
+        hit = opts_of.get(job.id)
+        if hit is None or hit[0] is not job:
+            hit = options(pol, snap, job, types, ref_for)
+        _, m, opts = hit
         for opt in opts:
             if opt.ngpu <= cap[opt.gpu_type]:
                 decided[job.id] = opt
