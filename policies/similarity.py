@@ -308,6 +308,7 @@ class Similarity(Policy):
         # of the host (application, batch, GPU type and memory, micro-batch in force): a
         # host alike finds none either, as long as nothing is taken
         none_for: set = set()
+        pool.skips = 0  # hosts skipped so (tests/policies/test_similarity_kept_differential.py)
         for sj in [j for j in walked if j.id in placed and len(placed[j.id]) == 1]:
             if not pool.left:
                 break
@@ -319,6 +320,7 @@ class Similarity(Policy):
             alike = (sj.app, batch_of[sj.id], gtype_of[g.node], mem_of_node[g.node],
                      kept is None, None if kept is None else kept.sub_batch)
             if alike in none_for:
+                pool.skips += 1
                 continue
             best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
                                  mem_of_node[g.node], pool, ref_for, kept)

@@ -23,13 +23,35 @@ from test_similarity_differential import typed_cluster
 from test_sjf_differential import assert_same
 
 
+class _Counting(dict):
+    """apply_decisions' kept-job memo, counting the entries it finds (a hit when the view
+    and choice are still the recorded objects: checked by the caller)."""
+
+    def __init__(self, paths, snap, *a):
+        super().__init__(*a)
+        self.paths, self.jobs = paths, snap.jobs
+
+    def get(self, k, d=None):
+        r = super().get(k, d)
+        if r is not None and r[0] is self.jobs.get(k):  # the recorded view is current
+            self.paths.memo_found += 1
+        return r
+
+
 class Paths:
     """Counts the calls answered by the kept path, and those where Alg. 3 walked every
-    candidate (near ties) or packed a partner."""
+    candidate (near ties) or packed a partner; the running order kept from the job change
+    record (``running_kept``) or made by a pass (``running_made``); the suggestions taken
+    from the memo kept across calls (``sugg_kept``); apply_decisions' memo entries found;
+    Alg. 3 hosts skipped as alike to one that found no partner (``skips``, every pool)."""
 
     def __init__(self, monkeypatch):
         self.kept = self.walks = self.firsts = 0
+        self.running_kept = self.running_made = self.sugg_kept = self.memo_found = 0
+        self.pools = []
         real, real_walk, real_firsts = sk.kept_schedule, sk._KeptPool.walk, sk._KeptPool.firsts
+        real_update, real_memos = sk.RunningOrder.update, sk.SimilarityState.memos
+        real_pack = policies.similarity.Similarity._pack
 
         def kept_schedule(pol, snap, state):
             plan = real(pol, snap, state)
@@ -44,29 +66,69 @@ class Paths:
             self.firsts += 1
             return real_firsts(pool)
 
+        def update(ro, snap):
+            rec = snap.job_changes
+            incremental = (ro._seen is not None and rec is not None and rec.source is snap.jobs
+                           and rec.log.extends(ro._seen))
+            ok = real_update(ro, snap)
+            if ok:
+                self.running_kept += incremental
+                self.running_made += not incremental
+                assert ro.jobs == list(snap.running())  # the pass's order
+                assert ro.keys == [sk.queue_key(j) for j in ro.jobs]
+            return ok
+
+        def memos(state, pol, snap, db):
+            kept_before = len(state.sugg)
+            real_memos(state, pol, snap, db)
+            self.sugg_kept += kept_before > 0 and len(state.sugg) > 0  # not cleared
+            state.kept = _Counting(self, snap, state.kept)
+
+        def pack(pol, snap, walked, placed, preempted, starts, batch_of, pool, *a):
+            self.pools.append(pool)
+            return real_pack(pol, snap, walked, placed, preempted, starts, batch_of, pool, *a)
+
         monkeypatch.setattr(policies.similarity, "kept_schedule", kept_schedule)
         monkeypatch.setattr(sk._KeptPool, "walk", walk)
         monkeypatch.setattr(sk._KeptPool, "firsts", firsts)
+        monkeypatch.setattr(sk.RunningOrder, "update", update)
+        monkeypatch.setattr(sk.SimilarityState, "memos", memos)
+        monkeypatch.setattr(policies.similarity.Similarity, "_pack", pack)
+
+    @property
+    def skips(self) -> int:
+        return sum(p.skips for p in self.pools)
 
 
 class Differential:
     def __init__(self, paths, **kw):
         self.inner, self.fresh, self.ref = Similarity(**kw), Similarity(**kw), RefSimilarity(**kw)
+        self.nojobrec = Similarity(**kw)
         self.name, self.preemptive, self.rounds_only = "similarity", True, True
         self.round_length = self.inner.round_length
         self.paths, self.kw = paths, kw
         self.calls = self.deep = self.shared = self.walked_out = 0
 
     def schedule(self, sn):
-        before = self.paths.kept
+        p = self.paths
+        before, kept_before, made_before = p.kept, p.running_kept, p.running_made
         plan = self.inner.schedule(sn)
-        assert self.paths.kept == before + 1 and isinstance(plan.order, Deferred)
+        assert p.kept == before + 1 and isinstance(plan.order, Deferred)
+        # the running order from the job change record at every call but the first
+        assert (p.running_kept, p.running_made) == (
+            (kept_before + 1, made_before) if self.calls else (kept_before, made_before + 1))
         want = self.ref.schedule(sn)
         assert_same(plan, want)
         nolog = dataclasses.replace(sn, queue=dataclasses.replace(sn.queue, changes=None))
         other = self.fresh.schedule(nolog)
-        assert self.paths.kept == before + 1
+        assert p.kept == before + 1
         assert_same(other, want)
+        # without the job change record (only the queue's): the kept path, its running
+        # order made by a pass at every call
+        made = p.running_made
+        third = self.nojobrec.schedule(dataclasses.replace(sn, job_changes=None))
+        assert p.kept == before + 2 and p.running_made == made + 1
+        assert_same(third, want)
         self.calls += 1
         self.deep += len(want.order) > 8
         self.shared += any(a.share_with for a in plan.starts())
@@ -89,7 +151,10 @@ def test_every_call_of_a_loaded_simulator_run(monkeypatch, kw, cluster, n, seed)
     pol = Differential(paths, **kw)
     res = simulate(jobs, nodes, pol, M, SimConfig(interval=180.0, seed=seed, preempt_cost=10.0))
     assert res.jobs.end.notna().all()
-    assert pol.calls > 20 and paths.kept == pol.calls and pol.deep > 5
+    assert pol.calls > 20 and paths.kept == 2 * pol.calls and pol.deep > 5
+    # the suggestions memo kept at every call but each instance's first (two instances);
+    # apply_decisions found kept jobs recorded at earlier calls
+    assert paths.sugg_kept == 2 * (pol.calls - 1) and paths.memo_found > pol.calls
     if kw.get("jp", True):
         assert paths.firsts > 0 and pol.shared > 0  # Alg. 3 over the kept classes packed jobs
 
@@ -151,3 +216,27 @@ def test_near_ties_walk_every_kept_candidate(monkeypatch):
     nolog = dataclasses.replace(sn, queue=dataclasses.replace(sn.queue, changes=None))
     assert_same(plan, Similarity(decide="gpu_ngpu_bs").schedule(nolog))
     assert paths.kept == 1 and paths.walks > 0
+
+
+@pytest.mark.parametrize("cluster", ["2x4", "2x2:v100,1x4:p100,2x4:k80"])
+def test_alike_hosts_without_a_partner_are_skipped(monkeypatch, cluster):
+    """A loaded run of few classes of one-GPU jobs (many hosts alike): Alg. 3 skips hosts
+    alike to one that found no partner, at many calls, and the Plans stay the old code's."""
+    import random
+
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.sim import SimConfig, simulate
+
+    rng = random.Random(3)
+    nodes = parse_cluster(cluster)
+    jobs = [job(i, app=rng.choice(APPS[:3]), n=rng.choice([1, 1, 1, 2]),
+                batch=rng.choice([64, 128]), t=float(rng.randrange(0, 1500)),
+                batch_range=rng.choice([None, (32, 256)]))
+            for i in range(70)]
+    jobs = [dataclasses.replace(j, total_iters=float(rng.randrange(200, 4000))) for j in jobs]
+    paths = Paths(monkeypatch)
+    pol = Differential(paths)
+    res = simulate(jobs, nodes, pol, M, SimConfig(interval=180.0, seed=2, preempt_cost=10.0))
+    assert res.jobs.end.notna().all()
+    assert pol.calls > 20 and paths.kept == 2 * pol.calls and pol.shared > 0
+    assert paths.skips > 10 and sum(p.skips > 0 for p in paths.pools) > 5
