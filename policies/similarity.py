@@ -304,9 +304,10 @@ class Similarity(Policy):
         # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
         # queue, never from the hosts it walks)
         started_before = {x.job_id for x in starts}
-        # hosts that found no partner since the pool last changed, by what _partner reads
-        # of the host (application, batch, GPU type and memory, micro-batch in force): a
-        # host alike finds none either, as long as nothing is taken
+        # hosts that found no partner, by what _partner reads of the host (application,
+        # batch, GPU type and memory, micro-batch in force): a host alike finds none either
+        # (the pool only loses jobs within a round, and a candidate's fit and score are
+        # those of its class)
         none_for: set = set()
         pool.skips = 0  # hosts skipped so (tests/policies/test_similarity_kept_differential.py)
         for sj in [j for j in walked if j.id in placed and len(placed[j.id]) == 1]:
@@ -328,7 +329,6 @@ class Similarity(Policy):
                 none_for.add(alike)
                 continue
             job, b, score = best
-            none_for.clear()
             pool.take(job)
             placed[job.id] = (g,)
             on_gpu[g].append(job.id)

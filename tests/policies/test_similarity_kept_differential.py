@@ -240,3 +240,78 @@ def test_alike_hosts_without_a_partner_are_skipped(monkeypatch, cluster):
     assert res.jobs.end.notna().all()
     assert pol.calls > 20 and paths.kept == 2 * pol.calls and pol.shared > 0
     assert paths.skips > 10 and sum(p.skips > 0 for p in paths.pools) > 5
+
+
+@pytest.mark.parametrize("case", ["micro-batch", "memory", "batch"])
+def test_hosts_alike_but_for_micro_batch_memory_or_batch_are_both_asked(monkeypatch, case):
+    """Two hosts of one application on one GPU type: the first finds no partner (its
+    micro-batch in force, its node's smaller GPU memory, or its larger batch leaves no
+    room), the second does; the skip of alike hosts must not skip it."""
+    from policies.base import exclusive_config
+    from policies.model import Allocation, Gpu, JobState
+
+    mem = M.memory
+    if case == "micro-batch":  # yolov3 hosts, the first with a larger micro-batch in force
+        small, large, app, batch, other = 16384, 16384, "yolov3", 32, "cifar10"
+    else:  # imagenet hosts, the first on a node of less GPU memory or with a larger batch
+        small, app, batch, other = 16384, "imagenet", 128, "deepspeech2"
+        large = 40000 if case == "memory" else small
+    nodes = (Node("v0", 1, "v100", small), Node("v1", 1, "v100", large))
+    h0 = job(0, app=app, batch=batch)
+    h1 = job(1, app=app, batch=32 if case == "batch" else batch, t=0.5)
+    partner = job(2, app=other, batch=32, t=1.0)
+    b1, _ = exclusive_config(snap(nodes, [h1]), h1)
+    b0, _ = exclusive_config(snap(nodes, [h0]), h0)
+    if case == "micro-batch":  # h0 runs with the largest micro-batch that fits alone
+        b0 = max(b for b in range(1, 33) if mem[app].mem_mb(b) <= small)
+        assert b0 > b1 and mem[other].mem_mb(32) > small - mem[app].mem_mb(b0)
+    else:
+        assert mem[app].mem_mb(b0) + mem[other].mem_mb(32) > small
+    run = [dataclasses.replace(h, state=JobState.RUNNING, start_time=0.0,
+                               allocation=Allocation((Gpu(f"v{i}", 0),), b,
+                                                     -(-h.global_batch // b), None))
+           for i, (h, b) in enumerate([(h0, b0), (h1, b1)])]
+    if case == "batch":  # hosts started this round (no micro-batch in force): the batch tells
+        run = [h0, h1]
+    paths = Paths(monkeypatch)
+    sn = _recorded(snap(nodes, run + [partner], now=360.0), [])
+    plan = Similarity(decide="gpu").schedule(sn)
+    assert paths.kept == 1
+    assert_same(plan, RefSimilarity(decide="gpu").schedule(sn))
+    starts = {s.job_id: s for s in plan.starts()}
+    assert set(starts) == ({"j0", "j1", "j2"} if case == "batch" else {"j2"})
+    assert starts["j2"].gpus == (Gpu("v1", 0),) and starts["j2"].share_with == ("j1",)
+    assert paths.pools and paths.pools[0].skips == 0
+
+
+def test_memos_follow_another_profile_table_type_table_or_reference_db(monkeypatch):
+    """One policy instance called on snapshots of one run whose throughput profiles, GPU
+    type table or reference database are replaced between calls: its memos (suggestions per
+    class, per job view, kept jobs) are dropped, the Plans stay the old code's."""
+    from policies.model import GpuTypeTable
+    from test_similarity import DB, TYPES
+
+    paths = Paths(monkeypatch)
+    nodes, jobs = typed_cluster(2, 1, 2, 16384, [(APPS[i % 4], 1 + (i % 3 == 0), 64, i % 2, i % 3)
+                                                  for i in range(10)])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from daemon_pass import apply_plan
+    finally:
+        sys.path.pop(0)
+    swapped = dict(zip(APPS, APPS[1:] + APPS[:1]))
+    other_profiles = {a: M.profiles[swapped[a]] for a in M.profiles}
+    other_types = GpuTypeTable(per_app={(a, t): s * (0.01 if t == "v100" else 1.0)
+                                        for (a, t), s in TYPES.per_app.items()},
+                               memory_mb=TYPES.memory_mb)
+    other_db = dataclasses.replace(DB, references=tuple(DB.references)[1:])
+    pol, log = Similarity(), []
+    sn = snap(nodes, jobs, now=5.0)
+    changes = [{}, {"profiles": other_profiles}, {"gpu_types": other_types},
+               {"predictors": {"similarity": other_db}}, {}]
+    for kw in changes:
+        sn = _recorded(dataclasses.replace(sn, **kw), log)
+        plan = pol.schedule(sn)
+        assert_same(plan, RefSimilarity().schedule(sn))
+        sn = apply_plan(sn, plan, dt=60.0)
+    assert paths.kept == len(changes)
