@@ -6,6 +6,7 @@ job where it is when its decision did not change (the overhead-saving rule seed 
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
@@ -144,12 +145,16 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
         preempted[job.id] = PreemptJob(job.id)
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
                                  else "not chosen for this round")
-    held = {g for gs in kept.values() for g in gs}
-    held_nodes = {g.node for g in held}
+    held: set = set()
+    held_nodes: set = set()
 
     def free_of_type(t: str) -> dict[str, tuple[Gpu, ...]]:
         """Node -> GPUs no kept job holds, the type's nodes in node order (built for a type
-        when a job first starts on it: most rounds start nothing)."""
+        when a job first starts on it: most rounds start nothing; the kept jobs' GPUs are
+        gathered then, once)."""
+        if kept and not held:
+            held.update(chain.from_iterable(kept.values()))
+            held_nodes.update(g.node for g in held)
         by_node: dict[str, tuple[Gpu, ...]] = {}
         for name, all_gs in of_type.get(t, ()):
             # only a node with a kept job's GPU loses any: the others offer all their GPUs
