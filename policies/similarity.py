@@ -402,8 +402,14 @@ class Similarity(Policy):
             used = max(used, prof.mem_mb(kept.sub_batch))
         by_class = {}
         firsts = []
+        # a class's candidate is a function of the class and of these (the host's numbers):
+        # kept for the round, as hosts alike ask every class again after each take
+        cands, host = pool.cand_memo, (used, gpu_mem, gtype, r_sj, base_sj)
         for ck, (pos, job) in pool.firsts():
-            c = self._candidate(snap, job, used, gpu_mem, gtype, r_sj, base_sj, ref_for, memo)
+            c = cands.get((ck, host), _MISS)
+            if c is _MISS:
+                c = cands[ck, host] = self._candidate(snap, job, used, gpu_mem, gtype, r_sj,
+                                                      base_sj, ref_for, memo)
             by_class[ck] = c
             if c is not None:
                 firsts.append((pos, job, c))
@@ -424,6 +430,9 @@ class Similarity(Policy):
                     abs(key[0] - best_key[0]) <= 1e-12 and key[1] > best_key[1] + 1e-12):
                 best, best_key = (job, b, key), key
         return best
+
+
+_MISS = object()
 
 
 def _apart(x: tuple, y: tuple) -> bool:
@@ -454,6 +463,7 @@ class _Pool:
         self.gone: set[str] = set()
         self.left = len(queued)
         self.mem_memo: dict = {}
+        self.cand_memo: dict = {}  # (class, host's numbers) -> candidate (Similarity._partner)
 
     def firsts(self) -> list[tuple[tuple, tuple[int, Job]]]:
         """(class, (queue position, job)) of each class's earliest remaining job."""

@@ -4,9 +4,15 @@ across calls (issue #13, docs/scale.md §2).
 With re-scheduling the round walks the queue "unfinished jobs of earlier rounds first, then
 new ones, each by arrival" (§4.2): the key (started?, submit time, id) of a waiting job is
 fixed while it waits, so the waiting jobs are kept in a :class:`~policies.kept_order.KeptOrder`
-brought up to date from the simulator's change record, and the running jobs (all started) are
+brought up to date from the simulator's change record, and the running jobs (all started,
+kept in (submit time, id) order from the job change record: :class:`RunningOrder`) are
 merged into its first part per call.  Algorithm 2 stops once no GPU is left, as before; the
-rest of the queue is not walked.  Algorithm 3 draws partners from the queued jobs that may
+rest of the queue is not walked.  What does not change between calls is kept across them
+while the profile table, GPU type table, nodes and reference database are the very same
+objects (:meth:`SimilarityState.memos`): ``sch_m`` per class (§4.1; the Options shared
+across calls) and per job view, and, for ``apply_decisions``, each running job kept with its
+reason — a job whose view and chosen Option are the recorded objects keeps its GPUs again
+without the comparison.  Algorithm 3 draws partners from the queued jobs that may
 share a GPU, grouped by class (application, batch, batch range) and, within a class, in queue
 order: a second KeptOrder keys the waiting jobs by (class number, queue key), so a class's
 earliest candidate is the head of its segment (skipping the jobs placed or taken this round)
@@ -173,6 +179,7 @@ class _KeptPool:
         self.gone: set = set()
         self.left = left
         self.mem_memo: dict = {}
+        self.cand_memo: dict = {}  # (class, host's numbers) -> candidate (Similarity._partner)
         self.seg: dict = {}  # class -> [next index, end] in the class order
         i, n = 0, len(ckeys)
         while i < n:  # the classes present among the waiting jobs: one bisection each

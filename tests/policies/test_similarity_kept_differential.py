@@ -3,7 +3,12 @@ issue #13) returns exactly the Plans of the old code (reference_similarity.py, v
 queue gathered and sorted at every call, Algorithm 3's pool over every queued job): at every
 call of loaded simulator runs (jobs queueing, pre-empted and packed; packing on and off, every
 ``decide``), on the same snapshots without their change record (the daemon's kind: the old
-code answers), and on hypothesis-random rounds with a hand-kept change record."""
+code answers) and without only the job change record (the running order made by a pass),
+and on hypothesis-random rounds with a hand-kept change record.  The memos kept across calls
+(running order, suggestions, apply_decisions' kept jobs) and Algorithm 3's skip of hosts
+alike to one without a partner are asserted taken; hand-built cases check the skip's key
+(micro-batch in force, GPU memory, batch) and the memos across another profile table, GPU
+type table or reference database."""
 from __future__ import annotations
 
 import dataclasses
