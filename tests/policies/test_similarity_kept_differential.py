@@ -320,3 +320,26 @@ def test_memos_follow_another_profile_table_type_table_or_reference_db(monkeypat
         assert_same(plan, RefSimilarity().schedule(sn))
         sn = apply_plan(sn, plan, dt=60.0)
     assert paths.kept == len(changes)
+
+
+def test_hosts_of_one_memory_but_another_batch_score_their_own_partners(monkeypatch):
+    """Two hosts of one application, GPU type and memory in use but another batch (another
+    throughput): each partner's reason carries its own host's packed throughput (the
+    candidates kept for the round are per host numbers, throughput included)."""
+    from policies.model import Allocation, Gpu, JobState
+
+    paths = Paths(monkeypatch)
+    nodes = (Node("v0", 1, "v100", 40000), Node("v1", 1, "v100", 40000))
+    # ncf hosts running with micro-batch 256 in force: the memory of 256 for both batches
+    hosts = [dataclasses.replace(job(i, app="ncf", batch=b, t=0.5 * i), state=JobState.RUNNING,
+                                 start_time=0.0, allocation=Allocation((Gpu(f"v{i}", 0),), 256))
+             for i, b in enumerate([64, 32])]
+    jobs = hosts + [job(2, app="cifar10", batch=32, t=1.0), job(3, app="cifar10", batch=32, t=2.0)]
+    sn = _recorded(snap(nodes, jobs, now=360.0), [])
+    plan = Similarity(decide="gpu").schedule(sn)
+    assert paths.kept == 1
+    assert_same(plan, RefSimilarity(decide="gpu").schedule(sn))
+    shared = {s.job_id: s.share_with for s in plan.starts() if s.share_with}
+    assert shared == {"j2": ("j0",), "j3": ("j1",)}
+    host_tput = {j: plan.reasons[j].numbers["host_tput"] for j in shared}
+    assert host_tput["j2"] != host_tput["j3"]
