@@ -25,8 +25,9 @@ The Plan is the same (tests/policies/test_similarity_kept_differential.py, again
 verbatim old code at every call of loaded simulator runs)."""
 from __future__ import annotations
 
-from bisect import bisect_left
-from operator import itemgetter
+from bisect import bisect_left, bisect_right
+from itertools import compress
+from operator import is_, itemgetter
 from typing import Optional
 
 from .base import keep_running_segment
@@ -62,6 +63,7 @@ class SimilarityState:
         self.opts_of: dict = {}  # job id -> (view, reference match, sch_m)
         self.kept: dict = {}  # apply_decisions' memo of the running jobs kept
         self.running = RunningOrder()
+        self.walk: Optional[tuple] = None  # the last call's Algorithm 2 walk (kept_schedule)
 
     def memos(self, pol, snap: ClusterSnapshot, db) -> None:
         """Keep the memos across calls while what they were made of is the very same
@@ -72,6 +74,7 @@ class SimilarityState:
         if (old is None or any(a is not b for a, b in zip(old[:4], ctx[:4]))
                 or old[4] != ctx[4] or len(self.opts_of) > 4 * len(snap.jobs) + 1024):
             self.sugg, self.opts_of, self.kept = {}, {}, {}
+            self.walk = None  # its Options are of the memo dropped
         elif len(self.kept) > 4 * len(snap.jobs) + 1024:
             self.kept = {}
         self.ctx = ctx
@@ -237,6 +240,42 @@ class _KeptPool:
         self.left -= 1
 
 
+_NO_WALK = (0, [], [], [], [], [], [])  # sliced (copied) by the caller, never changed
+
+
+def _resume(snap: ClusterSnapshot, walk: Optional[tuple], tnames: tuple) -> tuple:
+    """How much of the last call's walk (``SimilarityState.walk``) this call takes over:
+    ``d`` and the walk's lists (keys, views, ids, Options or None, reference matches, caps
+    after each step).  Each step's choice is a function of the job's view (its ``sch_m``,
+    kept) and of the caps left by the steps before, so the walk is the same up to the first
+    position a job changed since (named by the job change record) held or would now take;
+    ``d = 0`` without a usable record.  The views taken over are checked to be the
+    snapshot's (one identity test each, at C speed)."""
+    rec = snap.job_changes
+    if (walk is None or rec is None or rec.source is not snap.jobs
+            or not isinstance(rec.log, Frozen) or walk[8] != tnames
+            or not rec.log.extends(walk[0])):
+        return _NO_WALK
+    seen, wkeys, wjobs, wids, wopts, wms, wcaps, pos_of, _ = walk
+    d = len(wkeys)
+    jobs = snap.jobs
+    for jid in dict.fromkeys(rec.log[len(seen):]):
+        p = pos_of.get(jid)
+        if p is not None and p < d:
+            d = p
+        v = jobs.get(jid)
+        if v is not None:
+            k = queue_key(v)
+            if k[0] == ODD:
+                return _NO_WALK
+            p = bisect_left(wkeys, k, 0, d)
+            if p < d:
+                d = p
+    if not all(map(is_, wjobs[:d], map(jobs.get, wids[:d]))):
+        return _NO_WALK
+    return d, wkeys, wjobs, wids, wopts, wms, wcaps
+
+
 def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optional[Plan]:
     """:meth:`Similarity.schedule`'s Plan with re-scheduling over the kept queue, or
     ``None`` where the old code should answer."""
@@ -274,35 +313,53 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
         return ref_cache[app]
 
     # ---- Algorithm 2 over merge(running, started waiting) + new waiting, until no GPU is left
+    # (the queue order: every key, running or waiting, in one sorted order); the part of the
+    # last call's walk before the first job changed since is taken over (_resume)
     f_end = bisect_left(keys, (NEW,))
     nr = len(running)
-    ri = ki = 0
-    decided: dict = {}
-    refs: dict = {}
-    walked: list = []
+    tnames = tuple(cap)
+    d, wk, wj, wi, wo, wm, wc = _resume(snap, state.walk, tnames)
+    walked, wkeys, wids, wopts, wms, wcaps = wj[:d], wk[:d], wi[:d], wo[:d], wm[:d], wc[:d]
+    decided = dict(compress(zip(wids, wopts), wopts))  # an Option is true, None is not
+    refs = dict(compress(zip(wids, wms), wopts))
+    if d:
+        cap = dict(zip(tnames, wcaps[-1]))
+        ri, ki = bisect_right(rkeys, wkeys[-1]), bisect_right(keys, wkeys[-1])
+    else:
+        ri = ki = 0
     total = sum(cap.values())  # no cap is negative: any GPU left <=> total > 0
     options, opts_of = state.options, state.opts_of
     while total > 0:  # Similarity._choose per job, its sch_m memoised (SimilarityState)
-        if ri < nr and (ki >= f_end or rkeys[ri] < keys[ki]):
-            job = running[ri]
+        if ri < nr and (ki >= n or rkeys[ri] < keys[ki]):
+            job, k = running[ri], rkeys[ri]
             ri += 1
         elif ki < n:
-            job = kjobs[ki]
+            job, k = kjobs[ki], keys[ki]
             ki += 1
         else:
             break
         walked.append(job)
+        wkeys.append(k)
+        wids.append(job.id)
         hit = opts_of.get(job.id)
         if hit is None or hit[0] is not job:
             hit = options(pol, snap, job, types, ref_for)
         _, m, opts = hit
+        chosen = None
         for opt in opts:
             if opt.ngpu <= cap[opt.gpu_type]:
-                decided[job.id] = opt
+                chosen = decided[job.id] = opt
                 refs[job.id] = m
                 cap[opt.gpu_type] -= opt.ngpu
                 total -= opt.ngpu
                 break
+        wopts.append(chosen)
+        wms.append(m)
+        wcaps.append(tuple(cap.values()))
+    rec = snap.job_changes
+    log = rec.log if rec is not None and rec.source is snap.jobs else None
+    state.walk = (log, wkeys, walked, wids, wopts, wms, wcaps,
+                  dict(zip(wids, range(len(wids)))), tnames) if isinstance(log, Frozen) else None
 
     started_why, kept_why = pol._why(refs)
     preempted, starts, placed, batch_of, reasons = apply_decisions(

@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 
 import policies.similarity
 import policies.similarity_kept as sk
-from policies.model import Deferred, Frozen, Node, WaitingQueue
+from policies.model import Deferred, Frozen, JobChanges, Node, WaitingQueue
 from policies.similarity import Similarity
 from reference_similarity import RefSimilarity
 from test_similarity import APPS, M, job, snap
@@ -54,6 +54,17 @@ class Paths:
         self.kept = self.walks = self.firsts = 0
         self.running_kept = self.running_made = self.sugg_kept = self.memo_found = 0
         self.pools = []
+        self.resumed = self.walks_made = self.steps_taken_over = 0
+        real_resume = sk._resume
+
+        def resume(snap, walk, tnames):
+            out = real_resume(snap, walk, tnames)
+            self.resumed += out[0] > 0
+            self.walks_made += out[0] == 0
+            self.steps_taken_over += out[0]
+            return out
+
+        monkeypatch.setattr(sk, "_resume", resume)
         real, real_walk, real_firsts = sk.kept_schedule, sk._KeptPool.walk, sk._KeptPool.firsts
         real_update, real_memos = sk.RunningOrder.update, sk.SimilarityState.memos
         real_pack = policies.similarity.Similarity._pack
@@ -130,9 +141,10 @@ class Differential:
         assert_same(other, want)
         # without the job change record (only the queue's): the kept path, its running
         # order made by a pass at every call
-        made = p.running_made
+        made, walks_made = p.running_made, p.walks_made
         third = self.nojobrec.schedule(dataclasses.replace(sn, job_changes=None))
         assert p.kept == before + 2 and p.running_made == made + 1
+        assert p.walks_made == walks_made + 1  # no record: the walk from the start
         assert_same(third, want)
         self.calls += 1
         self.deep += len(want.order) > 8
@@ -160,6 +172,8 @@ def test_every_call_of_a_loaded_simulator_run(monkeypatch, kw, cluster, n, seed)
     # the suggestions memo kept at every call but each instance's first (two instances);
     # apply_decisions found kept jobs recorded at earlier calls
     assert paths.sugg_kept == 2 * (pol.calls - 1) and paths.memo_found > pol.calls
+    # Alg. 2's walk taken over in part from the last call at many calls
+    assert paths.resumed > pol.calls // 4 and paths.steps_taken_over > pol.calls
     if kw.get("jp", True):
         assert paths.firsts > 0 and pol.shared > 0  # Alg. 3 over the kept classes packed jobs
 
@@ -310,16 +324,20 @@ def test_memos_follow_another_profile_table_type_table_or_reference_db(monkeypat
                                         for (a, t), s in TYPES.per_app.items()},
                                memory_mb=TYPES.memory_mb)
     other_db = dataclasses.replace(DB, references=tuple(DB.references)[1:])
-    pol, log = Similarity(), []
+    pol, log, jlog, prev = Similarity(), [], [], {}
     sn = snap(nodes, jobs, now=5.0)
-    changes = [{}, {"profiles": other_profiles}, {"gpu_types": other_types},
+    changes = [{}, {}, {"profiles": other_profiles}, {}, {"gpu_types": other_types}, {},
                {"predictors": {"similarity": other_db}}, {}]
     for kw in changes:
         sn = _recorded(dataclasses.replace(sn, **kw), log)
+        # a job change record naming the jobs whose view is another object than before
+        jlog.extend(j for j in sorted(set(prev) | set(sn.jobs)) if prev.get(j) is not sn.jobs.get(j))
+        sn = dataclasses.replace(sn, job_changes=JobChanges(Frozen(jlog), sn.jobs))
+        prev = dict(sn.jobs)
         plan = pol.schedule(sn)
         assert_same(plan, RefSimilarity().schedule(sn))
-        sn = apply_plan(sn, plan, dt=60.0)
-    assert paths.kept == len(changes)
+        sn = apply_plan(sn, plan, dt=0.0)
+    assert paths.kept == len(changes) and paths.resumed > 0  # walks taken over, memos kept
 
 
 def test_hosts_of_one_memory_but_another_batch_score_their_own_partners(monkeypatch):
