@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Mapping, Optional
 
 from .base import Policy, exclusive_config, keep_running_reasons
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Job
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .similarity_kept import SimilarityState, kept_schedule
@@ -297,29 +299,39 @@ class Similarity(Policy):
         ``walked`` (queue order) placed alone on one GPU may take one partner (in place:
         ``placed``, ``preempted``, ``starts``, ``reasons``; the pool's ``gone``)."""
         gtype_of, mem_of_node = node_maps(snap)
-        on_gpu: dict[Gpu, list[str]] = {}
-        for jid, gs in placed.items():
-            for g in gs:
-                on_gpu.setdefault(g, []).append(jid)
+        # jobs placed per GPU (only the count is read: counted at C speed)
+        on_gpu: Counter = Counter(chain.from_iterable(placed.values()))
         # jobs started by Alg. 2 this round (the partners Alg. 3 adds below come from the
         # queue, never from the hosts it walks)
         started_before = {x.job_id for x in starts}
+        # hosts that found no partner, by what _partner reads of the host (application,
+        # batch, GPU type and memory, micro-batch in force): a host alike finds none either
+        # (the pool only loses jobs within a round, and a candidate's fit and score are
+        # those of its class)
+        none_for: set = set()
+        pool.skips = 0  # hosts skipped so (tests/policies/test_similarity_kept_differential.py)
         for sj in [j for j in walked if j.id in placed and len(placed[j.id]) == 1]:
             if not pool.left:
                 break
             g = placed[sj.id][0]
-            if len(on_gpu.get(g, ())) != 1:
+            if on_gpu[g] != 1:
                 continue
             started_now = sj.id in preempted or sj.id in started_before
             kept = sj.allocation if sj.running and not started_now else None
+            alike = (sj.app, batch_of[sj.id], gtype_of[g.node], mem_of_node[g.node],
+                     kept is None, None if kept is None else kept.sub_batch)
+            if alike in none_for:
+                pool.skips += 1
+                continue
             best = self._partner(snap, sj, batch_of[sj.id], gtype_of[g.node],
                                  mem_of_node[g.node], pool, ref_for, kept)
             if best is None:
+                none_for.add(alike)
                 continue
             job, b, score = best
             pool.take(job)
             placed[job.id] = (g,)
-            on_gpu[g].append(job.id)
+            on_gpu[g] += 1
             nums = dict(batch=b, host_tput=score[0], combined_tput=score[1])
             cur = job.allocation
             if (job.id in preempted and cur.gpus == (g,)
@@ -390,8 +402,14 @@ class Similarity(Policy):
             used = max(used, prof.mem_mb(kept.sub_batch))
         by_class = {}
         firsts = []
+        # a class's candidate is a function of the class and of these (the host's numbers):
+        # kept for the round, as hosts alike ask every class again after each take
+        cands, host = pool.cand_memo, (used, gpu_mem, gtype, r_sj, base_sj)
         for ck, (pos, job) in pool.firsts():
-            c = self._candidate(snap, job, used, gpu_mem, gtype, r_sj, base_sj, ref_for, memo)
+            c = cands.get((ck, host), _MISS)
+            if c is _MISS:
+                c = cands[ck, host] = self._candidate(snap, job, used, gpu_mem, gtype, r_sj,
+                                                      base_sj, ref_for, memo)
             by_class[ck] = c
             if c is not None:
                 firsts.append((pos, job, c))
@@ -412,6 +430,9 @@ class Similarity(Policy):
                     abs(key[0] - best_key[0]) <= 1e-12 and key[1] > best_key[1] + 1e-12):
                 best, best_key = (job, b, key), key
         return best
+
+
+_MISS = object()
 
 
 def _apart(x: tuple, y: tuple) -> bool:
@@ -442,6 +463,7 @@ class _Pool:
         self.gone: set[str] = set()
         self.left = len(queued)
         self.mem_memo: dict = {}
+        self.cand_memo: dict = {}  # (class, host's numbers) -> candidate (Similarity._partner)
 
     def firsts(self) -> list[tuple[tuple, tuple[int, Job]]]:
         """(class, (queue position, job)) of each class's earliest remaining job."""

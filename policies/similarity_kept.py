@@ -4,9 +4,15 @@ across calls (issue #13, docs/scale.md §2).
 With re-scheduling the round walks the queue "unfinished jobs of earlier rounds first, then
 new ones, each by arrival" (§4.2): the key (started?, submit time, id) of a waiting job is
 fixed while it waits, so the waiting jobs are kept in a :class:`~policies.kept_order.KeptOrder`
-brought up to date from the simulator's change record, and the running jobs (all started) are
+brought up to date from the simulator's change record, and the running jobs (all started,
+kept in (submit time, id) order from the job change record: :class:`RunningOrder`) are
 merged into its first part per call.  Algorithm 2 stops once no GPU is left, as before; the
-rest of the queue is not walked.  Algorithm 3 draws partners from the queued jobs that may
+rest of the queue is not walked.  What does not change between calls is kept across them
+while the profile table, GPU type table, nodes and reference database are the very same
+objects (:meth:`SimilarityState.memos`): ``sch_m`` per class (§4.1; the Options shared
+across calls) and per job view, and, for ``apply_decisions``, each running job kept with its
+reason — a job whose view and chosen Option are the recorded objects keeps its GPUs again
+without the comparison.  Algorithm 3 draws partners from the queued jobs that may
 share a GPU, grouped by class (application, batch, batch range) and, within a class, in queue
 order: a second KeptOrder keys the waiting jobs by (class number, queue key), so a class's
 earliest candidate is the head of its segment (skipping the jobs placed or taken this round)
@@ -19,13 +25,14 @@ The Plan is the same (tests/policies/test_similarity_kept_differential.py, again
 verbatim old code at every call of loaded simulator runs)."""
 from __future__ import annotations
 
-from bisect import bisect_left
-from operator import attrgetter, itemgetter
+from bisect import bisect_left, bisect_right
+from itertools import compress
+from operator import is_, itemgetter
 from typing import Optional
 
-from .base import _running_ids, keep_running_segment
+from .base import keep_running_segment
 from .kept_order import KeptOrder
-from .model import ClusterSnapshot, Deferred
+from .model import ClusterSnapshot, Deferred, Frozen
 from .plan import Plan, ReasonCode, make_plan, reason
 from .typed_rounds import apply_decisions, type_capacity
 
@@ -33,7 +40,6 @@ STARTED, NEW, ODD = 0, 1, 2
 _NONE = -1  # class number of a job that may not be packed (asks more than one GPU)
 _BAD = 1 << 40  # class number of a job with odd numbers
 _BIG = 1e15
-_SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FIRST = itemgetter(0)
 
 
@@ -52,6 +58,46 @@ class SimilarityState:
         self.queue = KeptOrder()
         self.by_class = KeptOrder()
         self.numbers: dict = {}
+        self.ctx: Optional[tuple] = None  # what the memos below were made with
+        self.sugg: dict = {}  # class -> sch_m (the Options, shared across calls)
+        self.opts_of: dict = {}  # job id -> (view, reference match, sch_m)
+        self.kept: dict = {}  # apply_decisions' memo of the running jobs kept
+        self.running = RunningOrder()
+        self.walk: Optional[tuple] = None  # the last call's Algorithm 2 walk (kept_schedule)
+
+    def memos(self, pol, snap: ClusterSnapshot, db) -> None:
+        """Keep the memos across calls while what they were made of is the very same
+        (profiles, GPU types, nodes, reference database, decision variables), else clear
+        them; bound them by the jobs of the snapshot (ids of ended jobs pile up)."""
+        ctx = (snap.profiles, snap.gpu_types, snap.nodes, db, pol.decide)
+        old = self.ctx
+        if (old is None or any(a is not b for a, b in zip(old[:4], ctx[:4]))
+                or old[4] != ctx[4] or len(self.opts_of) > 4 * len(snap.jobs) + 1024):
+            self.sugg, self.opts_of, self.kept = {}, {}, {}
+            self.walk = None  # its Options are of the memo dropped
+        elif len(self.kept) > 4 * len(snap.jobs) + 1024:
+            self.kept = {}
+        self.ctx = ctx
+
+    def options(self, pol, snap, job, types, ref_for) -> tuple:
+        """(view, reference match, sch_m) of ``job``: ``Similarity._choose``'s suggestions,
+        memoised per class across calls and per view."""
+        hit = self.opts_of.get(job.id)
+        if hit is not None and hit[0] is job:
+            return hit
+        m = ref_for(job.app)
+        ref = m[0] if m else None
+        cls = (ref, job.num_gpus, job.gpu_range, job.global_batch, job.batch_range)
+        try:
+            opts = self.sugg.get(cls)
+        except TypeError:  # an unhashable range: no class memo for this job
+            cls, opts = None, None
+        if opts is None:
+            opts = pol.suggestions(snap, job, ref, types)
+            if cls is not None:
+                self.sugg[cls] = opts
+        hit = self.opts_of[job.id] = (job, m, opts)
+        return hit
 
     def class_of(self, pol, j) -> int:
         """The packing class number of ``j`` (``_Pool``'s rule), ``_NONE`` or ``_BAD``."""
@@ -70,6 +116,63 @@ class SimilarityState:
         return c
 
 
+class RunningOrder:
+    """The running jobs in queue order (all started: by (submit time, id)) with their queue
+    keys, kept across calls from the snapshot's job change record
+    (:class:`policies.model.JobChanges`): only the jobs named after the entries seen last
+    are looked at again.  Without a usable record (the daemon's snapshots, a copy with
+    other ``jobs``, a record of another run or an older snapshot) it is made by a pass
+    over every job."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen = None
+        self.keys: list = []
+        self.jobs: list = []
+        self.key_of: dict = {}
+
+    def update(self, snap: ClusterSnapshot) -> bool:
+        """Bring the order up to ``snap``; ``False`` (cleared) when a running job's queue
+        key is not a started one (the caller takes the old path)."""
+        rec = snap.job_changes
+        log = rec.log if rec is not None and rec.source is snap.jobs else None
+        if not isinstance(log, Frozen):
+            log = None
+        jobs = snap.jobs
+        if log is not None and self._seen is not None and log.extends(self._seen):
+            keys, kjobs, key_of = self.keys, self.jobs, self.key_of
+            for jid in dict.fromkeys(log[len(self._seen):]):
+                old = key_of.pop(jid, None)
+                if old is not None:
+                    i = bisect_left(keys, old)
+                    if i == len(keys) or keys[i] != old:  # not where it was put: rebuild
+                        self.clear()
+                        return self.update(snap)
+                    del keys[i], kjobs[i]
+                v = jobs.get(jid)
+                if v is not None and v.running:
+                    k = queue_key(v)
+                    if k[0] != STARTED:
+                        self.clear()
+                        return False
+                    i = bisect_left(keys, k)
+                    keys.insert(i, k)
+                    kjobs.insert(i, v)
+                    key_of[jid] = k
+        else:
+            pairs = sorted(((queue_key(j), j) for j in jobs.values() if j.running), key=_FIRST)
+            if pairs and pairs[-1][0][0] != STARTED:
+                self.clear()
+                return False
+            self.keys = [k for k, _ in pairs]
+            self.jobs = [j for _, j in pairs]
+            self.key_of = {j.id: k for k, j in pairs}
+        self._seen = log
+        return True
+
+
 class _KeptPool:
     """``similarity._Pool``'s interface over the kept class order: positions are queue keys
     (ordered as the queue positions are)."""
@@ -79,6 +182,7 @@ class _KeptPool:
         self.gone: set = set()
         self.left = left
         self.mem_memo: dict = {}
+        self.cand_memo: dict = {}  # (class, host's numbers) -> candidate (Similarity._partner)
         self.seg: dict = {}  # class -> [next index, end] in the class order
         i, n = 0, len(ckeys)
         while i < n:  # the classes present among the waiting jobs: one bisection each
@@ -136,6 +240,42 @@ class _KeptPool:
         self.left -= 1
 
 
+_NO_WALK = (0, [], [], [], [], [], [])  # sliced (copied) by the caller, never changed
+
+
+def _resume(snap: ClusterSnapshot, walk: Optional[tuple], tnames: tuple) -> tuple:
+    """How much of the last call's walk (``SimilarityState.walk``) this call takes over:
+    ``d`` and the walk's lists (keys, views, ids, Options or None, reference matches, caps
+    after each step).  Each step's choice is a function of the job's view (its ``sch_m``,
+    kept) and of the caps left by the steps before, so the walk is the same up to the first
+    position a job changed since (named by the job change record) held or would now take;
+    ``d = 0`` without a usable record.  The views taken over are checked to be the
+    snapshot's (one identity test each, at C speed)."""
+    rec = snap.job_changes
+    if (walk is None or rec is None or rec.source is not snap.jobs
+            or not isinstance(rec.log, Frozen) or walk[8] != tnames
+            or not rec.log.extends(walk[0])):
+        return _NO_WALK
+    seen, wkeys, wjobs, wids, wopts, wms, wcaps, pos_of, _ = walk
+    d = len(wkeys)
+    jobs = snap.jobs
+    for jid in dict.fromkeys(rec.log[len(seen):]):
+        p = pos_of.get(jid)
+        if p is not None and p < d:
+            d = p
+        v = jobs.get(jid)
+        if v is not None:
+            k = queue_key(v)
+            if k[0] == ODD:
+                return _NO_WALK
+            p = bisect_left(wkeys, k, 0, d)
+            if p < d:
+                d = p
+    if not all(map(is_, wjobs[:d], map(jobs.get, wids[:d]))):
+        return _NO_WALK
+    return d, wkeys, wjobs, wids, wopts, wms, wcaps
+
+
 def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optional[Plan]:
     """:meth:`Similarity.schedule`'s Plan with re-scheduling over the kept queue, or
     ``None`` where the old code should answer."""
@@ -154,21 +294,17 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
                                    (pol.decide,))
         if kc is None or (kc.keys and kc.keys[-1][0] == _BAD):
             return None
-    jobs = snap.jobs
-    run_ids = _running_ids(snap)
-    if len(run_ids) + n != len(jobs):
+    ro = state.running
+    if not ro.update(snap) or len(ro.jobs) + n != len(snap.jobs):
         return None
-    running = sorted((jobs[i] for i in run_ids), key=_SUBMIT_ORDER)
-    rkeys = []
-    for j in running:
-        k = queue_key(j)
-        if k[0] != STARTED:
-            return None
-        rkeys.append(k)
+    running, rkeys = list(ro.jobs), list(ro.keys)  # copies: the kept lists change later
 
     db = snap.predictors.get("similarity")
     types = type_capacity(snap)
     cap = {t: v[0] for t, v in types.items()}
+    if any(c < 0 for c in cap.values()):
+        return None
+    state.memos(pol, snap, db)
     ref_cache: dict = {}
 
     def ref_for(app):
@@ -177,28 +313,57 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
         return ref_cache[app]
 
     # ---- Algorithm 2 over merge(running, started waiting) + new waiting, until no GPU is left
+    # (the queue order: every key, running or waiting, in one sorted order); the part of the
+    # last call's walk before the first job changed since is taken over (_resume)
     f_end = bisect_left(keys, (NEW,))
     nr = len(running)
-    ri = ki = 0
-    decided: dict = {}
-    refs: dict = {}
-    sugg: dict = {}
-    walked: list = []
-    while any(c > 0 for c in cap.values()):
-        if ri < nr and (ki >= f_end or rkeys[ri] < keys[ki]):
-            job = running[ri]
+    tnames = tuple(cap)
+    d, wk, wj, wi, wo, wm, wc = _resume(snap, state.walk, tnames)
+    walked, wkeys, wids, wopts, wms, wcaps = wj[:d], wk[:d], wi[:d], wo[:d], wm[:d], wc[:d]
+    decided = dict(compress(zip(wids, wopts), wopts))  # an Option is true, None is not
+    refs = dict(compress(zip(wids, wms), wopts))
+    if d:
+        cap = dict(zip(tnames, wcaps[-1]))
+        ri, ki = bisect_right(rkeys, wkeys[-1]), bisect_right(keys, wkeys[-1])
+    else:
+        ri = ki = 0
+    total = sum(cap.values())  # no cap is negative: any GPU left <=> total > 0
+    options, opts_of = state.options, state.opts_of
+    while total > 0:  # Similarity._choose per job, its sch_m memoised (SimilarityState)
+        if ri < nr and (ki >= n or rkeys[ri] < keys[ki]):
+            job, k = running[ri], rkeys[ri]
             ri += 1
         elif ki < n:
-            job = kjobs[ki]
+            job, k = kjobs[ki], keys[ki]
             ki += 1
         else:
             break
         walked.append(job)
-        pol._choose(snap, job, cap, types, ref_for, sugg, decided, refs)
+        wkeys.append(k)
+        wids.append(job.id)
+        hit = opts_of.get(job.id)
+        if hit is None or hit[0] is not job:
+            hit = options(pol, snap, job, types, ref_for)
+        _, m, opts = hit
+        chosen = None
+        for opt in opts:
+            if opt.ngpu <= cap[opt.gpu_type]:
+                chosen = decided[job.id] = opt
+                refs[job.id] = m
+                cap[opt.gpu_type] -= opt.ngpu
+                total -= opt.ngpu
+                break
+        wopts.append(chosen)
+        wms.append(m)
+        wcaps.append(tuple(cap.values()))
+    rec = snap.job_changes
+    log = rec.log if rec is not None and rec.source is snap.jobs else None
+    state.walk = (log, wkeys, walked, wids, wopts, wms, wcaps,
+                  dict(zip(wids, range(len(wids)))), tnames) if isinstance(log, Frozen) else None
 
     started_why, kept_why = pol._why(refs)
     preempted, starts, placed, batch_of, reasons = apply_decisions(
-        snap, walked, decided, True, started_why, kept_why, running)
+        snap, walked, decided, True, started_why, kept_why, running, state.kept)
 
     # ---- Algorithm 3 over the queued jobs by class
     left = nr + n - len(placed)

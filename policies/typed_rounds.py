@@ -6,6 +6,8 @@ job where it is when its decision did not change (the overhead-saving rule seed 
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain, compress, repeat
+from operator import and_, attrgetter, is_, itemgetter, not_
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
@@ -95,9 +97,52 @@ def current_batch(job: Job) -> int:
     return (job.allocation.global_batch if job.allocation is not None else None) or job.global_batch
 
 
+_NOHIT = (None, None, None, None)
+_ID = attrgetter("id")
+_GPUS = attrgetter("allocation.gpus")
+_VIEW, _CHOICE, _REASON, _BATCH = (itemgetter(i) for i in range(4))
+
+
+def _preempted_why(opt) -> Reason:
+    return reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
+                  else "not chosen for this round")
+
+
+def _kept_by_memo(run, decided, memo: dict, gtype_of, kept_why):
+    """``apply_decisions``' pass over the running jobs with re-scheduling and a memo: the
+    jobs whose view and choice are the recorded objects are found at C speed (maps over
+    the running order) and keep their GPUs, recorded reason and batch; only the others are
+    compared as in the plain pass.  The dicts come out in the plain pass's order (the
+    reasons laid out in running order first, then filled in)."""
+    run = list(run)
+    ids = list(map(_ID, run))
+    hits = list(map(memo.get, ids, repeat(_NOHIT)))
+    opts = list(map(decided.get, ids))
+    mask = list(map(and_, map(is_, map(_VIEW, hits), run), map(is_, map(_CHOICE, hits), opts)))
+    reasons = dict(zip(ids, map(_REASON, hits)))  # every running job gets one: order kept
+    batches = list(map(_BATCH, hits))
+    preempted: dict = {}
+    for i in compress(range(len(run)), map(not_, mask)):
+        job, opt = run[i], opts[i]
+        alloc, jid = job.allocation, ids[i]
+        cur = current_batch(job)
+        if (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
+                and _all_of_type(alloc, gtype_of, opt.gpu_type)):
+            mask[i], batches[i] = True, cur
+            r = reasons[jid] = kept_why(job, opt)
+            memo[jid] = (job, opt, r, cur)
+        else:
+            preempted[jid] = PreemptJob(jid)
+            reasons[jid] = _preempted_why(opt)
+    kept = dict(zip(compress(ids, mask), compress(map(_GPUS, run), mask)))
+    batch_of = dict(zip(compress(ids, mask), compress(batches, mask)))
+    return preempted, kept, batch_of, reasons
+
+
 def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[str, Choice],
                     reallocate: bool, started_why: Callable[[Job, Choice], Reason],
-                    kept_why: Callable[[Job, Choice], Reason], running=None):
+                    kept_why: Callable[[Job, Choice], Reason], running=None,
+                    memo: Optional[dict] = None):
     """Plan pieces for ``decided`` (job id -> choice) over the queue order.
 
     ``reallocate`` (re-scheduling rounds): a running job whose choice equals what it runs
@@ -105,33 +150,46 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     choice puts it).  Without it running jobs keep their GPUs and only queued jobs start.
     ``running``: the snapshot's running jobs in (submit time, id) order, as
     ``snap.running()`` gives them (a caller that knows them spares the scan of every job).
+    ``memo`` (with ``reallocate`` only): job id -> (view, choice, reason, batch) of the
+    running jobs kept at earlier calls, kept by the caller across calls; a job whose view
+    and choice are the very objects recorded keeps its GPUs again with the recorded reason
+    and batch, without the comparison (the caller passes it only while ``kept_why`` is a
+    function of the view and the choice alone and its choices are shared objects).
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
     _, gtype_of, of_type, _ = _node_memo(snap.nodes)
-    reasons: dict[str, Reason] = {}
-    preempted: dict[str, PreemptJob] = {}
-    kept: dict[str, tuple[Gpu, ...]] = {}
-    batch_of: dict[str, int] = {}
-    for job in snap.running() if running is None else running:
-        alloc, opt = job.allocation, decided.get(job.id)
-        cur = current_batch(job)
-        same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
-                and _all_of_type(alloc, gtype_of, opt.gpu_type))
-        if not reallocate or same:
-            kept[job.id] = alloc.gpus
-            batch_of[job.id] = cur
-            if same:
-                reasons[job.id] = kept_why(job, opt)
-            continue
-        preempted[job.id] = PreemptJob(job.id)
-        reasons[job.id] = reason(ReasonCode.PREEMPTED, "re-allocated at this round" if opt
-                                 else "not chosen for this round")
-    held = {g for gs in kept.values() for g in gs}
-    held_nodes = {g.node for g in held}
+    run = snap.running() if running is None else running
+    if reallocate and memo is not None:
+        preempted, kept, batch_of, reasons = _kept_by_memo(run, decided, memo, gtype_of,
+                                                           kept_why)
+    else:
+        reasons: dict[str, Reason] = {}
+        preempted: dict[str, PreemptJob] = {}
+        kept: dict[str, tuple[Gpu, ...]] = {}
+        batch_of: dict[str, int] = {}
+        for job in run:
+            alloc, opt = job.allocation, decided.get(job.id)
+            cur = current_batch(job)
+            same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
+                    and _all_of_type(alloc, gtype_of, opt.gpu_type))
+            if not reallocate or same:
+                kept[job.id] = alloc.gpus
+                batch_of[job.id] = cur
+                if same:
+                    reasons[job.id] = kept_why(job, opt)
+                continue
+            preempted[job.id] = PreemptJob(job.id)
+            reasons[job.id] = _preempted_why(opt)
+    held: set = set()
+    held_nodes: set = set()
 
     def free_of_type(t: str) -> dict[str, tuple[Gpu, ...]]:
         """Node -> GPUs no kept job holds, the type's nodes in node order (built for a type
-        when a job first starts on it: most rounds start nothing)."""
+        when a job first starts on it: most rounds start nothing; the kept jobs' GPUs are
+        gathered then, once)."""
+        if kept and not held:
+            held.update(chain.from_iterable(kept.values()))
+            held_nodes.update(g.node for g in held)
         by_node: dict[str, tuple[Gpu, ...]] = {}
         for name, all_gs in of_type.get(t, ()):
             # only a node with a kept job's GPU loses any: the others offer all their GPUs

@@ -141,3 +141,75 @@ def test_memo_answers_like_the_scan_and_hands_out_fresh_lists():
     assert got == ref.type_capacity(sn) == {"v100": [6, 4, 12000], "k80": [1, 1, 8000]}
     got["v100"][0] = 0  # a caller's change does not reach the memo
     assert policies.typed_rounds.type_capacity(sn)["v100"][0] == 6
+
+
+@settings(max_examples=80, deadline=None)
+@given(specs=st.lists(st.tuples(st.integers(0, 7), st.sampled_from([1, 2]),
+                                st.sampled_from(["same", "type", "count", "batch", "none"]),
+                                st.booleans()), min_size=1, max_size=8, unique_by=lambda s: s[0]),
+       fresh_view=st.integers(0, 7))
+def test_apply_decisions_memo_answers_like_the_plain_pass(specs, fresh_view):
+    """apply_decisions with a memo kept across calls (similarity's kept path) returns what
+    the plain pass returns — the same dicts in the same order, the same actions — at the
+    call that fills the memo and at a later one that finds it (one job with a fresh view,
+    one with another choice object)."""
+    import dataclasses
+
+    from policies.gavel_rounds import _Pick
+    from policies.model import Allocation, Gpu, JobState
+
+    nodes = (Node("v0", 4, "v100"), Node("v1", 4, "v100"), Node("k0", 4, "k80", 12288))
+    gpus = [g for n in nodes for g in n.gpus()]
+    jobs, decided = [], {}
+    for i, (slot, n, what, override) in enumerate(specs):
+        gs = tuple(gpus[(slot * 2 + k) % len(gpus)] for k in range(n))
+        if len({g for g in gs}) < n or any(g in {x for j in jobs for x in j.allocation.gpus}
+                                           for g in gs):
+            continue
+        j = job(i, n=n, batch=64, t=float(i))
+        alloc = Allocation(gs, 64 // n, 1, None, global_batch=128 if override else None)
+        jobs.append(dataclasses.replace(j, state=JobState.RUNNING, allocation=alloc, start_time=0.0))
+        t = "k80" if gs[0].node == "k0" else "v100"
+        cur = 128 if override else 64
+        pick = {"same": (t, n, cur), "type": ("k80" if t == "v100" else "v100", n, cur),
+                "count": (t, n + 1, cur), "batch": (t, n, cur * 2), "none": None}[what]
+        if pick is not None:
+            decided[j.id] = _Pick(*pick)
+    sn = snap(nodes, jobs)
+    run = sn.running()
+
+    def why(j, opt):
+        return policies.plan.reason(policies.plan.ReasonCode.KEEP_RUNNING, "kept", n=opt.ngpu)
+
+    def both(s, dec, memo):
+        a = policies.typed_rounds.apply_decisions(s, [], dec, True, why, why, s.running(), memo)
+        b = policies.typed_rounds.apply_decisions(s, [], dec, True, why, why, s.running())
+        preempted, starts, placed, batch_of, _ = a
+        assert list(preempted.items()) == list(b[0].items()) and starts == b[1]
+        assert list(placed.items()) == list(b[2].items())
+        assert list(batch_of.items()) == list(b[3].items())
+        assert [(k, r.code, r.text, dict(r.numbers)) for k, r in a[4].items()] == \
+               [(k, r.code, r.text, dict(r.numbers)) for k, r in b[4].items()]
+        return a
+
+    memo: dict = {}
+    a = both(sn, decided, memo)
+    assert set(memo) == set(a[2])  # every job kept (none started) recorded
+    if not run:
+        return
+    # a later call: one job with a fresh view (same content), one with another choice object
+    k = fresh_view % len(run)
+    views = {j.id: j for j in run}
+    views[run[k].id] = dataclasses.replace(run[k])
+    dec2 = dict(decided)
+    last = run[-1].id
+    if last in dec2:
+        o = dec2[last]
+        dec2[last] = _Pick(o.gpu_type, o.ngpu, o.batch)
+    sn2 = snap(nodes, list(views.values()))
+    before = dict(memo)
+    a2 = both(sn2, dec2, memo)
+    for jid, (view, opt, r, _) in before.items():
+        # the recorded reason object answers exactly where the view and choice are the same
+        found = a2[4][jid] is r
+        assert found == (sn2.jobs[jid] is view and dec2.get(jid) is opt)
