@@ -25,7 +25,7 @@ from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
 from policies.share_index import Round, _alloc_iter_time
-from policies.single_gpus import SingleGpus, _node_offsets, single_gpus
+from policies.single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -109,8 +109,9 @@ class Differential:
             self.kept += 1
         kept_gpus = self.inner.__dict__.get("_single_gpus")
         if kept_gpus is not None and kept_gpus._seen is snap.gpu_changes.log:
-            # what the kept index says is what a pass over every GPU says
+            # what the kept index says is what a pass over every GPU says, also by job
             assert kept_gpus.one == single_gpus(snap)
+            assert kept_gpus.by_job == by_job_of(single_gpus(snap))
             if before is not None and before is not snap.gpu_changes.log:
                 self.singles_kept += 1
             else:
@@ -178,6 +179,8 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     def counted(self, rnd, entry):
         made["made"] += 1
         made["skipped"] += entry[1] is None  # a job of a signature that could not start
+        # ... passed on a mark kept from the last call, the groups not built this call
+        made["skipped_unbuilt"] += entry[1] is None and not rnd.shared_ready
         return rest_reason(self, rnd, entry)
 
     pass_run = sjf_bsbf.SjfBsbf._pass_run
@@ -212,6 +215,10 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         assert made["flushed"] > 0 and made["made"] > made["flushed"]
         # jobs skipped as of a signature that could not start since the last start
         assert made["skipped"] > 0
+        # robust marks carried to calls that saw no GPU change (policies.bsbf_marks), and
+        # jobs passed on them before anything was built; never without the change record
+        assert pol.inner._kept_marks.carried > 0 and made["skipped_unbuilt"] > 0
+        assert pol.fresh._kept_marks.carried == 0
 
 
 def _random_snapshot(draw, few_signatures=False):
