@@ -454,3 +454,53 @@ def test_single_gpus_follow_the_change_record_or_scan():
     sg._seen = Frozen(log, 0, 3)
     sg.one = {}
     assert sg.update(other) == single_gpus(second)
+
+
+def test_kept_marks_hold_only_while_nothing_changed():
+    """:class:`policies.bsbf_marks.KeptMarks` hands the last call's marks to a snapshot of
+    the same run whose GPU map did not change (same record, no entry after the one seen)
+    and whose tables, nodes and knobs are the same; to nothing else."""
+    from policies.bsbf_marks import KeptMarks
+    from policies.model import Frozen, GpuChanges
+    from policies.share_index import ShareKeep
+
+    jobs = [running("R0", "x", [(0, 0)], total=1e5), pending("P0", "x", 2, total=1e4)]
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    log = [g for g in base.gpu_jobs]
+    snap = dataclasses.replace(base, gpu_changes=GpuChanges(Frozen(log), base.gpu_jobs))
+    keep = ShareKeep()
+    keep.check(snap, 1e-9)
+    marks = {0: (10.0, 10240.0)}
+
+    def carried(later, valid=None, per_gpu=False, saved=marks, at=snap):
+        km = KeptMarks()
+        km.save(at, keep.valid, False, saved)
+        return km.take(later, keep.valid if valid is None else valid, per_gpu)
+
+    later = dataclasses.replace(snap, now=500.0, gpu_changes=GpuChanges(Frozen(log),
+                                                                       base.gpu_jobs))
+    assert carried(later) == marks  # only time moved
+    assert carried(later) is not marks
+    log2 = log + [log[0]]  # the same list grown: a GPU changed since
+    grown = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2), base.gpu_jobs))
+    older = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2, 0, len(log)),
+                                                             base.gpu_jobs))
+    assert carried(older, at=older) == marks
+    grown = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2), base.gpu_jobs))
+    assert carried(grown, at=older) == {}
+    other_list = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(list(log)),
+                                                                  base.gpu_jobs))
+    assert carried(other_list) == {}  # another run's record
+    assert carried(dataclasses.replace(snap, gpu_changes=None)) == {}  # the daemon's
+    copied = dataclasses.replace(snap, gpu_jobs=dict(base.gpu_jobs))  # record of another map
+    assert carried(copied) == {}
+    assert carried(later, valid=("other tables",)) == {}
+    assert carried(later, per_gpu=True) == {}
+    assert carried(dataclasses.replace(later, max_jobs_per_gpu=3)) == {}
+    nodes = tuple(dataclasses.replace(n) for n in snap.nodes)
+    assert carried(dataclasses.replace(later, nodes=nodes)) == {}
+    assert carried(later, saved={}) == {} and carried(later, saved=None) == {}
+    km = KeptMarks()  # taken once: a second call gets nothing (saved again per call)
+    km.save(snap, keep.valid, False, marks)
+    assert km.take(later, keep.valid, False) == marks and km.take(later, keep.valid, False) == {}
+    assert km.carried == 1
