@@ -16,9 +16,12 @@ from 0 to its class's largest X now: memory-blocked, not evaluable (both
 time-independent), or shared with (those GPUs count at most what they count now), or
 a bounds "F" class whose D(X) = t_share − t_seq stays above the margin on all of
 [0, X_max] (not only on the class's current range).  :class:`KeptMarks` keeps the
-robust marks standing at the end of a call that started nothing, and hands them to the
-next call while the snapshot's GPU change record shows no change since (and the tables,
-nodes and knobs are the same): there they hold as they did.  Without a usable record
+robust marks standing at the end of a call (made after its last start), and hands them to
+the next call while the snapshot's GPU change record shows no change since but that
+call's starts, applied as planned (each started job running on its GPUs with its
+sub-batch and accumulation steps, each of those GPUs holding what it held plus the jobs
+started on it), and the tables, nodes and knobs are the same: there the round's state
+is the one the marks were made on, but for the time, and they hold as they did.  Without a usable record
 (the daemon's snapshots) nothing is carried and every call starts without marks, as
 before.  The Plans are unchanged: a passed job's reason is still made by ``_share`` on
 its own call's state (tests/policies/test_sjf_differential.py)."""
@@ -33,13 +36,16 @@ class KeptMarks:
     """The robust marks (signature -> i_B) left standing by the last call, with the GPU
     change record and context they hold for."""
 
-    __slots__ = ("_log", "_ctx", "marks", "carried")
+    __slots__ = ("_log", "_ctx", "marks", "_starts", "_expect", "carried", "carried_started")
 
     def __init__(self):
         self._log: Optional[Frozen] = None
         self._ctx: Optional[tuple] = None
         self.marks: dict = {}
+        self._starts: tuple = ()  # (id, GPUs, sub-batch, accumulation steps) per start
+        self._expect: dict = {}  # GPU -> the ids it holds once the starts are applied
         self.carried = 0  # calls that got marks (the tests assert the path is taken)
+        self.carried_started = 0  # ... of them after a call that started jobs
 
     @staticmethod
     def _context(snap: ClusterSnapshot, valid, per_gpu: bool) -> tuple:
@@ -49,14 +55,18 @@ class KeptMarks:
         """The marks that hold for ``snap`` (a new dict), else an empty one: the last call
         saved them, the GPU map has not changed since (same record, no entry after the one
         seen) and the context (``valid``: the :class:`policies.share_index.ShareKeep`
-        validity tuple, replaced whenever its tables change) is the same."""
+        validity tuple, replaced whenever its tables change) is the same; or the GPU map
+        changed by exactly the last call's starts, applied as planned."""
         log, self._log = self._log, None
         marks, self.marks = self.marks, {}
         if log is None or not marks:
             return {}
         rec = snap.gpu_changes
         if (rec is None or rec.source is not snap.gpu_jobs or type(rec.log) is not Frozen
-                or len(rec.log) != len(log) or not rec.log.extends(log)):
+                or not rec.log.extends(log)):
+            return {}
+        if ((len(rec.log) != len(log) or self._starts)
+                and not self._applied(snap, rec.log[len(log):])):
             return {}
         ctx = self._context(snap, valid, per_gpu)
         old = self._ctx
@@ -64,11 +74,34 @@ class KeptMarks:
                 or old[2] is not ctx[2] or old[3:] != ctx[3:]):
             return {}
         self.carried += 1
+        self.carried_started += bool(self._starts)
         return dict(marks)
 
-    def save(self, snap: ClusterSnapshot, valid, per_gpu: bool, marks: Optional[dict]) -> None:
-        """Keep ``marks`` (robust, standing at the end of a call that started nothing;
-        ``None``: nothing to keep) for the next call of the same run."""
+    def _applied(self, snap: ClusterSnapshot, changed) -> bool:
+        """The GPUs changed since (``changed``) are the last call's starts', each holding
+        what it held then plus the jobs started on it, and each started job runs there
+        with the planned sub-batch and accumulation steps."""
+        expect = self._expect
+        if not expect or set(changed) != expect.keys():
+            return False
+        gpu_jobs = snap.gpu_jobs
+        for g, on in expect.items():
+            if gpu_jobs.get(g) != on:
+                return False
+        jobs = snap.jobs
+        for jid, gpus, b, s in self._starts:
+            view = jobs.get(jid)
+            alloc = view.allocation if view is not None and view.running else None
+            if (alloc is None or tuple(alloc.gpus) != gpus or alloc.sub_batch != b
+                    or alloc.accum_steps != s):
+                return False
+        return True
+
+    def save(self, snap: ClusterSnapshot, valid, per_gpu: bool, marks: Optional[dict],
+             starts=()) -> None:
+        """Keep ``marks`` (robust, standing at the end of the call, made after its last
+        start; ``None``: nothing to keep) for the next call of the same run, with the
+        call's ``starts`` (:class:`policies.plan.StartJob`, in plan order)."""
         rec = snap.gpu_changes
         if (not marks or rec is None or rec.source is not snap.gpu_jobs
                 or type(rec.log) is not Frozen):
@@ -76,6 +109,15 @@ class KeptMarks:
             return
         self._log, self.marks = rec.log, dict(marks)
         self._ctx = self._context(snap, valid, per_gpu)
+        expect: dict = {}
+        for a in starts:  # the simulator appends a started job to each of its GPUs
+            for g in a.gpus:
+                on = expect.get(g)
+                expect[g] = (tuple(snap.gpu_jobs.get(g, ())) if on is None else on) \
+                    + (a.job_id,)
+        self._expect = expect
+        self._starts = tuple((a.job_id, tuple(a.gpus), a.sub_batch, a.accum_steps)
+                             for a in starts)
 
 
 def kept_marks_of(pol) -> KeptMarks:

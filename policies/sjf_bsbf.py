@@ -230,7 +230,7 @@ class SjfBsbf(Policy):
             self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
-        marks.save(snap, keep.valid, self.per_gpu_groups, None if actions else rnd.robust)
+        marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))

@@ -218,6 +218,7 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         # robust marks carried to calls that saw no GPU change (policies.bsbf_marks), and
         # jobs passed on them before anything was built; never without the change record
         assert pol.inner._kept_marks.carried > 0 and made["skipped_unbuilt"] > 0
+        assert pol.inner._kept_marks.carried_started > 0  # ... also after a call's starts
         assert pol.fresh._kept_marks.carried == 0
 
 
@@ -504,3 +505,48 @@ def test_kept_marks_hold_only_while_nothing_changed():
     km.save(snap, keep.valid, False, marks)
     assert km.take(later, keep.valid, False) == marks and km.take(later, keep.valid, False) == {}
     assert km.carried == 1
+
+
+def test_kept_marks_after_starts_only_as_planned():
+    """After a call that started jobs the marks are handed on only when the GPU map changed
+    by exactly those starts: each started job running on its GPUs with the planned
+    sub-batch and accumulation steps, each of those GPUs holding what it held plus it."""
+    from policies.bsbf_marks import KeptMarks
+    from policies.model import Frozen, Gpu, GpuChanges
+    from policies.plan import StartJob
+
+    r0 = running("R0", "x", [(0, 0)], total=1e5)
+    before = make_snap([r0, pending("P1", "x", 1, total=1e4), pending("P2", "x", 1)],
+                       nodes=1, gpus_per_node=4)
+    log = list(before.gpu_jobs)
+    n0 = len(log)
+    s0 = dataclasses.replace(before, gpu_changes=GpuChanges(Frozen(log), before.gpu_jobs))
+    g0, g1 = Gpu("n0", 0), Gpu("n0", 1)
+    starts = [StartJob("P1", (g1,), 64, 1), StartJob("P2", (g0,), 32, 2, share_with=("R0",))]
+    marks = {3: (1.0, 1024.0)}
+
+    def after(p1=("P1", [(0, 1)], 64, 1), p2=("P2", [(0, 0)], 32, 2), extra=(), log_add=None):
+        jobs = [r0, running(p1[0], "x", p1[1], sub_batch=p1[2], accum=p1[3], total=1e4),
+                running(p2[0], "x", p2[1], sub_batch=p2[2], accum=p2[3], total=1e3)]
+        snap = make_snap(jobs + list(extra), nodes=1, gpus_per_node=4)
+        snap = dataclasses.replace(snap, nodes=s0.nodes, gpu_types=s0.gpu_types)  # same run
+        del log[n0:]
+        log.extend([g1, g0, g1] if log_add is None else log_add)
+        return dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log), snap.gpu_jobs))
+
+    def carried(later):
+        km = KeptMarks()
+        km.save(s0, None, False, marks, starts)
+        return km.take(later, None, False)
+
+    assert carried(after()) == marks
+    assert carried(after(p2=("P2", [(0, 0)], 64, 1))) == {}  # another sub-batch
+    assert carried(after(p2=("P2", [(0, 0)], 32, 1))) == {}  # other accumulation steps
+    assert carried(after(p1=("P1", [(0, 2)], 64, 1), log_add=[g1, g0, Gpu("n0", 2)])) == {}
+    assert carried(after(log_add=[g1, g0, Gpu("n0", 3)])) == {}  # another GPU changed too
+    assert carried(after(log_add=[g1])) == {}  # not every start applied
+    late = running("P9", "x", [(0, 1)], total=10.0)  # a GPU holding more than planned
+    assert carried(after(extra=[late])) == {}
+    km = KeptMarks()
+    km.save(s0, None, False, marks, starts)
+    assert km.take(s0, None, False) == {}  # the starts not applied at all
