@@ -113,6 +113,7 @@ class SjfBsbf(Policy):
     needs_lengths = True
     preemptive = False
     per_gpu_groups = False  # SJF-FFS: one candidate per GPU
+    marks_signatures = True  # SJF-FFS never marks (its _share): nothing to keep
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
@@ -150,10 +151,11 @@ class SjfBsbf(Policy):
         keep = share_keep_of(self)
         keep.check(snap, REL)
         rnd = Round(snap, keep, single_gpus_of(self))
-        # the robust marks the last call left standing, while the GPU map is the same
-        # (policies.bsbf_marks): its first job of each such signature is passed too
-        marks = kept_marks_of(self)
-        carried = marks.take(snap, keep.valid, self.per_gpu_groups)
+        # the robust marks the last call left standing, while the GPU map is the same or
+        # changed by that call's starts only (policies.bsbf_marks): the first job of each
+        # such signature is passed too
+        marks = kept_marks_of(self) if self.marks_signatures else None
+        carried = marks.take(snap, keep.valid, self.per_gpu_groups) if marks else None
         if carried:
             rnd.fails.update(carried)
             rnd.robust.update(carried)
@@ -230,7 +232,8 @@ class SjfBsbf(Policy):
             self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
-        marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions)
+        if marks is not None:
+            marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))

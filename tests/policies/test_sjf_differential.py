@@ -220,6 +220,8 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         assert pol.inner._kept_marks.carried > 0 and made["skipped_unbuilt"] > 0
         assert pol.inner._kept_marks.carried_started > 0  # ... also after a call's starts
         assert pol.fresh._kept_marks.carried == 0
+    if name == "sjf-ffs":  # never marks, keeps nothing
+        assert "_kept_marks" not in pol.inner.__dict__
 
 
 def _random_snapshot(draw, few_signatures=False):
