@@ -23,8 +23,9 @@ sub-batch and accumulation steps, each of those GPUs holding what it held plus t
 started on it), and the tables, nodes and knobs are the same: there the round's state
 is the one the marks were made on, but for the time, and they hold as they did.
 Without a usable record (the daemon's snapshots) nothing is carried and every call
-starts without marks, as before.  The Plans are unchanged: a passed job's reason is still made by ``_share`` on
-its own call's state (tests/policies/test_sjf_differential.py)."""
+starts without marks, as before.  The Plans are unchanged: a passed job's reason is
+still made by ``_share`` on its own call's state (tests/policies/test_sjf_differential.py).
+"""
 from __future__ import annotations
 
 from typing import Optional
