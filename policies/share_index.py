@@ -35,7 +35,7 @@ from typing import Optional
 from .base import exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job, identity_memo
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
-from .single_gpus import SingleGpus, _node_offsets, single_gpus
+from .single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 
 REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
 
@@ -117,6 +117,11 @@ class ShareKeep:
         self.xi: dict = {}
         self.cls_memo: dict = {}  # class key -> {candidate signature -> Cls.memo value}
         self.entries: dict = {}  # job id -> _Entry
+
+    @property
+    def valid(self) -> Optional[tuple]:
+        """What the kept state is valid for (a new tuple whenever :meth:`check` resets)."""
+        return self._valid
 
     def check(self, snap: ClusterSnapshot, rel: float) -> None:
         """Drop everything unless ``snap``'s tables and nodes are those of the last call."""
@@ -201,9 +206,12 @@ class Group:
 
     __slots__ = ("occ", "gpus", "pos", "x", "cls", "choice")
 
-    def __init__(self, occ: Occupant, gpus: list, pos: list):
+    def __init__(self, occ: Occupant, gpus: list, pos: list, x: Optional[float] = None):
+        """``x``: X of ``occ`` where the caller has it (the same product as below)."""
         self.occ, self.gpus, self.pos = occ, gpus, pos
-        self.x = occ.t_iter * occ.rem_iters if occ.usable else 0.0
+        if x is None:
+            x = occ.t_iter * occ.rem_iters if occ.usable else 0.0
+        self.x = x
         self.cls: Optional[Cls] = None
         self.choice: Optional[ShareChoice] = None
 
@@ -285,6 +293,8 @@ class Round:
         # candidate signature -> i_B of a job that could not start since the round's last
         # start, every group it did not share with surely (policies.sjf_bsbf)
         self.fails: dict = {}
+        # those of ``fails`` that also hold while only time moves (policies.bsbf_marks)
+        self.robust: dict = {}
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = snap.min_gpu_mem_mb
@@ -328,6 +338,8 @@ class Round:
         exclusive starts made so far this round; its groups wait for :meth:`build_shared`."""
         one = self.singles.update(self.snap) if self.singles is not None else None
         self.one = single_gpus(self.snap) if one is None else one
+        # the same GPUs by job, kept with them (SingleGpus), else grouped when built
+        self.one_by_job = self.singles.by_job if one is not None else None
         self.n_one = len(self.one) + sum(len(st[1]) for st in self.started)
         self.counted = True
 
@@ -346,9 +358,9 @@ class Round:
         self.groups: dict = {}  # job id (or GPU for per-GPU groups) -> Group
         self.classes: dict[tuple, Cls] = {}
         self.n_one = len(self.one)  # the exclusive starts so far are added back below
-        singles: dict[str, list] = {}
-        for g, jid in self.one.items():
-            singles.setdefault(jid, []).append(g)
+        singles = self.one_by_job  # job id -> set of its single-occupied GPUs
+        if singles is None:
+            singles = by_job_of(self.one)
         # only jobs holding a GPU alone are candidates (Alg. 1 line 10); a job the snapshot
         # places but does not list as running, or cannot model, is skipped
         jobs = snap.jobs
@@ -358,6 +370,8 @@ class Round:
         per_gpu = self.per_gpu_groups
         by_cls: dict = {}  # class key -> its groups (sorted below)
         groups = self.groups
+        occupants = self.occupants
+        remaining_iters = snap.remaining_iters
         for jid, gs in singles.items():
             j = jobs.get(jid)
             if j is None or not j.running:
@@ -366,14 +380,20 @@ class Round:
             if alloc is None or not alloc.gpus:
                 continue
             e = old.get(jid)
-            if e is None or e.job is not j or e.gset != frozenset(gs):
+            if e is None or e.job is not j or e.gset != gs:
                 e = self._entry(j, gs)
             kept[jid] = e
-            o = _occupant(snap, j, e.t)
-            self.occupants[jid] = o
+            t = e.t
+            rem = remaining_iters(j)
+            if rem is None or t is None:  # an estimate, or no profile: as _occupant says
+                o = _occupant(snap, j, t)
+            else:
+                o = Occupant(j, alloc.gpus, alloc.sub_batch, t, rem)
+            occupants[jid] = o
             usable = o.usable
+            x = o.t_iter * o.rem_iters if usable else 0.0
             for key3, ugpus, upos in e.units:
-                gr = Group(o, list(ugpus), list(upos))
+                gr = Group(o, list(ugpus), list(upos), x)
                 if per_gpu:
                     gr.x = 0.0
                     groups[ugpus[0]] = gr

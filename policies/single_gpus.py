@@ -49,6 +49,9 @@ class SingleGpus:
         self._seen = None  # the change record applied so far
         self._nodes = None
         self.one: dict = {}
+        # the same GPUs by job: id -> set of its single-occupied GPUs (Alg. 1 line 10's
+        # candidate groups before GPU order), kept with ``one``
+        self.by_job: dict = {}
 
     def update(self, snap: ClusterSnapshot) -> Optional[dict]:
         """GPU -> id of its only job for ``snap`` (not to be changed by the caller), or
@@ -56,22 +59,39 @@ class SingleGpus:
         rec = snap.gpu_changes
         gpu_jobs = snap.gpu_jobs
         if rec is None or rec.source is not gpu_jobs or not isinstance(rec.log, Frozen):
-            self._seen, self._nodes, self.one = None, None, {}
+            self._seen, self._nodes, self.one, self.by_job = None, None, {}, {}
             return None
         log = rec.log
         if (self._nodes is snap.nodes and self._seen is not None
                 and log.extends(self._seen)):
             offset, size = _node_offsets(snap.nodes)
-            one = self.one
+            one, by_job = self.one, self.by_job
             for g in dict.fromkeys(log[len(self._seen):]):
                 ids = gpu_jobs.get(g)
+                old = one.get(g)
                 if (ids is not None and len(ids) == 1 and g.node in offset
                         and 0 <= g.index < size[g.node]):
-                    one[g] = ids[0]
+                    new = ids[0]
+                    if new == old:
+                        continue
+                    one[g] = new
+                    gs = by_job.get(new)
+                    if gs is None:
+                        by_job[new] = {g}
+                    else:
+                        gs.add(g)
+                elif old is None:
+                    continue
                 else:
-                    one.pop(g, None)
+                    del one[g]
+                gs = by_job[old] if old is not None else None
+                if gs is not None:
+                    gs.discard(g)
+                    if not gs:
+                        del by_job[old]
         else:
             self.one = single_gpus(snap)
+            self.by_job = by_job_of(self.one)
         self._seen, self._nodes = log, snap.nodes
         return self.one
 
@@ -82,6 +102,18 @@ def single_gpus(snap: ClusterSnapshot) -> dict:
     offset, size = _node_offsets(snap.nodes)
     return {g: ids[0] for g, ids in snap.gpu_jobs.items()
             if len(ids) == 1 and g.node in offset and 0 <= g.index < size[g.node]}
+
+
+def by_job_of(one: dict) -> dict:
+    """Job id -> the set of its GPUs in ``one`` (a :func:`single_gpus` map)."""
+    out: dict = {}
+    for g, jid in one.items():
+        gs = out.get(jid)
+        if gs is None:
+            out[jid] = {g}
+        else:
+            gs.add(g)
+    return out
 
 
 def single_gpus_of(pol) -> SingleGpus:

@@ -62,6 +62,7 @@ from typing import Optional
 from operator import itemgetter
 
 from .base import Policy, _running_ids, node_order
+from .bsbf_marks import kept_marks_of
 from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
@@ -73,6 +74,7 @@ from .single_gpus import single_gpus_of
 _INF = float("inf")
 _FIRST = itemgetter(0)
 _KEEP = reason(ReasonCode.KEEP_RUNNING)
+_NAN = float("nan")
 _WINDOW = 1024.0  # i_B range a signature's mark covers (SjfBsbf._share)
 
 
@@ -91,6 +93,19 @@ def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: 
     return why
 
 
+def _expanded(entries):
+    """The deferred entries in walk order, each run of :meth:`SjfBsbf._skip_run`
+    expanded into its skipped jobs' entries ``(job, None, nfree, length_s)``."""
+    for entry in entries:
+        if entry[0] is not None:
+            yield entry
+            continue
+        _, jobs, keys, fits, nfree = entry
+        for j, key in zip(jobs, keys):
+            if j.num_gpus <= fits:
+                yield (j, None, nfree, key[0])
+
+
 @register("sjf-bsbf")
 class SjfBsbf(Policy):
     """SJF-BSBF: SJF order; share a GPU only when Theorem 1 says it lowers the pair's JCT."""
@@ -98,12 +113,23 @@ class SjfBsbf(Policy):
     needs_lengths = True
     preemptive = False
     per_gpu_groups = False  # SJF-FFS: one candidate per GPU
+    marks_signatures = True  # SJF-FFS never marks (its _share): nothing to keep
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
+        sig_ids = self.__dict__.get("_sig_ids")
+        if sig_ids is None:
+            sig_ids = self._sig_ids = {}
+
         def key(j):
+            # (L_k, submit, id) orders (ids are unique: what follows is never compared);
+            # then what the walk reads per job: its GPUs, its signature's number and i_B
+            # (NaN when unknown: no window holds it)
             length = snap.job_length(j)
-            return (_INF if length is None else length, j.submit_time, j.id)
+            ib = j.total_iters
+            return (_INF if length is None else length, j.submit_time, j.id, j.num_gpus,
+                    sig_ids.setdefault((j.app, j.global_batch, j.num_gpus), len(sig_ids)),
+                    _NAN if ib is None else ib)
 
         # Alg. 1 line 1: a waiting job's L_k is fixed while it waits, so the SJF order is
         # kept across calls from the snapshot's change record (policies.kept_order), else
@@ -125,12 +151,21 @@ class SjfBsbf(Policy):
         keep = share_keep_of(self)
         keep.check(snap, REL)
         rnd = Round(snap, keep, single_gpus_of(self))
+        # the robust marks the last call left standing, while the GPU map is the same or
+        # changed by that call's starts only (policies.bsbf_marks): the first job of each
+        # such signature is passed too
+        marks = kept_marks_of(self) if self.marks_signatures else None
+        carried = marks.take(snap, keep.valid, self.per_gpu_groups) if marks else None
+        if carried:
+            rnd.fails.update(carried)
+            rnd.robust.update(carried)
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
-        fails = rnd.fails  # signature -> i_B of a job that could not start (see _share)
+        # signature number -> the i_B window of a job that could not start (see _share)
+        fails = rnd.fails
         tail = None
         passed: list = []  # runs of jobs passed over as one lazy segment each
         n_pending = len(pending)
@@ -176,9 +211,8 @@ class SjfBsbf(Policy):
                 k = self._pass_run(snap, pending, ids, k, nfree + n_one if can_share else nfree,
                                    nfree, n_one, can_share, waiting, passed)
                 continue
-            ib = job.total_iters
-            mark = fails.get((job.app, job.global_batch, need)) if fails else None
-            if mark is not None and ib is not None and mark <= ib <= _WINDOW * mark:
+            mark = fails.get(keys[k][4]) if fails else None
+            if mark is not None and mark[0] <= keys[k][5] <= mark[1]:
                 # a job of the same signature with fewer iterations could not start since
                 # the last start, every group it did not share with surely: neither can
                 # this one (:meth:`_share`), nor the run behind it of such jobs and of jobs
@@ -198,6 +232,8 @@ class SjfBsbf(Policy):
             self._flush(rnd, reasons)
             rnd.occupy(job, gpus, b, s, extra)
 
+        if marks is not None:
+            marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))
@@ -232,32 +268,34 @@ class SjfBsbf(Policy):
         :meth:`_share`) the run of jobs that are such jobs too or ask more than the
         ``nfree + n_one`` GPUs free and shareable (and at most the cluster): nothing
         changes while the walk passes them.  Their ids join ``waiting``; the former are
-        deferred (``(job, None, nfree, length_s)``, reason made by :meth:`_rest_reason`),
-        the latter wait for resources in one lazy segment of ``passed``.  Returns the
-        run's last position."""
+        deferred (one entry for the run, ``(None, jobs, keys, fits, nfree)``, expanded by
+        :func:`_expanded` into ``(job, None, nfree, length_s)`` per job, reason made by
+        :meth:`_rest_reason`), the latter wait for resources in one lazy segment of
+        ``passed``.  Returns the run's last position."""
         total = snap.total_gpus
         fits = nfree + n_one
         n = len(pending)
         end = k
-        over = []
+        over = False
         get = fails.get
         while end < n:
-            j = pending[end]
-            need = j.num_gpus
+            kk = keys[end]  # (..., GPUs, signature number, i_B): see schedule's key
+            need = kk[3]
             if need > fits:
                 if need > total:
                     break
-                over.append(j.id)
+                over = True
             else:
-                mark = get((j.app, j.global_batch, need))
-                ib = j.total_iters
-                if mark is None or ib is None or not mark <= ib <= _WINDOW * mark:
+                mark = get(kk[4])
+                if mark is None or not mark[0] <= kk[5] <= mark[1]:
                     break
-                deferred.append((j, None, nfree, keys[end][0]))
             end += 1
         waiting.extend(ids[k:end])
+        jobs = pending[k:end]
+        deferred.append((None, jobs, keys[k:end], fits, nfree))
         if over:
-            passed.append((over, _resources_reason(snap, nfree, n_one, True)))
+            passed.append((lambda: [j.id for j in jobs if j.num_gpus > fits],
+                           _resources_reason(snap, nfree, n_one, True)))
         return end - 1
 
     # ------------------------------------------------- deferred wait reasons
@@ -274,14 +312,17 @@ class SjfBsbf(Policy):
     def _flush(self, rnd: Round, reasons: dict) -> None:
         """Make the deferred reasons: the round's state changes next (a start), so the
         signatures that could not start may start now (``rnd.fails`` is emptied)."""
-        for entry in rnd.deferred:
+        for entry in _expanded(rnd.deferred):
             reasons[entry[0].id] = self._rest_reason(rnd, entry)
         rnd.deferred.clear()
         rnd.fails.clear()
+        rnd.robust.clear()
 
     def _rest_reason(self, rnd: Round, entry: tuple):
         if entry[1] is None:  # skipped: the walk's step for it, on the same state
             job, _, nfree, length_s = entry
+            if not rnd.shared_ready:  # passed on a mark kept from the last call
+                rnd.build_shared(self.per_gpu_groups)
             nums = {"length_s": length_s if length_s != _INF else -1.0}
             saved, rnd.deferred = rnd.deferred, []
             out: dict = {}
@@ -302,9 +343,9 @@ class SjfBsbf(Policy):
 
         def why(jid):
             if not by_id:
-                by_id.update((entry[0].id, entry) for entry in entries)
+                by_id.update((entry[0].id, entry) for entry in _expanded(entries))
             return self._rest_reason(rnd, by_id[jid])
-        return (lambda: [entry[0].id for entry in entries], why)
+        return (lambda: [entry[0].id for entry in _expanded(entries)], why)
 
     # --------------------------------------------------------------- helpers
     @staticmethod
@@ -359,6 +400,7 @@ class SjfBsbf(Policy):
         shareable = nobenefit = blocked = 0
         margin_max = 0.0
         sure = cand.usable  # every group not shared with is surely not (see above)
+        robust = True  # ... and stays so while only time moves (policies.bsbf_marks)
         usable = cand.usable
         ib = cand.iters
         sig = (job.app, job.global_batch, job.num_gpus)
@@ -408,6 +450,14 @@ class SjfBsbf(Policy):
                 nobenefit += cls.total
                 if sure and (consts[1] < 0.0 or consts[2] < 0.0):
                     sure = False
+                elif robust:  # X only falls: D above the margin on all of [0, xb]?
+                    lo_r = p1 if c <= 0.0 else p2  # D(0)
+                    if db < lo_r:
+                        lo_r = db
+                    if 0.0 < c < xb and p1 - c / 2.0 < lo_r:
+                        lo_r = p1 - c / 2.0
+                    if not lo_r > margin:
+                        robust = False
                 continue
             s_half = cand.t_excl * ib / 2.0
             for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
@@ -417,6 +467,7 @@ class SjfBsbf(Policy):
                 elif label == "F":
                     f_runs.append((cls, lo, hi, v))
                     nobenefit += cls.gpus_in(lo, hi)
+                    robust = False  # D crosses the margin on [0, xb]
                     if sure and (consts[1] < 0.0 or consts[2] < 0.0):
                         sure = False
                 else:
@@ -433,7 +484,10 @@ class SjfBsbf(Policy):
             chosen = self._best_t(rnd, cand, need, t_runs, u_true, 2.0 * margin_max)
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
         if sure:
-            rnd.fails[sig] = ib
+            sid = self._sig_ids[sig]  # every waiting job's signature is numbered
+            mark = rnd.fails[sid] = (ib, _WINDOW * ib)
+            if robust:
+                rnd.robust[sid] = mark
         best = None
         if nfree + shareable + nobenefit >= need:
             if not u_false:

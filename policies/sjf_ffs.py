@@ -28,6 +28,7 @@ class SjfFfs(SjfBsbf):
     """SJF-FFS: SJF order; share GPUs holding one job first-fit, no benefit test."""
 
     per_gpu_groups = True  # first fit works GPU by GPU: one candidate per GPU of G_OJ
+    marks_signatures = False  # no benefit test, no signature that surely cannot share
 
     @staticmethod
     def _first_fit_choice(rnd: Round, cand: Candidate, gr, fit) -> ShareChoice:

@@ -25,7 +25,7 @@ from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
 from policies.share_index import Round, _alloc_iter_time
-from policies.single_gpus import SingleGpus, _node_offsets, single_gpus
+from policies.single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
@@ -109,8 +109,9 @@ class Differential:
             self.kept += 1
         kept_gpus = self.inner.__dict__.get("_single_gpus")
         if kept_gpus is not None and kept_gpus._seen is snap.gpu_changes.log:
-            # what the kept index says is what a pass over every GPU says
+            # what the kept index says is what a pass over every GPU says, also by job
             assert kept_gpus.one == single_gpus(snap)
+            assert kept_gpus.by_job == by_job_of(single_gpus(snap))
             if before is not None and before is not snap.gpu_changes.log:
                 self.singles_kept += 1
             else:
@@ -178,6 +179,8 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
     def counted(self, rnd, entry):
         made["made"] += 1
         made["skipped"] += entry[1] is None  # a job of a signature that could not start
+        # ... passed on a mark kept from the last call, the groups not built this call
+        made["skipped_unbuilt"] += entry[1] is None and not rnd.shared_ready
         return rest_reason(self, rnd, entry)
 
     pass_run = sjf_bsbf.SjfBsbf._pass_run
@@ -212,6 +215,13 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         assert made["flushed"] > 0 and made["made"] > made["flushed"]
         # jobs skipped as of a signature that could not start since the last start
         assert made["skipped"] > 0
+        # robust marks carried to calls that saw no GPU change (policies.bsbf_marks), and
+        # jobs passed on them before anything was built; never without the change record
+        assert pol.inner._kept_marks.carried > 0 and made["skipped_unbuilt"] > 0
+        assert pol.inner._kept_marks.carried_started > 0  # ... also after a call's starts
+        assert pol.fresh._kept_marks.carried == 0
+    if name == "sjf-ffs":  # never marks, keeps nothing
+        assert "_kept_marks" not in pol.inner.__dict__
 
 
 def _random_snapshot(draw, few_signatures=False):
@@ -447,3 +457,98 @@ def test_single_gpus_follow_the_change_record_or_scan():
     sg._seen = Frozen(log, 0, 3)
     sg.one = {}
     assert sg.update(other) == single_gpus(second)
+
+
+def test_kept_marks_hold_only_while_nothing_changed():
+    """:class:`policies.bsbf_marks.KeptMarks` hands the last call's marks to a snapshot of
+    the same run whose GPU map did not change (same record, no entry after the one seen)
+    and whose tables, nodes and knobs are the same; to nothing else."""
+    from policies.bsbf_marks import KeptMarks
+    from policies.model import Frozen, GpuChanges
+    from policies.share_index import ShareKeep
+
+    jobs = [running("R0", "x", [(0, 0)], total=1e5), pending("P0", "x", 2, total=1e4)]
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    log = [g for g in base.gpu_jobs]
+    snap = dataclasses.replace(base, gpu_changes=GpuChanges(Frozen(log), base.gpu_jobs))
+    keep = ShareKeep()
+    keep.check(snap, 1e-9)
+    marks = {0: (10.0, 10240.0)}
+
+    def carried(later, valid=None, per_gpu=False, saved=marks, at=snap):
+        km = KeptMarks()
+        km.save(at, keep.valid, False, saved)
+        return km.take(later, keep.valid if valid is None else valid, per_gpu)
+
+    later = dataclasses.replace(snap, now=500.0, gpu_changes=GpuChanges(Frozen(log),
+                                                                       base.gpu_jobs))
+    assert carried(later) == marks  # only time moved
+    assert carried(later) is not marks
+    log2 = log + [log[0]]  # the same list grown: a GPU changed since
+    grown = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2), base.gpu_jobs))
+    older = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2, 0, len(log)),
+                                                             base.gpu_jobs))
+    assert carried(older, at=older) == marks
+    grown = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log2), base.gpu_jobs))
+    assert carried(grown, at=older) == {}
+    other_list = dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(list(log)),
+                                                                  base.gpu_jobs))
+    assert carried(other_list) == {}  # another run's record
+    assert carried(dataclasses.replace(snap, gpu_changes=None)) == {}  # the daemon's
+    copied = dataclasses.replace(snap, gpu_jobs=dict(base.gpu_jobs))  # record of another map
+    assert carried(copied) == {}
+    assert carried(later, valid=("other tables",)) == {}
+    assert carried(later, per_gpu=True) == {}
+    assert carried(dataclasses.replace(later, max_jobs_per_gpu=3)) == {}
+    nodes = tuple(dataclasses.replace(n) for n in snap.nodes)
+    assert carried(dataclasses.replace(later, nodes=nodes)) == {}
+    assert carried(later, saved={}) == {} and carried(later, saved=None) == {}
+    km = KeptMarks()  # taken once: a second call gets nothing (saved again per call)
+    km.save(snap, keep.valid, False, marks)
+    assert km.take(later, keep.valid, False) == marks and km.take(later, keep.valid, False) == {}
+    assert km.carried == 1
+
+
+def test_kept_marks_after_starts_only_as_planned():
+    """After a call that started jobs the marks are handed on only when the GPU map changed
+    by exactly those starts: each started job running on its GPUs with the planned
+    sub-batch and accumulation steps, each of those GPUs holding what it held plus it."""
+    from policies.bsbf_marks import KeptMarks
+    from policies.model import Frozen, Gpu, GpuChanges
+    from policies.plan import StartJob
+
+    r0 = running("R0", "x", [(0, 0)], total=1e5)
+    before = make_snap([r0, pending("P1", "x", 1, total=1e4), pending("P2", "x", 1)],
+                       nodes=1, gpus_per_node=4)
+    log = list(before.gpu_jobs)
+    n0 = len(log)
+    s0 = dataclasses.replace(before, gpu_changes=GpuChanges(Frozen(log), before.gpu_jobs))
+    g0, g1 = Gpu("n0", 0), Gpu("n0", 1)
+    starts = [StartJob("P1", (g1,), 64, 1), StartJob("P2", (g0,), 32, 2, share_with=("R0",))]
+    marks = {3: (1.0, 1024.0)}
+
+    def after(p1=("P1", [(0, 1)], 64, 1), p2=("P2", [(0, 0)], 32, 2), extra=(), log_add=None):
+        jobs = [r0, running(p1[0], "x", p1[1], sub_batch=p1[2], accum=p1[3], total=1e4),
+                running(p2[0], "x", p2[1], sub_batch=p2[2], accum=p2[3], total=1e3)]
+        snap = make_snap(jobs + list(extra), nodes=1, gpus_per_node=4)
+        snap = dataclasses.replace(snap, nodes=s0.nodes, gpu_types=s0.gpu_types)  # same run
+        del log[n0:]
+        log.extend([g1, g0, g1] if log_add is None else log_add)
+        return dataclasses.replace(snap, gpu_changes=GpuChanges(Frozen(log), snap.gpu_jobs))
+
+    def carried(later):
+        km = KeptMarks()
+        km.save(s0, None, False, marks, starts)
+        return km.take(later, None, False)
+
+    assert carried(after()) == marks
+    assert carried(after(p2=("P2", [(0, 0)], 64, 1))) == {}  # another sub-batch
+    assert carried(after(p2=("P2", [(0, 0)], 32, 1))) == {}  # other accumulation steps
+    assert carried(after(p1=("P1", [(0, 2)], 64, 1), log_add=[g1, g0, Gpu("n0", 2)])) == {}
+    assert carried(after(log_add=[g1, g0, Gpu("n0", 3)])) == {}  # another GPU changed too
+    assert carried(after(log_add=[g1])) == {}  # not every start applied
+    late = running("P9", "x", [(0, 1)], total=10.0)  # a GPU holding more than planned
+    assert carried(after(extra=[late])) == {}
+    km = KeptMarks()
+    km.save(s0, None, False, marks, starts)
+    assert km.take(s0, None, False) == {}  # the starts not applied at all

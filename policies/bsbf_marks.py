@@ -1,0 +1,129 @@
+"""SJF-BSBF's signature marks kept across policy calls (issue #13, docs/scale.md §2).
+
+Within one round SJF-BSBF (seed 000 Alg. 1) marks the signature (application, global
+batch, GPUs) of a waiting job that could not start when every group it did not share
+with surely could not be shared with (:meth:`policies.sjf_bsbf.SjfBsbf._share`); later
+jobs of that signature within the mark's i_B window are passed without the per-class
+walk until the round's next start.  On the Philly trace at 64x8 most calls are the
+simulator's periodic ticks and arrivals, which change neither the GPU map nor anything
+Algorithm 2 reads except the time, so the same first job of every signature was walked
+again at almost every call.
+
+Time moves only X = t_A·i_A of each running job A, and only down (i_A is A's remaining
+iterations at ``snap.now``, or its remaining estimate, neither of which grows while the
+GPU map stays the same).  A mark is *robust* when each of its groups is, for every X
+from 0 to its class's largest X now: memory-blocked, not evaluable (both
+time-independent), or shared with (those GPUs count at most what they count now), or
+a bounds "F" class whose D(X) = t_share − t_seq stays above the margin on all of
+[0, X_max] (not only on the class's current range).  :class:`KeptMarks` keeps the
+robust marks standing at the end of a call (made after its last start), and hands them to
+the next call while the snapshot's GPU change record shows no change since but that
+call's starts, applied as planned (each started job running on its GPUs with its
+sub-batch and accumulation steps, each of those GPUs holding what it held plus the jobs
+started on it), and the tables, nodes and knobs are the same: there the round's state
+is the one the marks were made on, but for the time, and they hold as they did.
+Without a usable record (the daemon's snapshots) nothing is carried and every call
+starts without marks, as before.  The Plans are unchanged: a passed job's reason is
+still made by ``_share`` on its own call's state (tests/policies/test_sjf_differential.py).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .model import ClusterSnapshot, Frozen
+
+
+class KeptMarks:
+    """The robust marks (signature -> i_B) left standing by the last call, with the GPU
+    change record and context they hold for."""
+
+    __slots__ = ("_log", "_ctx", "marks", "_starts", "_expect", "carried", "carried_started")
+
+    def __init__(self):
+        self._log: Optional[Frozen] = None
+        self._ctx: Optional[tuple] = None
+        self.marks: dict = {}
+        self._starts: tuple = ()  # (id, GPUs, sub-batch, accumulation steps) per start
+        self._expect: dict = {}  # GPU -> the ids it holds once the starts are applied
+        self.carried = 0  # calls that got marks (the tests assert the path is taken)
+        self.carried_started = 0  # ... of them after a call that started jobs
+
+    @staticmethod
+    def _context(snap: ClusterSnapshot, valid, per_gpu: bool) -> tuple:
+        return (valid, snap.nodes, snap.gpu_types, snap.max_jobs_per_gpu, per_gpu)
+
+    def take(self, snap: ClusterSnapshot, valid, per_gpu: bool) -> dict:
+        """The marks that hold for ``snap`` (a new dict), else an empty one: the last call
+        saved them, the GPU map has not changed since (same record, no entry after the one
+        seen) and the context (``valid``: the :class:`policies.share_index.ShareKeep`
+        validity tuple, replaced whenever its tables change) is the same; or the GPU map
+        changed by exactly the last call's starts, applied as planned."""
+        log, self._log = self._log, None
+        marks, self.marks = self.marks, {}
+        if log is None or not marks:
+            return {}
+        rec = snap.gpu_changes
+        if (rec is None or rec.source is not snap.gpu_jobs or type(rec.log) is not Frozen
+                or not rec.log.extends(log)):
+            return {}
+        if ((len(rec.log) != len(log) or self._starts)
+                and not self._applied(snap, rec.log[len(log):])):
+            return {}
+        ctx = self._context(snap, valid, per_gpu)
+        old = self._ctx
+        if (old is None or old[0] is not ctx[0] or old[1] is not ctx[1]
+                or old[2] is not ctx[2] or old[3:] != ctx[3:]):
+            return {}
+        self.carried += 1
+        self.carried_started += bool(self._starts)
+        return dict(marks)
+
+    def _applied(self, snap: ClusterSnapshot, changed) -> bool:
+        """The GPUs changed since (``changed``) are the last call's starts', each holding
+        what it held then plus the jobs started on it, and each started job runs there
+        with the planned sub-batch and accumulation steps."""
+        expect = self._expect
+        if not expect or set(changed) != expect.keys():
+            return False
+        gpu_jobs = snap.gpu_jobs
+        for g, on in expect.items():
+            if gpu_jobs.get(g) != on:
+                return False
+        jobs = snap.jobs
+        for jid, gpus, b, s in self._starts:
+            view = jobs.get(jid)
+            alloc = view.allocation if view is not None and view.running else None
+            if (alloc is None or tuple(alloc.gpus) != gpus or alloc.sub_batch != b
+                    or alloc.accum_steps != s):
+                return False
+        return True
+
+    def save(self, snap: ClusterSnapshot, valid, per_gpu: bool, marks: Optional[dict],
+             starts=()) -> None:
+        """Keep ``marks`` (robust, standing at the end of the call, made after its last
+        start; ``None``: nothing to keep) for the next call of the same run, with the
+        call's ``starts`` (:class:`policies.plan.StartJob`, in plan order)."""
+        rec = snap.gpu_changes
+        if (not marks or rec is None or rec.source is not snap.gpu_jobs
+                or type(rec.log) is not Frozen):
+            self._log, self.marks = None, {}
+            return
+        self._log, self.marks = rec.log, dict(marks)
+        self._ctx = self._context(snap, valid, per_gpu)
+        expect: dict = {}
+        for a in starts:  # the simulator appends a started job to each of its GPUs
+            for g in a.gpus:
+                on = expect.get(g)
+                expect[g] = (tuple(snap.gpu_jobs.get(g, ())) if on is None else on) \
+                    + (a.job_id,)
+        self._expect = expect
+        self._starts = tuple((a.job_id, tuple(a.gpus), a.sub_batch, a.accum_steps)
+                             for a in starts)
+
+
+def kept_marks_of(pol) -> KeptMarks:
+    """The policy instance's :class:`KeptMarks` (``pol._kept_marks``, made on first use)."""
+    kept = pol.__dict__.get("_kept_marks")
+    if kept is None:
+        kept = pol._kept_marks = KeptMarks()
+    return kept
