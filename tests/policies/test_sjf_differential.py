@@ -625,3 +625,24 @@ def test_bounded_marks_hold_only_while_x_above_low():
     assert km.take(later, None, False) == {} and km.take_bounded(
         {"A": 9.0, "B": 9.0, "C": 9.0}.get) == h
     assert km.take(later, None, False) == {} and km.take_bounded({}.get) == {}  # taken once
+
+
+def test_x_now_is_the_groups_x():
+    """:func:`policies.share_index.x_now` gives each running job's X as the built groups
+    have it: i_A known, estimated (no length), or not evaluable (``None``)."""
+    from policies.share_index import ShareKeep
+
+    r0 = running("R0", "x", [(0, 0)], total=1e5, done=10.0)
+    r1 = dataclasses.replace(running("R1", "x", [(0, 1)], total=1e4, submit=5.0),
+                             total_iters=None, duration_estimate=3000.0)  # estimated
+    r2 = running("R2", "nope", [(0, 2)], total=1e4)  # no profile
+    snap = make_snap([r0, r1, r2, pending("P0", "x", 2)], nodes=1, gpus_per_node=4,
+                     now=50.0)
+    rnd = Round(snap)
+    rnd.build_shared(False)
+    keep = ShareKeep()
+    got = {jid: x_now(snap, keep, jid) for jid in rnd.groups}
+    assert got == {jid: (gr.x if gr.occ.usable else None) for jid, gr in rnd.groups.items()}
+    assert set(got) == {"R0", "R1", "R2"}
+    assert got["R0"] > 0 and got["R1"] > 0 and got["R2"] is None
+    assert x_now(snap, keep, "P0") is None and x_now(snap, keep, "R9") is None
