@@ -22,6 +22,12 @@ call's starts, applied as planned (each started job running on its GPUs with its
 sub-batch and accumulation steps, each of those GPUs holding what it held plus the jobs
 started on it), and the tables, nodes and knobs are the same: there the round's state
 is the one the marks were made on, but for the time, and they hold as they did.
+A mark that is robust but for X near 0 (a bounds "F" class with D(0) = p2 within the
+margin, D rising with X below the case break c) is *bounded*: D ≥ 2·margin for X ≥
+low = (2·margin − p2)/q, so it is kept with (the class's jobs, low) per such class and
+handed on only while every one of those jobs' X at the new call (as the groups would get
+it, :func:`policies.share_index.x_now`) is ≥ low (:meth:`KeptMarks.take_bounded`); the
+upper end holds as for robust marks.
 Without a usable record (the daemon's snapshots) nothing is carried and every call
 starts without marks, as before.  The Plans are unchanged: a passed job's reason is
 still made by ``_share`` on its own call's state (tests/policies/test_sjf_differential.py).
