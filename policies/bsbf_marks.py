@@ -22,6 +22,12 @@ call's starts, applied as planned (each started job running on its GPUs with its
 sub-batch and accumulation steps, each of those GPUs holding what it held plus the jobs
 started on it), and the tables, nodes and knobs are the same: there the round's state
 is the one the marks were made on, but for the time, and they hold as they did.
+A mark that is robust but for X near 0 (a bounds "F" class with D(0) = p2 within the
+margin, D rising with X below the case break c) is *bounded*: D ≥ 2·margin for X ≥
+low = (2·margin − p2)/q, so it is kept with (the class's jobs, low) per such class and
+handed on only while every one of those jobs' X at the new call (as the groups would get
+it, :func:`policies.share_index.x_now`) is ≥ low (:meth:`KeptMarks.take_bounded`); the
+upper end holds as for robust marks.
 Without a usable record (the daemon's snapshots) nothing is carried and every call
 starts without marks, as before.  The Plans are unchanged: a passed job's reason is
 still made by ``_share`` on its own call's state (tests/policies/test_sjf_differential.py).
@@ -37,7 +43,8 @@ class KeptMarks:
     """The robust marks (signature -> i_B) left standing by the last call, with the GPU
     change record and context they hold for."""
 
-    __slots__ = ("_log", "_ctx", "marks", "_starts", "_expect", "carried", "carried_started")
+    __slots__ = ("_log", "_ctx", "marks", "_starts", "_expect", "carried", "carried_started",
+                 "bounds", "pending", "carried_bounded", "dropped_bounded")
 
     def __init__(self):
         self._log: Optional[Frozen] = None
@@ -47,6 +54,12 @@ class KeptMarks:
         self._expect: dict = {}  # GPU -> the ids it holds once the starts are applied
         self.carried = 0  # calls that got marks (the tests assert the path is taken)
         self.carried_started = 0  # ... of them after a call that started jobs
+        # signature -> (mark, ((job ids of a class, low), ...)): marks that hold while
+        # each class's smallest X = t_A·i_A is ≥ its low (SjfBsbf._share)
+        self.bounds: dict = {}
+        self.pending: dict = {}  # those handed by take, for take_bounded to check
+        self.carried_bounded = 0  # calls that kept a bounded mark (the tests assert it)
+        self.dropped_bounded = 0  # bounded marks dropped: a class's X fell below its low
 
     @staticmethod
     def _context(snap: ClusterSnapshot, valid, per_gpu: bool) -> tuple:
@@ -60,7 +73,9 @@ class KeptMarks:
         changed by exactly the last call's starts, applied as planned."""
         log, self._log = self._log, None
         marks, self.marks = self.marks, {}
-        if log is None or not marks:
+        bounds, self.bounds = self.bounds, {}
+        self.pending = {}
+        if log is None or not (marks or bounds):
             return {}
         rec = snap.gpu_changes
         if (rec is None or rec.source is not snap.gpu_jobs or type(rec.log) is not Frozen
@@ -76,7 +91,30 @@ class KeptMarks:
             return {}
         self.carried += 1
         self.carried_started += bool(self._starts)
+        self.pending = bounds
         return dict(marks)
+
+    def take_bounded(self, x_of) -> dict:
+        """Of the bounded marks :meth:`take` handed on (``pending``), those whose every
+        class's smallest X now (``x_of(job id)``: X at this call, ``None`` where not
+        evaluable) is ≥ its low: signature -> (mark, constraints).  X only falls while
+        the GPU map is the same, so the marks' upper ends hold as for robust marks."""
+        pending, self.pending = self.pending, {}
+        least: dict = {}  # id of a class's job tuple -> its smallest X now
+        held = {}
+        for sid, (mark, cons) in pending.items():
+            for jids, low in cons:
+                m = least.get(id(jids))
+                if m is None:
+                    xs = [x_of(jid) for jid in jids]
+                    m = least[id(jids)] = -1.0 if None in xs else min(xs)
+                if not m >= low:
+                    self.dropped_bounded += 1
+                    break
+            else:
+                held[sid] = (mark, cons)
+        self.carried_bounded += bool(held)
+        return held
 
     def _applied(self, snap: ClusterSnapshot, changed) -> bool:
         """The GPUs changed since (``changed``) are the last call's starts', each holding
@@ -99,16 +137,33 @@ class KeptMarks:
         return True
 
     def save(self, snap: ClusterSnapshot, valid, per_gpu: bool, marks: Optional[dict],
-             starts=()) -> None:
+             starts=(), bounded: Optional[dict] = None) -> None:
         """Keep ``marks`` (robust, standing at the end of the call, made after its last
-        start; ``None``: nothing to keep) for the next call of the same run, with the
-        call's ``starts`` (:class:`policies.plan.StartJob`, in plan order)."""
+        start; ``None``: nothing to keep) and ``bounded`` (signature -> (mark,
+        [(class, low)] made this call or the constraints carried)) for the next call of
+        the same run, with the call's ``starts`` (:class:`policies.plan.StartJob`, in
+        plan order)."""
         rec = snap.gpu_changes
-        if (not marks or rec is None or rec.source is not snap.gpu_jobs
+        if (not (marks or bounded) or rec is None or rec.source is not snap.gpu_jobs
                 or type(rec.log) is not Frozen):
-            self._log, self.marks = None, {}
+            self._log, self.marks, self.bounds = None, {}, {}
             return
-        self._log, self.marks = rec.log, dict(marks)
+        self._log, self.marks = rec.log, dict(marks) if marks else {}
+        bounds: dict = {}
+        jobs_of: dict = {}  # id of a class -> its groups' job ids (one tuple per class)
+        for sid, (mark, cons) in (bounded or {}).items():
+            if sid in self.marks:
+                continue
+            out = []
+            for cls, low in cons:
+                if not isinstance(cls, tuple):  # a class of this call: its jobs now
+                    jids = jobs_of.get(id(cls))
+                    if jids is None:
+                        jids = jobs_of[id(cls)] = tuple(gr.occ.job.id for gr in cls.groups)
+                    cls = jids
+                out.append((cls, low))
+            bounds[sid] = (mark, tuple(out))
+        self.bounds = bounds
         self._ctx = self._context(snap, valid, per_gpu)
         expect: dict = {}
         for a in starts:  # the simulator appends a started job to each of its GPUs

@@ -83,6 +83,26 @@ def _occupant(snap: ClusterSnapshot, job: Job, t: Optional[float]) -> Occupant:
                     t if t is not None else float("nan"), rem)
 
 
+def x_now(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> Optional[float]:
+    """X = t_A·i_A of running job ``jid`` at ``snap.now`` as :meth:`Round.build_shared`
+    computes it (t_A of the kept entry while its view is the same, else of its allocation;
+    i_A or its estimate as :func:`_occupant` says); ``None`` where it is not evaluable."""
+    j = snap.jobs.get(jid)
+    if j is None or not j.running or j.allocation is None or not j.allocation.gpus:
+        return None
+    e = keep.entries.get(jid)
+    t = e.t if e is not None and e.job is j else _alloc_iter_time(snap, j)
+    rem = snap.remaining_iters(j)
+    if rem is None or t is None:
+        o = _occupant(snap, j, t)
+        if not o.usable:
+            return None
+        return o.t_iter * o.rem_iters
+    if not (t == t and t > 0):
+        return None
+    return t * rem
+
+
 def _node_mem(nodes: tuple) -> dict:
     """Node name -> its GPU memory (MiB; the last node of a name counts), memoised per node
     tuple (read only)."""
@@ -295,6 +315,9 @@ class Round:
         self.fails: dict = {}
         # those of ``fails`` that also hold while only time moves (policies.bsbf_marks)
         self.robust: dict = {}
+        # signature -> (mark, [(class, low)]): of ``fails`` those that hold while only time
+        # moves and each class's smallest X stays ≥ its low (policies.bsbf_marks)
+        self.bounded: dict = {}
         nodes = snap.nodes
         self.per_node = snap.max_gpus_per_node if nodes else None
         self.min_mem = snap.min_gpu_mem_mb

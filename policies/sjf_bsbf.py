@@ -68,7 +68,7 @@ from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
 from .share_index import (REL, Candidate, Lin, Round, evaluate, rejected, runs,
-                          share_keep_of)
+                          share_keep_of, x_now)
 from .single_gpus import single_gpus_of
 
 _INF = float("inf")
@@ -159,6 +159,11 @@ class SjfBsbf(Policy):
         if carried:
             rnd.fails.update(carried)
             rnd.robust.update(carried)
+        if marks is not None and marks.pending:  # marks held while X stays above bounds
+            held = marks.take_bounded(lambda jid: x_now(snap, keep, jid))
+            for sid, (mark, cons) in held.items():
+                rnd.fails[sid] = mark
+                rnd.bounded[sid] = (mark, cons)
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
@@ -233,7 +238,8 @@ class SjfBsbf(Policy):
             rnd.occupy(job, gpus, b, s, extra)
 
         if marks is not None:
-            marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions)
+            marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions,
+                       rnd.bounded)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))
@@ -317,6 +323,7 @@ class SjfBsbf(Policy):
         rnd.deferred.clear()
         rnd.fails.clear()
         rnd.robust.clear()
+        rnd.bounded.clear()
 
     def _rest_reason(self, rnd: Round, entry: tuple):
         if entry[1] is None:  # skipped: the walk's step for it, on the same state
@@ -401,6 +408,7 @@ class SjfBsbf(Policy):
         margin_max = 0.0
         sure = cand.usable  # every group not shared with is surely not (see above)
         robust = True  # ... and stays so while only time moves (policies.bsbf_marks)
+        lows = []  # ... while each (class, low)'s smallest X is ≥ low
         usable = cand.usable
         ib = cand.iters
         sig = (job.app, job.global_batch, job.num_gpus)
@@ -457,7 +465,15 @@ class SjfBsbf(Policy):
                     if 0.0 < c < xb and p1 - c / 2.0 < lo_r:
                         lo_r = p1 - c / 2.0
                     if not lo_r > margin:
-                        robust = False
+                        # D(0) = p2 is not (c > 0, D above it at min(c, xb)): on [0, c)
+                        # D = p2 + qX rises with X, so D ≥ 2·margin for X ≥ low, and
+                        # on [c, xb] D ≥ D(xb) > margin: the mark holds while the
+                        # class's smallest X is ≥ low (policies.bsbf_marks)
+                        low = (2.0 * margin - p2) / q if q > 0.0 and c > 0.0 else xa + 1.0
+                        if low <= xa:
+                            lows.append((cls, low))
+                        else:
+                            robust = False
                 continue
             s_half = cand.t_excl * ib / 2.0
             for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
@@ -487,7 +503,10 @@ class SjfBsbf(Policy):
             sid = self._sig_ids[sig]  # every waiting job's signature is numbered
             mark = rnd.fails[sid] = (ib, _WINDOW * ib)
             if robust:
-                rnd.robust[sid] = mark
+                if not lows:
+                    rnd.robust[sid] = mark
+                elif sid not in rnd.robust:
+                    rnd.bounded[sid] = (mark, lows)
         best = None
         if nfree + shareable + nobenefit >= need:
             if not u_false:

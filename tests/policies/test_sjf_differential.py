@@ -24,7 +24,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
 from policies.model import Job, Joined
 from policies.plan import Reasons
-from policies.share_index import Round, _alloc_iter_time
+from policies.share_index import Round, _alloc_iter_time, x_now
 from policies.single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
@@ -91,6 +91,18 @@ class Differential:
             assert e.units == rnd._entry(job, list(e.gset)).units
             self.entries[tag + ("kept" if before[1].get(jid) is e else "made")] += 1
 
+    def _check_x(self, snap):
+        """The X a bounded mark's check reads (:func:`policies.share_index.x_now`) is the
+        X the groups get when built on this snapshot, for every candidate group's job."""
+        keep = self.inner.__dict__.get("_share_keep")
+        if keep is None:
+            return
+        rnd = Round(snap)
+        rnd.build_shared(False)
+        for jid, gr in rnd.groups.items():
+            assert x_now(snap, keep, jid) == (gr.x if gr.occ.usable else None)
+            self.codes["x_checked"] += 1
+
     @staticmethod
     def _before(pol):
         keep = pol.__dict__.get("_share_keep")
@@ -104,6 +116,8 @@ class Differential:
         plan = self.inner.schedule(snap)
         assert_same(plan, ref)
         self._check_keep(self.inner, snap, before_keep, "")
+        if self.name == "sjf-bsbf":
+            self._check_x(snap)
         kept = self.inner.__dict__.get("_kept_order")
         if kept is not None and kept._seen is not None and kept._seen is snap.queue.changes:
             self.kept += 1
@@ -220,6 +234,11 @@ def test_loaded_cluster_every_call(name, per_gpu, cluster, monkeypatch):
         assert pol.inner._kept_marks.carried > 0 and made["skipped_unbuilt"] > 0
         assert pol.inner._kept_marks.carried_started > 0  # ... also after a call's starts
         assert pol.fresh._kept_marks.carried == 0
+        # marks held only while each class's smallest X stays above a low (X as the
+        # groups get it, Differential._check_x): carried; never without the change record
+        km = pol.inner._kept_marks
+        assert km.carried_bounded > 0 and pol.codes["x_checked"] > 0
+        assert pol.fresh._kept_marks.carried_bounded == 0
     if name == "sjf-ffs":  # never marks, keeps nothing
         assert "_kept_marks" not in pol.inner.__dict__
 
@@ -552,3 +571,78 @@ def test_kept_marks_after_starts_only_as_planned():
     km = KeptMarks()
     km.save(s0, None, False, marks, starts)
     assert km.take(s0, None, False) == {}  # the starts not applied at all
+
+
+def test_bounded_marks_hold_only_while_x_above_low():
+    """Bounded marks (SjfBsbf._share: D above the margin only for X ≥ a low) are handed
+    on under the same conditions as robust ones, and kept only while every class's
+    smallest X now is ≥ its low; a robust mark of the signature takes precedence."""
+    from types import SimpleNamespace as NS
+
+    from policies.bsbf_marks import KeptMarks
+    from policies.model import Frozen, GpuChanges
+
+    jobs = [running("R0", "x", [(0, 0)], total=1e5), pending("P0", "x", 2, total=1e4)]
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    log = list(base.gpu_jobs)
+    snap = dataclasses.replace(base, gpu_changes=GpuChanges(Frozen(log), base.gpu_jobs))
+    later = dataclasses.replace(snap, now=500.0)
+    grp = lambda jid: NS(occ=NS(job=NS(id=jid)))  # noqa: E731
+    c1, c2 = NS(groups=[grp("A"), grp("B")]), NS(groups=[grp("C")])
+    bounded = {1: ((1.0, 1024.0), [(c1, 5.0)]), 2: ((2.0, 2048.0), [(c1, 3.0), (c2, 7.0)]),
+               3: ((3.0, 3072.0), [(c2, 1.0)])}
+    robust = {3: (9.0, 9216.0)}
+
+    def held(xs, saved=robust, at=later):
+        km = KeptMarks()
+        km.save(snap, None, False, saved, (), bounded)
+        got = km.take(at, None, False)
+        return got, km.take_bounded(xs.get), km
+
+    got, h, km = held({"A": 6.0, "B": 5.0, "C": 7.0})
+    assert got == robust and set(h) == {1, 2}  # 3 is robust: not also bounded
+    assert h[1][0] == (1.0, 1024.0) and h[2][0] == (2.0, 2048.0)
+    assert km.carried_bounded == 1 and km.dropped_bounded == 0
+    ids = {cons[0][0] for _, cons in h.values()}
+    assert ids == {("A", "B")} and len({id(t) for t in ids}) == 1  # one tuple per class
+    assert set(held({"A": 6.0, "B": 4.9, "C": 7.0})[1]) == {2}  # B below 1's low 5
+    assert set(held({"A": 6.0, "B": 5.0, "C": 6.9})[1]) == {1}  # C below 2's low 7
+    assert held({"A": 2.9, "B": 9.0, "C": 9.0})[1] == {}
+    assert held({"A": None, "B": 9.0, "C": 9.0})[1] == {}  # not evaluable now
+    h = held({"A": 6.0, "B": 5.0, "C": 7.0}, saved={})[1]
+    assert set(h) == {1, 2, 3}
+    # no record, another GPU map: nothing handed on, bounded marks included
+    assert held({"A": 9.0, "B": 9.0, "C": 9.0}, at=dataclasses.replace(
+        later, gpu_changes=None))[1] == {}
+    copied = dataclasses.replace(later, gpu_jobs=dict(base.gpu_jobs))
+    assert held({"A": 9.0, "B": 9.0, "C": 9.0}, at=copied)[1] == {}
+    # carried constraints saved again as they are (the class's jobs of the marking call)
+    km = KeptMarks()
+    km.save(snap, None, False, {}, (), bounded)
+    km.take(later, None, False)
+    h = km.take_bounded({"A": 9.0, "B": 9.0, "C": 9.0}.get)
+    km.save(later, None, False, {}, (), h)
+    assert km.take(later, None, False) == {} and km.take_bounded(
+        {"A": 9.0, "B": 9.0, "C": 9.0}.get) == h
+    assert km.take(later, None, False) == {} and km.take_bounded({}.get) == {}  # taken once
+
+
+def test_x_now_is_the_groups_x():
+    """:func:`policies.share_index.x_now` gives each running job's X as the built groups
+    have it: i_A known, estimated (no length), or not evaluable (``None``)."""
+    from policies.share_index import ShareKeep
+
+    r0 = running("R0", "x", [(0, 0)], total=1e5, done=10.0)
+    r1 = dataclasses.replace(running("R1", "x", [(0, 1)], total=1e4, submit=5.0),
+                             total_iters=None, duration_estimate=3000.0)  # estimated
+    r2 = running("R2", "nope", [(0, 2)], total=1e4)  # no profile
+    snap = make_snap([r0, r1, r2, pending("P0", "x", 2)], nodes=1, gpus_per_node=4,
+                     now=50.0)
+    rnd = Round(snap)
+    rnd.build_shared(False)
+    keep = ShareKeep()
+    got = {jid: x_now(snap, keep, jid) for jid in rnd.groups}
+    assert got == {jid: (gr.x if gr.occ.usable else None) for jid, gr in rnd.groups.items()}
+    assert set(got) == {"R0", "R1", "R2"}
+    assert got["R0"] > 0 and got["R1"] > 0 and got["R2"] is None
+    assert x_now(snap, keep, "P0") is None and x_now(snap, keep, "R9") is None
