@@ -53,8 +53,7 @@ class Components:
             if m:
                 seeds.update(m)
             old = shared.pop(g, None)
-            if old is not None:
-                seeds.update(old)
+            if old is not None:  # its workers were members holding ``g``: seeded above
                 self.nover -= len(old) > 2
                 for x in old:
                     s = on[x]

@@ -23,7 +23,9 @@ from indexes built once per call:
   §5.1 are found once; a candidate is then checked on its own component only
   (:meth:`Placement.ok`), exactly as :func:`~policies.gimbal_coord.packing_violations` judges
   the whole cluster with the job added (a violation elsewhere in the cluster still fails
-  every placement, as before).
+  every placement, as before).  The components and their verdicts are kept across calls
+  (:mod:`policies.pack_components`): a new round base advances the last one's by the GPUs
+  that changed hands and the jobs with new views, instead of building them anew.
 
 The snapshot's ``gpu_jobs`` must agree with the running jobs' allocations (the snapshot
 contract).  The Plans are identical to the literal implementation kept in
