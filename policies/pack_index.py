@@ -23,7 +23,9 @@ from indexes built once per call:
   §5.1 are found once; a candidate is then checked on its own component only
   (:meth:`Placement.ok`), exactly as :func:`~policies.gimbal_coord.packing_violations` judges
   the whole cluster with the job added (a violation elsewhere in the cluster still fails
-  every placement, as before).
+  every placement, as before).  The components and their verdicts are kept across calls
+  (:mod:`policies.pack_components`): a new round base advances the last one's by the GPUs
+  that changed hands and the jobs with new views, instead of building them anew.
 
 The snapshot's ``gpu_jobs`` must agree with the running jobs' allocations (the snapshot
 contract).  The Plans are identical to the literal implementation kept in
@@ -35,6 +37,7 @@ from typing import Optional
 
 from .base import exclusive_config, pick_consolidated
 from .model import ClusterSnapshot, Frozen, Gpu, Job
+from .pack_components import Components
 
 PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
 
@@ -165,6 +168,15 @@ class Placement:
             comp.extend(members.get(r, (r,)))
         return self._set_ok(comp, job.id, tuple(gpus), gj, jg)
 
+    @classmethod
+    def kept(cls, snap: ClusterSnapshot, comps: Components) -> "Placement":
+        """The index over ``comps`` (:class:`~policies.pack_components.Components`, brought
+        up to ``snap``): shares its maps, so it answers only until they are advanced again."""
+        p = cls.__new__(cls)
+        p.gj, p.jg = snap.gpu_jobs, _AllocGpus(snap.jobs)
+        p.over, p.root, p.members, p.bad = comps.nover > 0, comps.root, comps.members, comps.bad
+        return p
+
     def release(self) -> None:
         """Drop the references to the snapshot's maps (an index kept across calls must not
         hold them: the simulator reuses an unobserved map in place); :meth:`ok` then reads
@@ -196,7 +208,7 @@ class RoundBase:
     changed hands since: their alone GPUs, list keys and memory fits are unchanged)."""
 
     def __init__(self, policy, snap: ClusterSnapshot, prev: Optional["RoundBase"] = None,
-                 dirty_gpus: frozenset = frozenset()):
+                 dirty_gpus: frozenset = frozenset(), fresh_jobs: tuple = ()):
         gj = snap.gpu_jobs
         self.hosts = [h for h in _running(snap) if h.allocation is not None]
         self.views = {h.id: h for h in self.hosts}
@@ -213,7 +225,18 @@ class RoundBase:
         self.alone: dict[str, list[Gpu]] = {
             h.id: pal[h.id] if h.id in same
             else [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        self.placement = Placement(snap, memo=_policy_memo(policy, "_placement_memo", snap))
+        # §5.1's components: the last base's taken over (it gives them up) and advanced by
+        # the changed GPUs and jobs, else built from none with every occupied GPU changed
+        memo = _policy_memo(policy, "_placement_memo", snap)
+        comps = prev.components if prev is not None else None
+        if prev is not None:
+            prev.components = None
+        set_ok = Placement.kept(snap, Components())._set_ok  # reads snap's maps
+        if comps is None or not comps.advance(snap, dirty_gpus, fresh_jobs, memo, set_ok):
+            comps = Components()
+            comps.advance(snap, gj.keys(), (), memo, set_ok)
+        self.components: Optional[Components] = comps
+        self.placement = Placement.kept(snap, comps)
         self.placement.release()
         self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
         self.pp: dict[tuple[str, str], float] = _policy_memo(policy, "_pp_memo", snap)
@@ -245,7 +268,7 @@ def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
     ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
     usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
               and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
-    prev, dirty = None, frozenset()
+    prev, dirty, fresh = None, frozenset(), ()
     if usable and kept is not None:
         base, glog, jlog, kctx = kept
         if (all(a is b for a, b in zip(ctx, kctx)) and gr.log.extends(glog)
@@ -256,8 +279,8 @@ def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
                 if not any(j in hosts or (j in jobs and jobs[j].running) for j in fresh):
                     policy._round_base = (base, gr.log, jr.log, ctx)
                     return base
-            prev, dirty = base, frozenset(gr.log[len(glog):])
-    base = RoundBase(policy, snap, prev, dirty)
+            prev, dirty, fresh = base, frozenset(gr.log[len(glog):]), jr.log[len(jlog):]
+    base = RoundBase(policy, snap, prev, dirty, fresh)
     policy._round_base = (base, gr.log, jr.log, ctx) if usable else None
     return base
 

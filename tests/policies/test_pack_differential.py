@@ -26,7 +26,8 @@ from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import placement_ok
 from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, GpuChanges, Job,
                             JobChanges, JobState, Node)
-from policies.pack_index import Placement
+from policies.pack_components import Components
+from policies.pack_index import Placement, RoundBase
 from policies.throughput import InterferenceTable
 from reference_packing import REFS
 from test_sjf_differential import assert_same
@@ -50,6 +51,8 @@ class Differential:
         self.kept = 0  # calls whose waiting queue was brought up to date, not sorted afresh
         self.reused = 0  # calls that took the last call's round base over
         self.bases = 0  # calls that asked for a round base at all
+        self.advanced = 0  # new round bases whose §5.1 components were the last ones advanced
+        self.checked = 0  # round bases whose components were checked against a fresh build
 
     def schedule(self, snap):
         inner = self.inner
@@ -57,6 +60,7 @@ class Differential:
         rebuilds = pq.rebuilds if pq is not None else None
         base = getattr(inner, "_round_base", None)
         base = base[0] if base is not None else None
+        comps = base.components if base is not None else None
         plan = inner.schedule(snap)
         ref = self.ref.schedule(snap)
         assert_same(plan, ref)
@@ -66,15 +70,34 @@ class Differential:
         if after is not None and after[2] is snap.job_changes.log:  # a round this call
             self.bases += 1
             self.reused += after[0] is base
+            if after[0] is not base and base is not None:
+                assert after[0].components is comps  # taken over, not built from none
+                self.advanced += 1
+            _assert_components(after[0].components, snap)
+            self.checked += 1
         # the daemon's kind: the same snapshot without the simulator's change records
         bare = dataclasses.replace(
             snap, gpu_changes=None, job_changes=None,
             queue=None if snap.queue is None else dataclasses.replace(snap.queue, changes=None))
         assert_same(self.fresh.schedule(bare), ref)
         assert getattr(self.fresh, "_round_base", None) is None
+        _assert_components(RoundBase(self.fresh, bare).components, bare)  # built from none
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
         return plan
+
+
+def _assert_components(comps, snap):
+    """``comps`` (kept or built from none) holds the components and verdicts of a fresh
+    :class:`Placement` of ``snap``, and its GPU -> workers map of the shared GPUs."""
+    fresh = Placement(snap)
+    part = {r: frozenset(m) for r, m in comps.members.items()}
+    assert set(part.values()) == {frozenset(m) for m in fresh.members.values()}
+    assert {x: part[r] for x, r in comps.root.items()} == {
+        x: frozenset(fresh.members[r]) for x, r in fresh.root.items()}
+    assert {part[r] for r in comps.bad} == {frozenset(fresh.members[r]) for r in fresh.bad}
+    assert (comps.nover > 0) == fresh.over
+    assert comps.shared == {g: ids for g, ids in snap.gpu_jobs.items() if len(ids) >= 2}
 
 
 def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
@@ -108,6 +131,7 @@ def test_recorded_simulator_snapshots(name, xi, cluster, mps):
     # taken over and rebuilt
     assert pol.kept >= pol.calls // 2
     assert 0 < pol.reused < pol.bases
+    assert pol.advanced == pol.bases - pol.reused - 1 and pol.checked == pol.bases
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -120,6 +144,10 @@ def test_loaded_run(name):
     assert pol.calls > 100 and pol.kept >= pol.calls - 2
     assert pol.codes["wait_resources"] > 20 * pol.calls
     assert 0 < pol.reused < pol.bases
+    # every new round base but the first advanced the last one's §5.1 components, and each
+    # equals a fresh build
+    assert pol.advanced == pol.bases - pol.reused - 1 > 20
+    assert pol.checked == pol.bases
 
 
 def _random_snapshot(draw):
@@ -298,7 +326,14 @@ def test_kept_parts_across_snapshots(name, data):
                 free.append(g)
     s2 = records(dataclasses.replace(snap, jobs=MappingProxyType(jobs),
                                      gpu_jobs=MappingProxyType(gj), free_gpus=tuple(free)))
+    kept = getattr(pol, "_round_base", None)
+    comps = kept[0].components if kept is not None else None
     assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
+    after = getattr(pol, "_round_base", None)
+    if after is not None and after[2] is s2.job_changes.log:
+        if comps is not None and after[0] is not kept[0]:
+            assert after[0].components is comps
+        _assert_components(after[0].components, s2)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -347,3 +382,32 @@ def test_placement_memo_new_views_same_members():
         assert kept.bad == fresh.bad
         verdicts.append(bool(fresh.bad))
     assert verdicts == [False, True, False]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_components_advanced_across_snapshots(data):
+    """§5.1's components kept across a sequence of unrelated snapshots (the same job ids
+    R0, R1, ... on other GPUs, other sets), advanced by the GPUs whose workers differ (and the
+    jobs with another view, or not: the GPU record alone suffices): each step equals a fresh
+    build (the kept path of
+    :class:`policies.pack_components.Components`)."""
+    memo: dict = {}
+    comps, last = Components(), None
+    steps = 0
+    for _ in range(4):
+        snap = _random_snapshot(data.draw)
+        set_ok = Placement.kept(snap, Components())._set_ok
+        if last is None:
+            changed, fresh = snap.gpu_jobs.keys(), ()
+        else:
+            gj0, gj1 = last.gpu_jobs, snap.gpu_jobs
+            changed = {g for g in gj0.keys() | gj1.keys() if gj0.get(g) != gj1.get(g)}
+            fresh = [j for j in last.jobs.keys() | snap.jobs.keys()  # or the GPUs alone
+                     if last.jobs.get(j) is not snap.jobs.get(j)] if data.draw(
+                         st.booleans()) else ()
+        assert comps.advance(snap, changed, fresh, memo, set_ok)
+        _assert_components(comps, snap)
+        steps += last is not None
+        last = snap
+    assert steps == 3
