@@ -353,3 +353,72 @@ def test_a1_window_equals_virtual_srpt_on_edit_sequences():
     # two items of one key: no window (the caller uses virtual_srpt)
     dup = [("a", 0.0, 3.0), ("a", 1.0, 1.0), ("b", 0.5, 2.0)]
     assert A1Window().reset(dup) is None
+
+
+def _busy_edit_sequence(seed, every):
+    """Edits shaped like a loaded simulation's Ã1: arrivals at the window's end with no
+    work yet (unknown length), some of them long; items in the middle getting their work
+    when their job finishes (0 -> p, far back in the window); the front moving on; now and
+    then an item removed or moved.  Long items keep the machine busy across many
+    arrivals, so checkpoints (not idle marks) are where re-simulations start and stop."""
+    rng = random.Random(seed)
+    win = A1Window()
+    win.every = every
+    t, t0, cur, nxt = 0.0, 0.0, {}, 0
+    for i in range(rng.randint(5, 40)):
+        t += rng.choice([0.0, rng.random() * 3, float(rng.randint(0, 4))])
+        p = float(rng.choice([0, 0, rng.random() * 4, rng.randint(20, 80)]))
+        cur[f"j{nxt}"] = (f"j{nxt}", t, p)
+        nxt += 1
+    items = list(cur.values())
+    assert win.reset(items) == virtual_srpt(items)
+    for step in range(40):
+        removed, ups = set(), {}
+        c = rng.random()
+        if c < 0.45:  # arrivals at the end
+            for _ in range(rng.randint(1, 3)):
+                t += rng.choice([0.0, rng.random() * 3, float(rng.randint(0, 4))])
+                ups[f"j{nxt}"] = (f"j{nxt}", t, float(rng.choice([0, 0, rng.randint(20, 80)])))
+                nxt += 1
+        elif c < 0.85 and cur:  # jobs finish: their items get their work
+            for k in rng.sample(sorted(cur), min(len(cur), rng.randint(1, 2))):
+                ups[k] = (k, cur[k][1], float(rng.choice([rng.random() * 4, rng.randint(1, 30)])))
+        elif c < 0.93 and cur:
+            k = rng.choice(sorted(cur))
+            if rng.random() < 0.5:
+                removed.add(k)
+            else:  # moved
+                ups[k] = (k, cur[k][1] + rng.choice([-2.0, 1.5, 7.0]), cur[k][2])
+        else:
+            t0 = rng.choice([t0, t0 + rng.random() * 5, t0 + rng.randint(0, 15)])
+        before = dict(win.done)
+        removed -= ups.keys()
+        for k in removed:
+            cur.pop(k, None)
+        cur.update(ups)
+        cur = {k: x for k, x in cur.items() if x[1] >= t0}
+        got = win.update(t0, removed, ups)
+        want = virtual_srpt(list(cur.values()))
+        assert got == want, (seed, step)
+        assert win.items() == sorted(cur.values(), key=lambda x: (x[1], x[0]))
+        # every key whose completion time moved is named (a moved item may be named anyway)
+        assert set(win.changed) >= {k for k, v in want.items() if before.get(k) != v}, (seed, step)
+        assert set(win.cks) == {x[0] for i, x in enumerate(win.its) if win.ck[i] and i >= win.lo}
+    return win
+
+
+@pytest.mark.parametrize("every", [1, 3, 16])
+def test_a1_window_checkpoints_start_and_stop_exactly(every):
+    """Checkpoints (the state before an item's push) as start and stop points: equal to
+    virtual_srpt after every edit, ``changed`` naming every key whose completion time
+    moved, the checkpoint map in step with its marks; both uses happen, and re-simulate
+    fewer items than the idle marks alone."""
+    starts = stops = with_ck = without = 0
+    for seed in range(150):
+        a = _busy_edit_sequence(seed, every)
+        b = _busy_edit_sequence(seed, 10 ** 9)  # no checkpoint is ever recorded
+        assert b.ck_starts == b.ck_stops == 0
+        starts, stops = starts + a.ck_starts, stops + a.ck_stops
+        with_ck, without = with_ck + a.simulated, without + b.simulated
+    assert starts > 200 and stops > 50, (starts, stops)
+    assert with_ck < 0.7 * without, (with_ck, without)
