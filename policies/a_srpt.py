@@ -367,10 +367,11 @@ class ASrpt(Policy):
             return make_plan(self.name, actions, order, reasons, infeasible,
                              [keep_running_segment(snap)])
         # the rest (blocked behind the head, or not yet complete in Ã1) waits as it stands
-        start, rest = i, keys[i:]  # a copy of their keys: the reasons are made on demand
-        tail = Frozen(ids, start)
+        # their keys from position i on (the list itself: a kept order copies its lists
+        # before changing them while a plan still holds them): reasons made on demand
+        tail = Frozen(ids, i)
         return make_plan(self.name, actions, Joined(tuple(order), tail), reasons, infeasible,
-                         [(tail, _Waiting(rest, start, split, blocked)),
+                         [(tail, _Waiting(keys, i, split, blocked)),
                           keep_running_segment(snap)])
 
 
@@ -387,17 +388,18 @@ def _waiting(k, i, split, blocked):
 
 
 class _Waiting:
-    """The WAIT_ORDER reasons of the jobs from position ``start`` of the order on (their
-    keys ``rest``, copied at the call), made when a consumer asks."""
+    """The WAIT_ORDER reasons of the jobs from position ``start`` of the order on (the
+    order's keys ``keys``, not changed while this is held), made when a consumer asks."""
 
-    __slots__ = ("rest", "start", "split", "blocked", "index")
+    __slots__ = ("keys", "start", "split", "blocked", "index")
 
-    def __init__(self, rest, start, split, blocked):
-        self.rest, self.start, self.split, self.blocked = rest, start, split, blocked
+    def __init__(self, keys, start, split, blocked):
+        self.keys, self.start, self.split, self.blocked = keys, start, split, blocked
         self.index = None
 
     def __call__(self, jid):
         if self.index is None:
-            self.index = {k[2]: i for i, k in enumerate(self.rest)}
+            keys = self.keys
+            self.index = {keys[i][2]: i for i in range(self.start, len(keys))}
         i = self.index[jid]
-        return _waiting(self.rest[i], self.start + i, self.split, self.blocked)
+        return _waiting(self.keys[i], i, self.split, self.blocked)

@@ -93,8 +93,9 @@ class KeptOrder:
         """Copy the lists handed out as views before changing them if a view is still
         held (a plan's order or reasons), so that view never changes."""
         # the attribute and getrefcount's argument: no view holds the list
-        if sys.getrefcount(self.jobs) > 2 or sys.getrefcount(self.ids) > 2:
-            self.jobs, self.ids = list(self.jobs), list(self.ids)
+        if sys.getrefcount(self.jobs) > 2 or sys.getrefcount(self.ids) > 2 \
+                or sys.getrefcount(self.keys) > 2:
+            self.jobs, self.ids, self.keys = list(self.jobs), list(self.ids), list(self.keys)
 
     def _apply(self, jobs, changed, key) -> bool:
         self._own()

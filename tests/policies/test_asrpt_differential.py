@@ -422,3 +422,34 @@ def test_a1_window_checkpoints_start_and_stop_exactly(every):
         with_ck, without = with_ck + a.simulated, without + b.simulated
     assert starts > 200 and stops > 50, (starts, stops)
     assert with_ck < 0.7 * without, (with_ck, without)
+
+
+class Held(Differential):
+    """Keeps every plan without reading its reasons; they are read after the run, when
+    later calls have changed the kept waiting order the lazy reasons point into."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.held = []
+
+    def schedule(self, snap):
+        plan = self.inner.schedule(snap)
+        self.held.append((plan, self.ref.schedule(snap)))
+        self.calls += 1
+        return plan
+
+
+@pytest.mark.parametrize("name", ["a-srpt", "a-srpt-perfect"])
+def test_plans_held_across_calls_keep_their_reasons(name):
+    """A plan's waiting reasons are made on demand from the kept order's key list; a plan
+    still held when the order changes keeps the reasons of its own call (the kept order
+    copies its lists first)."""
+    jobs, _ = _table1_jobs(160, 3, span=10_000)
+    pol = Held(name)
+    simulate(jobs, parse_cluster("4x8"), pol, MODELS_, SimConfig(interval=60.0, seed=3))
+    assert pol.calls > 100 and pol.inner.sorted_calls <= pol.inner.full_calls + 1
+    waiting = 0
+    for plan, ref in pol.held:
+        assert_same(plan, ref)
+        waiting += sum(r.code.value == "wait_order" for r in ref.reasons.values())
+    assert waiting > 100
