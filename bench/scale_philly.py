@@ -3,6 +3,7 @@
     python bench/scale_philly.py [--clusters 300x8 64x8] [--policies NAME ...]
                                  [--sizes 5000 20000 0] [--timeout 120] [--min-run 0]
                                  [--predictor rf|mean|median|perfect] [--refit 3600]
+                                 [--digest]
 
 For each cluster and trace size (``0`` = the whole trace) every policy runs in its
 own process (its peak RSS is its own; the trace is loaded there too, with the
@@ -21,11 +22,16 @@ one they see no length — the simulator reveals lengths only to policies that d
 they need them — and fall back to the user's time limit, absent in this trace, so
 their orders are submit order).
 
+``--digest`` adds a column: a sha256 of the run's per-job records, sampled timeline and
+summary, so a change meant to keep the decisions can be checked run against run (the
+same digest before and after).
+
 Target (issue #13): < 60 s per policy on the whole trace at 300x8 and 64x8.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import json
 import resource
@@ -81,7 +87,10 @@ def one(a) -> dict:
     res = simulate(jobs, nodes, pol, models, SimConfig(), **kw)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     s = res.summary
-    return {"jobs": len(jobs), "wall_s": wall, "cpu_s": cpu, "bare_s": bare,
+    # the run's results (every job's record, the sampled timeline, the summary): two runs of
+    # one setting with the same digest decided the same
+    digest = hashlib.sha256(repr((res._rows, res._samples, sorted(s.items()))).encode())
+    return {"digest": digest.hexdigest()[:16], "jobs": len(jobs), "wall_s": wall, "cpu_s": cpu, "bare_s": bare,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "calls": s["policy_calls"], "avg_jct_h": s["avg_jct"] / 3600,
             "avg_queue_h": s["avg_queueing"] / 3600, "avg_wait_h": s["avg_wait_total"] / 3600,
@@ -102,6 +111,9 @@ def main() -> int:
                     help="refit this job-length predictor on the finished jobs (seed 003)")
     ap.add_argument("--refit", type=float, default=3600.0,
                     help="seconds of simulated time between refits (with --predictor)")
+    ap.add_argument("--digest", action="store_true",
+                    help="add a column: sha256 of the run's per-job records, timeline and "
+                         "summary (equal digests: the same results)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--cluster", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
@@ -122,8 +134,10 @@ def main() -> int:
           f"min_run_s {a.min_run:.0f}"
           + (f"; predictor {a.predictor}, refit every {a.refit:.0f} s" if a.predictor else ""))
     print("| cluster | jobs | policy | wall (s) | CPU (s) | x bare | CPU ms/job | peak RSS (MB) "
-          "| calls | avg JCT (h) | avg queue (h) | avg wait (h) | pre-emptions | < 60 s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| calls | avg JCT (h) | avg queue (h) | avg wait (h) | pre-emptions | < 60 s |"
+          + (" digest |" if a.digest else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.digest else ""))
+    dig = (lambda r: f" {r['digest']} |") if a.digest else (lambda r: "")
     for cluster in a.clusters:
         for size in a.sizes:
             for name in pols:
@@ -146,7 +160,8 @@ def main() -> int:
                       f"{r['cpu_s'] / max(r['bare_s'], 1e-9):.0f} | "
                       f"{1000 * r['cpu_s'] / r['jobs']:.2f} | {r['rss_mb']:.0f} | {r['calls']} | "
                       f"{r['avg_jct_h']:.2f} | {r['avg_queue_h']:.2f} | {r['avg_wait_h']:.2f} | "
-                      f"{r['preemptions']} | {'yes' if r['wall_s'] < 60 else 'NO'} |", flush=True)
+                      f"{r['preemptions']} | {'yes' if r['wall_s'] < 60 else 'NO'} |" + dig(r),
+                      flush=True)
     return 0
 
 

@@ -33,3 +33,11 @@ def test_refit_must_be_positive():
     out = subprocess.run([sys.executable, str(BENCH), "--refit", "0", "--one", "spjf"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--refit must be > 0 seconds, got 0.0" in out.stderr
+
+
+def test_digest_names_the_results():
+    """Two runs of one setting give one digest; another setting (the predictor reorders
+    SPJF) another."""
+    a, b, c = _one(), _one(), _one("--predictor", "mean", "--refit", "600")
+    assert len(a["digest"]) == 16 and int(a["digest"], 16) >= 0
+    assert a["digest"] == b["digest"] != c["digest"]
