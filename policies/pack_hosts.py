@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Optional
 from .model import ClusterSnapshot, Gpu, Job
 
 LOG_MAX = 64  # advances whose touched hosts are kept (an older list is built anew)
+REBUILD_SHARE = 4  # a list is built anew when more than 1/REBUILD_SHARE of the hosts changed
 
 
 def running_hosts(snap: ClusterSnapshot):
@@ -121,7 +122,7 @@ class HostState:
         out: set = set()
         for s in self.log[gen - self.log0:]:
             out |= s
-        return out if 4 * len(out) <= len(self.views) + 4 else None
+        return out if REBUILD_SHARE * len(out) <= len(self.views) + 4 else None
 
     def _entry(self, app: str, i: str, policy, snap, thr: float, ppof):
         h = self.views.get(i)
