@@ -90,10 +90,12 @@ class Gandiva(PackingHost):
         if max(map(len, gj.values()), default=0) >= 2:
             # each packed pair once (a pair on k GPUs appears k times), its verdict memoised
             # while both jobs keep their views (a function of the two views, the profile
-            # table and the node tuple only)
+            # table, the node tuple and the threshold only)
             memo = self.__dict__.get("_pairs")
-            ctx = (snap.profiles, snap.nodes)
-            if memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]:
+            ctx = (snap.profiles, snap.nodes, self.gimbal_threshold if self.gimbal
+                   else self.threshold)
+            if (memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]
+                    or memo[0][2] != ctx[2]):
                 memo = self._pairs = (ctx, {})
             seen, jobs = memo[1], snap.jobs
             fresh = {}

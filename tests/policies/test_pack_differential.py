@@ -385,12 +385,21 @@ def test_kept_parts_across_snapshots(name, data):
     kept = getattr(pol, "_round_base", None)
     comps = kept[0].components if kept is not None else None
     hs = kept[0].host_state if kept is not None else None
-    assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
+    ref = REFS[name]()
+    knobs = data.draw(st.sampled_from([None, "unequal", "threshold"]))
+    if knobs is not None:  # the policy's knobs changed between the calls: built anew
+        for p in (pol, ref):
+            if knobs == "unequal":
+                p.unequal = not p.unequal
+            else:
+                p.threshold = p.gimbal_threshold = 1.3
+    assert_same(pol.schedule(s2), ref.schedule(s2))
     after = getattr(pol, "_round_base", None)
     if after is not None and after[2] is s2.job_changes.log:
         if comps is not None and after[0] is not kept[0]:
-            assert after[0].components is comps
-            assert after[0].host_state is hs
+            # taken over, unless the knobs changed (then nothing is)
+            assert (after[0].components is comps) == (knobs is None)
+            assert (after[0].host_state is hs) == (knobs is None)
         _assert_components(after[0].components, s2)
         _assert_host_state(after[0].host_state, pol, s2)
 
