@@ -58,6 +58,7 @@ class Differential:
         self.hosts_advanced = 0  # new round bases whose host state was the last one advanced
         self.synced = 0  # host lists brought up to date from the log (not built anew)
         self.lists_checked = 0  # kept host lists compared with a fresh build
+        self.pairs_kept = 0  # Gandiva: calls whose packed pairs were advanced, not rebuilt
 
     def schedule(self, snap):
         inner = self.inner
@@ -68,7 +69,15 @@ class Differential:
         comps = base.components if base is not None else None
         hs = base.host_state if base is not None else None
         synced = hs.synced if hs is not None else 0
+        packed = getattr(inner, "_packed", None)
         plan = inner.schedule(snap)
+        if self.name.startswith("gandiva"):  # the packed pairs kept from the GPU record
+            after = inner._packed
+            assert after is not None and after[0] is snap.gpu_changes.log
+            on = {g: ids for g, ids in snap.gpu_jobs.items() if len(ids) == 2}
+            assert after[1] == on
+            assert after[2] == dict(Counter(on.values()))
+            self.pairs_kept += packed is not None and after[1] is packed[1]
         ref = self.ref.schedule(snap)
         assert_same(plan, ref)
         if rebuilds is not None and inner._pack_queue.rebuilds == rebuilds:
@@ -93,6 +102,7 @@ class Differential:
             queue=None if snap.queue is None else dataclasses.replace(snap.queue, changes=None))
         assert_same(self.fresh.schedule(bare), ref)
         assert getattr(self.fresh, "_round_base", None) is None
+        assert getattr(self.fresh, "_packed", None) is None
         _assert_components(RoundBase(self.fresh, bare).components, bare)  # built from none
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
@@ -186,6 +196,8 @@ def test_recorded_simulator_snapshots(name, xi, cluster, mps):
     assert 0 < pol.reused < pol.bases
     assert pol.advanced == pol.bases - pol.reused - 1 and pol.checked == pol.bases
     assert pol.hosts_advanced == pol.advanced and pol.lists_checked > pol.checked
+    # Gandiva's packed pairs advanced from the GPU record at every call but the first
+    assert pol.pairs_kept == (pol.calls - 1 if name.startswith("gandiva") else 0)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -204,6 +216,7 @@ def test_loaded_run(name):
     assert pol.checked == pol.bases
     # and its host state, whose lists were brought up to date from the log many times
     assert pol.hosts_advanced == pol.advanced and pol.synced > 20
+    assert pol.pairs_kept == (pol.calls - 1 if name.startswith("gandiva") else 0)
 
 
 def _random_snapshot(draw):
@@ -393,7 +406,12 @@ def test_kept_parts_across_snapshots(name, data):
                 p.unequal = not p.unequal
             else:
                 p.threshold = p.gimbal_threshold = 1.3
+    packed = getattr(pol, "_packed", None)
     assert_same(pol.schedule(s2), ref.schedule(s2))
+    if name.startswith("gandiva"):  # the packed pairs advanced by the GPUs logged since
+        on = {g: ids for g, ids in s2.gpu_jobs.items() if len(ids) == 2}
+        assert packed is not None and pol._packed[1] is packed[1] and packed[1] == on
+        assert pol._packed[2] == dict(Counter(on.values()))
     after = getattr(pol, "_round_base", None)
     if after is not None and after[2] is s2.job_changes.log:
         if comps is not None and after[0] is not kept[0]:
