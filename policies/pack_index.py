@@ -25,7 +25,9 @@ from indexes built once per call:
   the whole cluster with the job added (a violation elsewhere in the cluster still fails
   every placement, as before).  The components and their verdicts are kept across calls
   (:mod:`policies.pack_components`): a new round base advances the last one's by the GPUs
-  that changed hands and the jobs with new views, instead of building them anew.
+  that changed hands and the jobs with new views, instead of building them anew; so are
+  the hosts, their alone GPUs and the per-application lists (:mod:`policies.pack_hosts`:
+  only the hosts those changes touch are redone).
 
 The snapshot's ``gpu_jobs`` must agree with the running jobs' allocations (the snapshot
 contract).  The Plans are identical to the literal implementation kept in
@@ -38,6 +40,7 @@ from typing import Optional
 from .base import exclusive_config, pick_consolidated
 from .model import ClusterSnapshot, Frozen, Gpu, Job
 from .pack_components import Components
+from .pack_hosts import HostState
 
 PACK_MPS = 100  # packed workers start under MPS at 100 % (free competition)
 
@@ -184,66 +187,38 @@ class Placement:
         self.gj = self.jg = None
 
 
-def _running(snap: ClusterSnapshot):
-    """The running jobs: with the simulator's ``waiting_ids`` those on ``gpu_jobs`` (checked:
-    with the waiting ones they are all jobs, and all run), a cost by GPUs in use rather than
-    by jobs; else every running job of the job map.  (Any order: the round sorts by keys
-    that end in the id.)"""
-    jobs, waiting = snap.jobs, snap.waiting_ids
-    if waiting is not None:
-        ids = set().union(*snap.gpu_jobs.values())
-        if len(ids) + len(waiting) == len(jobs) and ids <= jobs.keys():
-            views = [jobs[i] for i in ids]
-            if all(j.running for j in views):
-                return views
-    return snap.running()
-
-
 class RoundBase:
     """What a packing round reads of the snapshot before any job is placed: the hosts,
-    their alone GPUs, the §5.1 index and the per-application host lists (filled as asked).
-    A function of ``gpu_jobs``, the running jobs' views and the tables (:func:`round_base`
-    keeps it across calls while those are unchanged).  ``prev``: the last call's base, whose
-    per-host parts are taken over for the hosts in ``same`` (same view, none of their GPUs
-    changed hands since: their alone GPUs, list keys and memory fits are unchanged)."""
+    their alone GPUs, the §5.1 index and the per-application host lists (filled as asked,
+    :class:`~policies.pack_hosts.HostState`).  A function of ``gpu_jobs``, the running
+    jobs' views, the tables and the policy's knobs (:func:`round_base` keeps it across calls
+    while those are unchanged).  ``prev``: the last call's base, whose host state and
+    components are taken over and advanced by ``dirty_gpus`` (every GPU whose workers may
+    differ since) and ``fresh_jobs`` (every job that may have a new view since)."""
 
     def __init__(self, policy, snap: ClusterSnapshot, prev: Optional["RoundBase"] = None,
                  dirty_gpus: frozenset = frozenset(), fresh_jobs: tuple = ()):
-        gj = snap.gpu_jobs
-        self.hosts = [h for h in _running(snap) if h.allocation is not None]
-        self.views = {h.id: h for h in self.hosts}
-        self.host_ids = self.views.keys()
-        if prev is not None:
-            pv = prev.views
-            self.same = {h.id for h in self.hosts
-                         if pv.get(h.id) is h and dirty_gpus.isdisjoint(h.allocation.gpus)}
-            self._old_sorted, self._old_fit = prev.sorted, prev.fit
-            pal = prev.alone
-        else:
-            self.same, self._old_sorted, self._old_fit, pal = set(), {}, {}, {}
-        same = self.same
-        self.alone: dict[str, list[Gpu]] = {
-            h.id: pal[h.id] if h.id in same
-            else [g for g in h.allocation.gpus if gj.get(g, ()) == (h.id,)] for h in self.hosts}
-        # §5.1's components: the last base's taken over (it gives them up) and advanced by
-        # the changed GPUs and jobs, else built from none with every occupied GPU changed
-        memo = _policy_memo(policy, "_placement_memo", snap)
+        # the per-host parts and §5.1's components: the last base's taken over (it gives
+        # them up) and advanced by the changed GPUs and jobs, else built from the snapshot
+        hs = prev.host_state if prev is not None else None
         comps = prev.components if prev is not None else None
         if prev is not None:
-            prev.components = None
+            prev.host_state = prev.components = None
+        if hs is None or not hs.advance(policy, snap, dirty_gpus, fresh_jobs):
+            hs = HostState(policy, snap)
+        self.host_state: Optional[HostState] = hs
+        self.host_ids = hs.views.keys()
+        self.alone: dict[str, list[Gpu]] = hs.alone
+        memo = _policy_memo(policy, "_placement_memo", snap)
         set_ok = Placement.kept(snap, Components())._set_ok  # reads snap's maps
         if comps is None or not comps.advance(snap, dirty_gpus, fresh_jobs, memo, set_ok):
             comps = Components()
-            comps.advance(snap, gj.keys(), (), memo, set_ok)
+            comps.advance(snap, snap.gpu_jobs.keys(), (), memo, set_ok)
         self.components: Optional[Components] = comps
         self.placement = Placement.kept(snap, comps)
         self.placement.release()
-        self.node_mem = {n.name: n.gpu_mem_mb for n in snap.nodes}
+        self.node_mem = hs.node_mem
         self.pp: dict[tuple[str, str], float] = _policy_memo(policy, "_pp_memo", snap)
-        self.sorted: dict[str, list] = {}
-        self.fit: dict[tuple[float, str], bool] = {}
-        self.lists: dict[tuple[str, float], dict[int, list]] = {}
-        self.host_mb: dict[str, float] = {}
 
 
 def _policy_memo(policy, name: str, snap: ClusterSnapshot) -> dict:
@@ -261,8 +236,8 @@ def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
     """The policy's :class:`RoundBase` for ``snap`` with the simulator's change records
     (``snap.gpu_changes``, ``snap.job_changes``): the last call's while no GPU changed
     hands and no running job (nor a job now running) got a new view since; else a new one
-    that takes over the last one's per-host parts for the hosts untouched by the changes
-    (the tables and nodes the same objects).  Built afresh without the records."""
+    that takes over the last one's host state and components, advanced by the changes (the
+    tables and nodes the same objects, the knobs equal).  Built afresh without the records."""
     kept = policy.__dict__.get("_round_base")
     gr, jr = snap.gpu_changes, snap.job_changes
     ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
@@ -272,7 +247,8 @@ def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
     if usable and kept is not None:
         base, glog, jlog, kctx = kept
         if (all(a is b for a, b in zip(ctx, kctx)) and gr.log.extends(glog)
-                and jr.log.extends(jlog)):
+                and jr.log.extends(jlog) and base.host_state is not None
+                and base.host_state.knobs == (policy.pair_threshold(), policy.unequal)):
             if len(gr.log) == len(glog):
                 jobs, hosts = snap.jobs, base.host_ids
                 fresh = jr.log[len(jlog):]
@@ -292,17 +268,12 @@ class PackRound:
         self.policy, self.snap = policy, snap
         if base is None:
             base = RoundBase(policy, snap)
-        self.hosts = base.hosts
-        self._base = base
-        self._alone0 = base.alone
+        self._state = base.host_state
         self.alone = dict(base.alone)  # lists are replaced by take(), never changed in place
         self.placement = base.placement
         self.node_mem = base.node_mem
         self.rank = snap.node_rank
         self._pp = base.pp
-        self._sorted = base.sorted
-        self._lists = base.lists
-        self._host_mb = base.host_mb
         self._heads: dict[tuple, int] = {}
 
     def pair_progress(self, a: str, b: str) -> float:
@@ -315,64 +286,14 @@ class PackRound:
     def score(self, job: Job, host: Job) -> float:
         return self.policy.score_from(self.pair_progress(job.app, host.app), self.snap, host)
 
-    def _sorted_for(self, app: str) -> list:
-        """Hosts whose pair with ``app`` passes the threshold, by (-score, submit, id)."""
-        out = self._sorted.get(app)
-        if out is None:
-            pol, snap = self.policy, self.snap
-            thr = pol.pair_threshold()
-            old = self._base._old_sorted.get(app)
-            if old is not None:  # the untouched hosts' entries (same keys, same filter)
-                same = self._base.same
-                out = [e for e in old if e[1].id in same]
-                todo = [h for h in self.hosts if h.id not in same]
-            else:
-                out, todo = [], self.hosts
-            alone0, unequal, ppof = self._alone0, pol.unequal, self.pair_progress
-            for h in todo:
-                al = alone0[h.id]  # the round's start: alone GPUs only get fewer
-                # equal packing needs all k GPUs alone; alone GPUs only get fewer
-                if not al or (not unequal and len(al) < h.num_gpus):
-                    continue
-                pp = ppof(app, h.app)
-                if pp >= thr:
-                    out.append(((-pol.score_from(pp, snap, h), h.submit_time, h.id), h))
-            out.sort(key=lambda e: e[0])
-            self._sorted[app] = out
-        return out
-
     def _lists_for(self, app: str, job_mb: float) -> dict[int, list]:
-        """:meth:`_sorted_for` by host GPU count, without the hosts on none of whose alone
-        GPUs a worker of ``job_mb`` fits (the memory test of :meth:`_fit`, which stays
-        false as alone GPUs are taken)."""
-        key = (app, job_mb)
-        lists = self._lists.get(key)
-        if lists is None:
-            lists = {}
-            mem = self.node_mem
-            base = self._base
-            fit, old_fit, same = base.fit, base._old_fit, base.same
-            for e in self._sorted_for(app):
-                h = e[1]
-                fk = (job_mb, h.id)
-                ok = fit.get(fk)
-                if ok is None:
-                    ok = old_fit.get(fk) if h.id in same else None
-                    if ok is None:
-                        need = job_mb + self.host_mb(h)
-                        ok = any(need <= mem[g.node] for g in self._alone0[h.id])
-                    fit[fk] = ok
-                if ok:
-                    lists.setdefault(h.num_gpus, []).append(e)
-            self._lists[key] = lists
-        return lists
+        """Hosts whose pair with ``app`` passes the threshold, by (-score, submit, id), by
+        host GPU count, without those on none of whose alone GPUs a worker of ``job_mb``
+        fits (:meth:`~policies.pack_hosts.HostState.lists_for`)."""
+        return self._state.lists_for(app, job_mb, self.policy, self.snap, self.pair_progress)
 
     def host_mb(self, host: Job) -> float:
-        hmb = self._host_mb.get(host.id)
-        if hmb is None:
-            hmem = self.snap.memory.get(host.app)
-            hmb = self._host_mb[host.id] = hmem.mem_mb(host.allocation.sub_batch) if hmem else 0.0
-        return hmb
+        return self._state.mb(host, self.snap)
 
     def take(self, host: Job, gpus) -> None:
         gs = set(gpus)

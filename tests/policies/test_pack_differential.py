@@ -26,8 +26,10 @@ from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import placement_ok
 from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, GpuChanges, Job,
                             JobChanges, JobState, Node)
+from policies import pack_hosts
 from policies.pack_components import Components
-from policies.pack_index import Placement, RoundBase
+from policies.pack_hosts import HostState, _Kept
+from policies.pack_index import Placement, RoundBase, pair_progress
 from policies.throughput import InterferenceTable
 from reference_packing import REFS
 from test_sjf_differential import assert_same
@@ -53,6 +55,10 @@ class Differential:
         self.bases = 0  # calls that asked for a round base at all
         self.advanced = 0  # new round bases whose §5.1 components were the last ones advanced
         self.checked = 0  # round bases whose components were checked against a fresh build
+        self.hosts_advanced = 0  # new round bases whose host state was the last one advanced
+        self.synced = 0  # host lists brought up to date from the log (not built anew)
+        self.lists_checked = 0  # kept host lists compared with a fresh build
+        self.pairs_kept = 0  # Gandiva: calls whose packed pairs were advanced, not rebuilt
 
     def schedule(self, snap):
         inner = self.inner
@@ -61,7 +67,17 @@ class Differential:
         base = getattr(inner, "_round_base", None)
         base = base[0] if base is not None else None
         comps = base.components if base is not None else None
+        hs = base.host_state if base is not None else None
+        synced = hs.synced if hs is not None else 0
+        packed = getattr(inner, "_packed", None)
         plan = inner.schedule(snap)
+        if self.name.startswith("gandiva"):  # the packed pairs kept from the GPU record
+            after = inner._packed
+            assert after is not None and after[0] is snap.gpu_changes.log
+            on = {g: ids for g, ids in snap.gpu_jobs.items() if len(ids) == 2}
+            assert after[1] == on
+            assert after[2] == dict(Counter(on.values()))
+            self.pairs_kept += packed is not None and after[1] is packed[1]
         ref = self.ref.schedule(snap)
         assert_same(plan, ref)
         if rebuilds is not None and inner._pack_queue.rebuilds == rebuilds:
@@ -73,14 +89,20 @@ class Differential:
             if after[0] is not base and base is not None:
                 assert after[0].components is comps  # taken over, not built from none
                 self.advanced += 1
+                assert after[0].host_state is hs
+                self.hosts_advanced += 1
             _assert_components(after[0].components, snap)
             self.checked += 1
+            st_ = after[0].host_state
+            self.synced += st_.synced - (synced if st_ is hs else 0)
+            self.lists_checked += _assert_host_state(st_, inner, snap)
         # the daemon's kind: the same snapshot without the simulator's change records
         bare = dataclasses.replace(
             snap, gpu_changes=None, job_changes=None,
             queue=None if snap.queue is None else dataclasses.replace(snap.queue, changes=None))
         assert_same(self.fresh.schedule(bare), ref)
         assert getattr(self.fresh, "_round_base", None) is None
+        assert getattr(self.fresh, "_packed", None) is None
         _assert_components(RoundBase(self.fresh, bare).components, bare)  # built from none
         self.calls += 1
         self.codes.update(r.code.value for r in plan.reasons.values())
@@ -98,6 +120,47 @@ def _assert_components(comps, snap):
     assert {part[r] for r in comps.bad} == {frozenset(fresh.members[r]) for r in fresh.bad}
     assert (comps.nover > 0) == fresh.over
     assert comps.shared == {g: ids for g, ids in snap.gpu_jobs.items() if len(ids) >= 2}
+
+
+def _clone(hs):
+    """A copy of a host state whose lists can be brought up to date without touching it."""
+    out = HostState.__new__(HostState)
+    out.__dict__.update(hs.__dict__)
+    out.views, out.alone, out.log = dict(hs.views), dict(hs.alone), list(hs.log)
+    out.sorted = {a: _Kept(k.gen, list(k.items), dict(k.ent), k.nan)
+                  for a, k in hs.sorted.items()}
+    out.lists = {a: _Kept(k.gen, {n: list(v) for n, v in k.items.items()}, dict(k.ent), k.nan)
+                 for a, k in hs.lists.items()}
+    out.fit = {i: dict(f) for i, f in hs.fit.items()}
+    out.host_mb = dict(hs.host_mb)
+    return out
+
+
+def _assert_host_state(hs, policy, snap, keys=None) -> int:
+    """``hs`` (kept or built from none) holds the hosts and alone GPUs of a fresh
+    :class:`HostState` of ``snap``, and each of its lists (those a round brought up to date
+    as they are; every other one on a copy, brought up to date now) equals a fresh build;
+    ``keys``: (application, worker MB) pairs to ask of both as well.  Returns the lists
+    compared."""
+    fresh = HostState(policy, snap)
+    assert hs.views.keys() == fresh.views.keys()
+    assert all(hs.views[i] is snap.jobs[i] for i in hs.views)
+    assert hs.alone == fresh.alone and hs.node_mem == fresh.node_mem
+    assert hs.knobs == fresh.knobs
+    ppof = lambda a, b: pair_progress(snap, a, b)  # noqa: E731
+    n = 0
+    for k in [a for a, kept in hs.lists.items() if kept.gen == hs.gen]:
+        assert hs.lists[k].items == fresh.lists_for(*k, policy, snap, ppof), k
+        n += 1
+    for a in [a for a, kept in hs.sorted.items() if kept.gen == hs.gen]:
+        assert hs.sorted[a].items == fresh.sorted_for(a, policy, snap, ppof), a
+    copy = _clone(hs)
+    for k in list(copy.lists) + list(keys or ()):
+        assert copy.lists_for(*k, policy, snap, ppof) == fresh.lists_for(*k, policy, snap, ppof)
+        n += 1
+    for a in list(copy.sorted):
+        assert copy.sorted_for(a, policy, snap, ppof) == fresh.sorted_for(a, policy, snap, ppof)
+    return n
 
 
 def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
@@ -132,6 +195,9 @@ def test_recorded_simulator_snapshots(name, xi, cluster, mps):
     assert pol.kept >= pol.calls // 2
     assert 0 < pol.reused < pol.bases
     assert pol.advanced == pol.bases - pol.reused - 1 and pol.checked == pol.bases
+    assert pol.hosts_advanced == pol.advanced and pol.lists_checked > pol.checked
+    # Gandiva's packed pairs advanced from the GPU record at every call but the first
+    assert pol.pairs_kept == (pol.calls - 1 if name.startswith("gandiva") else 0)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -148,6 +214,9 @@ def test_loaded_run(name):
     # equals a fresh build
     assert pol.advanced == pol.bases - pol.reused - 1 > 20
     assert pol.checked == pol.bases
+    # and its host state, whose lists were brought up to date from the log many times
+    assert pol.hosts_advanced == pol.advanced and pol.synced > 20
+    assert pol.pairs_kept == (pol.calls - 1 if name.startswith("gandiva") else 0)
 
 
 def _random_snapshot(draw):
@@ -328,12 +397,29 @@ def test_kept_parts_across_snapshots(name, data):
                                      gpu_jobs=MappingProxyType(gj), free_gpus=tuple(free)))
     kept = getattr(pol, "_round_base", None)
     comps = kept[0].components if kept is not None else None
-    assert_same(pol.schedule(s2), REFS[name]().schedule(s2))
+    hs = kept[0].host_state if kept is not None else None
+    ref = REFS[name]()
+    knobs = data.draw(st.sampled_from([None, "unequal", "threshold"]))
+    if knobs is not None:  # the policy's knobs changed between the calls: built anew
+        for p in (pol, ref):
+            if knobs == "unequal":
+                p.unequal = not p.unequal
+            else:
+                p.threshold = p.gimbal_threshold = 1.3
+    packed = getattr(pol, "_packed", None)
+    assert_same(pol.schedule(s2), ref.schedule(s2))
+    if name.startswith("gandiva"):  # the packed pairs advanced by the GPUs logged since
+        on = {g: ids for g, ids in s2.gpu_jobs.items() if len(ids) == 2}
+        assert packed is not None and pol._packed[1] is packed[1] and packed[1] == on
+        assert pol._packed[2] == dict(Counter(on.values()))
     after = getattr(pol, "_round_base", None)
     if after is not None and after[2] is s2.job_changes.log:
         if comps is not None and after[0] is not kept[0]:
-            assert after[0].components is comps
+            # taken over, unless the knobs changed (then nothing is)
+            assert (after[0].components is comps) == (knobs is None)
+            assert (after[0].host_state is hs) == (knobs is None)
         _assert_components(after[0].components, s2)
+        _assert_host_state(after[0].host_state, pol, s2)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -411,3 +497,55 @@ def test_components_advanced_across_snapshots(data):
         steps += last is not None
         last = snap
     assert steps == 3
+
+
+@pytest.mark.parametrize("name", ["lucid", "gandiva+gimbal"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_host_state_advanced_across_snapshots(name, data):
+    """The round's per-host parts kept across a sequence of unrelated snapshots (the same
+    job ids on other GPUs, with other views, some gone, some new), advanced by the GPUs
+    whose workers differ and the jobs with another view: at each step the hosts, alone GPUs
+    and every list (some brought up to date at each step, others only after several steps,
+    or never) equal a fresh build (the kept path of
+    :class:`policies.pack_hosts.HostState`, taken here whatever the share of hosts)."""
+    pol = policies.get_policy(name)
+    keys = [(a, mb) for a in APPS[:4] for mb in (0.0, 4000.0, 30000.0)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pack_hosts, "REBUILD_SHARE", 0)  # never built anew while the log holds
+        hs, last = None, None
+        synced = 0
+        for _ in range(5):
+            snap = _random_snapshot(data.draw)
+            snap = dataclasses.replace(snap, interference=MODELS.interference)  # one table
+            if last is not None:
+                snap = dataclasses.replace(snap, nodes=last.nodes)  # the same nodes
+                # (GPUs beyond them dropped: the snapshot's nodes hold every GPU)
+                gs = {g for n in snap.nodes for g in n.gpus()}
+                jobs = {i: j for i, j in snap.jobs.items()
+                        if j.allocation is None or set(j.allocation.gpus) <= gs}
+                snap = dataclasses.replace(
+                    snap, jobs=MappingProxyType(jobs),
+                    gpu_jobs=MappingProxyType({
+                        g: tuple(i for i in ids if i in jobs)
+                        for g, ids in snap.gpu_jobs.items() if any(i in jobs for i in ids)}))
+            if hs is None:
+                hs = HostState(pol, snap)
+            else:
+                gj0, gj1 = last.gpu_jobs, snap.gpu_jobs
+                changed = {g for g in gj0.keys() | gj1.keys() if gj0.get(g) != gj1.get(g)}
+                fresh = [j for j in last.jobs.keys() | snap.jobs.keys()
+                         if last.jobs.get(j) is not snap.jobs.get(j)]
+                before = hs.synced
+                assert hs.advance(pol, snap, changed, fresh)
+            ppof = lambda a, b, s=snap: pair_progress(s, a, b)  # noqa: E731
+            # a round's asks: one key at every step, others now and then
+            for k in [keys[0]] + data.draw(st.lists(st.sampled_from(keys), max_size=4)):
+                hs.lists_for(*k, pol, snap, ppof)
+            if last is not None:
+                synced += hs.synced - before
+            _assert_host_state(hs, pol, snap, keys)
+            last = snap
+    # the key asked at every step was brought up to date from the log (its list and its
+    # application's sorted list) at each of the four later steps
+    assert synced >= 8
