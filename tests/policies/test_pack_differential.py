@@ -549,3 +549,36 @@ def test_host_state_advanced_across_snapshots(name, data):
     # the key asked at every step was brought up to date from the log (its list and its
     # application's sorted list) at each of the four later steps
     assert synced >= 8
+
+
+@pytest.mark.parametrize("name", ["gandiva", "gandiva+gimbal"])
+def test_slow_pair_verdict_follows_the_threshold(name):
+    """Gandiva's slow-pair memo is keyed by its threshold: one packed pair whose measured
+    progress sums to 1.1 is kept under the threshold it was judged with, and unpacked (the
+    later job pre-empted) on the same snapshot once the threshold is raised to 1.3."""
+    node = Node("n0", 2, gpu_mem_mb=80000)
+    g = node.gpus()
+    app = APPS[0]
+    batch = MODELS.iters_table[app][0][0] * 2
+    jobs = {}
+    for jid, start in (("R0", 0.0), ("R1", 5.0)):
+        j = Job(jid, 0.0, 2, app, batch, total_iters=1e6, state=JobState.RUNNING,
+                allocation=Allocation(tuple(g), batch // 2), start_time=start)
+        jobs[jid] = j
+    snap0 = ClusterSnapshot(100.0, (node,), MappingProxyType(jobs),
+                            MappingProxyType({x: ("R0", "R1") for x in g}), (), MODELS.profiles,
+                            MODELS.memory, MODELS.interference)
+    for jid in jobs:  # measured: 0.55 of its speed alone each, 1.1 together
+        jobs[jid] = dataclasses.replace(
+            jobs[jid], iter_rate=0.55 / snap0.exclusive_iter_time(jobs[jid]))
+    snap = dataclasses.replace(snap0, jobs=MappingProxyType(jobs))
+    pol = policies.get_policy(name)
+    pol.threshold = pol.gimbal_threshold = 1.0
+    first = pol.schedule(snap)
+    assert not any(a.job_id == "R1" for a in first.actions)
+    pol.threshold = pol.gimbal_threshold = 1.3
+    second = pol.schedule(snap)
+    ref = REFS[name]()
+    ref.threshold = ref.gimbal_threshold = 1.3
+    assert_same(second, ref.schedule(snap))
+    assert [(type(a).__name__, a.job_id) for a in second.actions] == [("PreemptJob", "R1")]
