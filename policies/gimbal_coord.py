@@ -556,11 +556,15 @@ def _below_ceiling(alloc) -> bool:
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
-               skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+               skip: Iterable[str] = (), kept=None) -> tuple[Coordination, ...]:
     """Run Algorithm 1 on every packing set of the snapshot (sets with a job in ``skip``, e.g.
     one the host plan touches this round, are left alone).  Emits a ResizeJob with the new
     per-worker record (same GPUs; MPS % and sample shares; shares sum to the global batch) for
-    each job whose record changed."""
+    each job whose record changed.  ``kept``: a :class:`policies.gimbal_walk.CoordKept` the
+    caller keeps across calls; the same answer from walks, packing sets and per-set records
+    kept between rounds (the host policies pass theirs; None: everything computed here)."""
+    if kept is not None:
+        return kept.coordinate(snap, objective, lgrr=lgrr, liss=liss, skip=skip)
     model = RateModel(snap.profiles, snap.interference)
     skip = set(skip)
     out = []

@@ -27,6 +27,7 @@ from typing import Optional
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_coord import coordinate
+from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
 from .pack_queue import PackQueue, pack_queue_of, worker_mb
@@ -183,8 +184,11 @@ class PackingHost(Policy):
 
     def _coordinate(self, snap, touched, actions, reasons) -> None:
         if self.gimbal:
+            kept = self.__dict__.get("_gimbal_kept")
+            if kept is None:
+                kept = self._gimbal_kept = CoordKept()
             for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
-                                skip=touched):
+                                skip=touched, kept=kept):
                 for rz in c.resizes:
                     actions.append(rz)
                     reasons[rz.job_id] = reason(

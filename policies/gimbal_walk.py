@@ -1,0 +1,301 @@
+"""GIMBAL's coordination kept across rounds (issue #13: ``lucid+gimbal`` at 64x8 spent nine
+tenths of its time re-running Algorithm 1 on every packing set at every 30 s round).
+
+:class:`CoordKept` (one per host policy, :meth:`CoordKept.coordinate` is what
+:func:`policies.gimbal_coord.coordinate` does with ``kept=``) returns the same
+:class:`~policies.gimbal_coord.Coordination` records as the plain path, from three kept things:
+
+* **The walk** (:class:`Walk`).  In :func:`~policies.gimbal_coord.coordination_search` the
+  sequence of configurations visited (line 5's swell, then ``generate`` again and again until
+  it has no new primitive) does not depend on any objective value: ``generate`` reads the
+  configuration, the stragglers (the rate model on the jobs' applications, GPU counts, node
+  counts and the configuration) and subset1; which subset is subset1 is one boolean (the set is
+  split into {J_max} and the rest, lines 2-4).  The objective values (remaining steps x step
+  time, i.e. the clock) only decide ``gain``, ``best``, ``fails`` and the early exit.  So a
+  walk is kept per packing set and per split, extended lazily (one ``generate`` when the search
+  first goes past its end), with each configuration's per-job step times; at each round only
+  the values along it are computed, with :func:`~policies.gimbal_coord.local_objective` itself
+  on the kept step times (the same floats: the step times are the same pure functions of the
+  same arguments, the objective the same code on the same inputs in the same order), and the
+  split is decided again each round by the same ``prio`` arithmetic on the kept start step
+  times (for "deadline" and "makespan" it moves with the clock; for "jct" it does not).
+* **The packing sets.**  :func:`~policies.gimbal_coord.packing_sets` reads ``gpu_jobs`` and, of
+  the jobs on GPUs that hold two or more, the running state, allocation GPUs and start time.
+  With the simulator's change records the last call's sets are returned while no GPU changed
+  hands and no job on a shared GPU got a new view since (a job alone on its GPUs cannot join a
+  set without a GPU change); otherwise they are computed again.  Without the records (the
+  daemon's snapshots) they are computed every call.
+* **The per-set record** (:class:`_SetRec`): the members' Job views (by identity), the GPU
+  occupancy of their workers, the start and actual configurations, J_max, the utilisations and
+  node counts, the start step times and the walks.  It is taken over while the members' views
+  are the very same objects and their GPUs hold as many jobs as when it was made (and the
+  snapshot's profiles, interference table and predictors are the same objects): everything in
+  it is a pure function of those.  Only the remaining steps and the deadline distance are
+  read at each round.
+
+The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
+the job change record (a job's allocation and state are in its view), sorted each call by the
+same (submit time, id) key the plain path sorts by.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Iterable, Optional
+
+from .model import ClusterSnapshot, Frozen
+from .gimbal_coord import (
+    MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
+    _below_ceiling, _jmax, _restored, capped, importance, lgrr_swell, local_objective,
+    packing_sets, start_config, step_times, utilization)
+from .plan import ResizeJob
+
+
+class Walk:
+    """The configurations Algorithm 1 visits from ``start`` with ``subset1`` squeezed and
+    ``subset2`` swelled (module doc): ``head`` after line 5, ``swell`` = (attempt text, step
+    times) when line 5 changed the start (an attempt), then ``steps`` = (configuration, attempt
+    text, step times) of each ``generate``, extended on demand; ``end`` once ``generate`` has
+    no new configuration after the last step."""
+
+    __slots__ = ("search", "subset1", "subset2", "head", "swell", "steps", "end")
+
+    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool):
+        self.search, self.subset1, self.subset2 = search, subset1, subset2
+        cur = dict(start)
+        self.swell = None
+        if lgrr:  # line 5, as coordination_search applies it
+            cur = search.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))],
+                                 lgrr_swell)
+            if cur != start:
+                self.swell = (f"swell({','.join(subset2)}) by LGRR",
+                              step_times(search.model, search.infos, cur))
+        self.head = cur
+        self.steps: list = []
+        self.end = False
+
+    def step(self, i: int):
+        """The ``i``-th generated configuration (0-based) or None past the walk's end."""
+        steps = self.steps
+        while len(steps) <= i:
+            if self.end:
+                return None
+            cur = steps[-1][0] if steps else self.head
+            new, what = self.search.generate(cur, self.subset1)  # line 7
+            if new is None or new == cur:
+                self.end = True
+                return None
+            steps.append((new, what, step_times(self.search.model, self.search.infos, new)))
+        return steps[i]
+
+
+def walk_search(objective: str, infos, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
+                max_attempts: int = MAX_ATTEMPTS) -> SearchResult:
+    """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``infos`` the
+    set's jobs now (remaining steps, deadline distance), ``st0`` the start's step times."""
+    before = local_objective(objective, infos, st0)
+    attempts: list[Attempt] = []
+    best_v = before
+    if walk.swell is not None:
+        what, st = walk.swell
+        best_v = local_objective(objective, infos, st)
+        attempts.append(Attempt(what, best_v, True))
+    best = walk.head
+    fails = 0
+    exit_ = "limit"
+    i = 0
+    while len(attempts) < max_attempts:
+        step = walk.step(i)
+        if step is None:
+            exit_ = "no-primitive"
+            break
+        new, what, st = step
+        i += 1
+        v = local_objective(objective, infos, st)
+        gain = v < best_v * (1 - 1e-9)
+        attempts.append(Attempt(what, v, gain))
+        if gain:
+            best, best_v, fails = new, v, 0
+        else:
+            fails += 1
+        if fails >= max_fails:
+            exit_ = "early-exit"
+            break
+    return SearchResult(dict(best), before, best_v, tuple(attempts), tuple(walk.subset2),
+                        tuple(walk.subset1), exit_)
+
+
+def remaining_steps(snap: ClusterSnapshot, job) -> float:
+    """:func:`~policies.gimbal_coord.job_info`'s remaining steps."""
+    rem = snap.remaining_iters(job)
+    if rem is None:
+        rt = snap.remaining_time(job)
+        rem = rt / snap.exclusive_iter_time(job) if rt is not None else 1.0
+    return rem
+
+
+class _SetRec:
+    """What one packing set's coordination reads besides the clock (module doc)."""
+
+    __slots__ = ("jobs", "lens", "static", "actual", "start", "jm", "st0", "search", "walks")
+
+    def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
+                 lgrr: bool, liss: bool, tol: float):
+        self.jobs, self.lens = tuple(jobs), lens
+        infos = {}
+        static = []
+        for j in jobs:
+            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
+            static.append((j, util, nodes))
+            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
+        self.static = tuple(static)
+        self.actual = actual = {j.id: start_config(j) for j in jobs}
+        gj = snap.gpu_jobs
+        self.start = start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
+                                         else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                              for jid, ws in actual.items()}
+        world = {j: len(start[j]) for j in infos}
+        since = {j: infos[j].job.start_time or 0.0 for j in infos}
+        self.jm = jm = _jmax(infos, world, since)
+        self.search = _Search(None, infos, model, jm, tol, lgrr, liss)
+        self.st0 = step_times(model, infos, start)
+        self.walks: dict = {}
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str, lgrr: bool) -> SearchResult:
+        now = snap.now
+        infos = {j.id: JobInfo(j, remaining_steps(snap, j),
+                               math.inf if j.deadline is None else j.deadline - now, u, n)
+                 for j, u, n in self.static}
+        jm, st = self.jm, self.st0
+        subset1, subset2 = [jm], sorted(j for j in infos if j != jm)  # line 2
+
+        def prio(sub):
+            return sum(importance(objective, infos[j], st[j]) for j in sub) / len(sub)
+
+        swap = prio(subset2) < prio(subset1)  # lines 3-4
+        walk = self.walks.get(swap)
+        if walk is None:
+            if swap:
+                subset1, subset2 = subset2, subset1
+            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, lgrr)
+        return walk_search(objective, infos, st, walk)
+
+
+class CoordKept:
+    """GIMBAL's coordination state kept on a host policy across calls (module doc)."""
+
+    def __init__(self):
+        self.ctx: Optional[tuple] = None  # (profiles, interference, predictors, knobs)
+        self.model: Optional[RateModel] = None
+        self.sets = None  # (sets, gpu log, job log, ids on shared GPUs)
+        self.recs: dict = {}  # members -> _SetRec
+        self.below = None  # (job log, ids of running jobs with a worker below its ceiling)
+
+    def _packing_sets(self, snap: ClusterSnapshot, usable: bool):
+        gr, jr = snap.gpu_changes, snap.job_changes
+        kept = self.sets
+        if usable and kept is not None:
+            sets, glog, jlog, watch = kept
+            if gr.log.extends(glog) and jr.log.extends(jlog) and len(gr.log) == len(glog):
+                if not any(j in watch for j in jr.log[len(jlog):]):
+                    self.sets = (sets, gr.log, jr.log, watch)
+                    return sets, True
+        sets = packing_sets(snap)
+        if usable:
+            watch = {j for ids in snap.gpu_jobs.values() if len(ids) > 1 for j in ids}
+            self.sets = (sets, gr.log, jr.log, watch)
+        else:
+            self.sets = None
+        return sets, False
+
+    def _below(self, snap: ClusterSnapshot, usable: bool) -> list:
+        jobs, jr = snap.jobs, snap.job_changes
+        kept = self.below
+        if usable and kept is not None and jr.log.extends(kept[0]):
+            ids = kept[1]
+            for jid in set(jr.log[len(kept[0]):]):
+                j = jobs.get(jid)
+                if j is not None and j.allocation is not None and j.running \
+                        and _below_ceiling(j.allocation):
+                    ids.add(jid)
+                else:
+                    ids.discard(jid)
+        else:
+            ids = {j.id for j in jobs.values()
+                   if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
+        self.below = (jr.log, ids) if usable else None
+        out = [jobs[j] for j in ids]
+        out.sort(key=lambda j: (j.submit_time, j.id))
+        return out
+
+    def _valid(self, snap: ClusterSnapshot, rec: _SetRec, members: tuple) -> bool:
+        """Whether ``rec`` was made for these very member views on GPUs holding as many jobs."""
+        jobs, gj = snap.jobs, snap.gpu_jobs
+        js = [jobs[j] for j in members]
+        return (all(a is b for a, b in zip(rec.jobs, js)) and rec.lens == tuple(
+            len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers))
+
+    def _record(self, snap: ClusterSnapshot, members: tuple, lgrr, liss) -> Optional[_SetRec]:
+        """The set's record (made now if none is kept), None when a member's application has
+        no throughput profile (the set is left alone, as the plain path does)."""
+        rec = self.recs.get(members)
+        if rec is not None:
+            return rec
+        js = [snap.jobs[j] for j in members]
+        if any(j.app not in snap.profiles for j in js):
+            return None
+        gj = snap.gpu_jobs
+        lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
+        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss, 0.05)
+        return rec
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
+                   liss: bool = True, skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+        """:func:`policies.gimbal_coord.coordinate`'s answer (module doc)."""
+        ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
+        if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
+                or ctx[3:] != self.ctx[3:]:
+            self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+            self.sets = self.below = None
+        gr, jr = snap.gpu_changes, snap.job_changes
+        usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
+                  and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+        skip = set(skip)
+        out = []
+        sets, same = self._packing_sets(snap, usable)
+        if not same:  # a record is kept only for a set still there, made for what it sees now
+            recs = self.recs
+            self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs
+                         and self._valid(snap, recs[ps.members], ps.members)}
+        in_sets = {m for ps in sets for m in ps.members}
+        for job in self._below(snap, usable):
+            if job.id in in_sets or job.id in skip:
+                continue
+            if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
+                continue
+            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
+            none = Attempt("restore: no partner left", 0.0, True)
+            res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
+            out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
+                job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                job.allocation.global_batch),)))
+        for ps in sets:
+            if skip and not skip.isdisjoint(ps.members):
+                continue
+            rec = self._record(snap, ps.members, lgrr, liss)
+            if rec is None:
+                continue
+            res = rec.coordinate(snap, objective, lgrr)
+            resizes = []
+            actual = rec.actual
+            for jid in res.changed(actual):
+                ws = tuple(res.config[jid])
+                j = snap.jobs[jid]
+                mps = min(w.mps_pct for w in ws)
+                resizes.append(ResizeJob(jid, tuple(w.gpu for w in ws),
+                                         max(w.micro_batch for w in ws),
+                                         max(w.accum_steps for w in ws), mps, ws,
+                                         j.allocation.global_batch))
+            out.append(Coordination(ps.jmax, ps.members, res, tuple(resizes)))
+        return tuple(out)
