@@ -47,7 +47,8 @@ from .model import ClusterSnapshot, Frozen
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, capped, importance, lgrr_swell, local_objective,
-    packing_sets, start_config, step_times, utilization)
+    start_config, step_times, utilization)
+from .gimbal_sets import KeptSets
 from .plan import ResizeJob
 
 
@@ -187,26 +188,9 @@ class CoordKept:
     def __init__(self):
         self.ctx: Optional[tuple] = None  # (profiles, interference, predictors, knobs)
         self.model: Optional[RateModel] = None
-        self.sets = None  # (sets, gpu log, job log, ids on shared GPUs)
+        self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
         self.below = None  # (job log, ids of running jobs with a worker below its ceiling)
-
-    def _packing_sets(self, snap: ClusterSnapshot, usable: bool):
-        gr, jr = snap.gpu_changes, snap.job_changes
-        kept = self.sets
-        if usable and kept is not None:
-            sets, glog, jlog, watch = kept
-            if gr.log.extends(glog) and jr.log.extends(jlog) and len(gr.log) == len(glog):
-                if not any(j in watch for j in jr.log[len(jlog):]):
-                    self.sets = (sets, gr.log, jr.log, watch)
-                    return sets, True
-        sets = packing_sets(snap)
-        if usable:
-            watch = {j for ids in snap.gpu_jobs.values() if len(ids) > 1 for j in ids}
-            self.sets = (sets, gr.log, jr.log, watch)
-        else:
-            self.sets = None
-        return sets, False
 
     def _below(self, snap: ClusterSnapshot, usable: bool) -> list:
         jobs, jr = snap.jobs, snap.job_changes
@@ -256,13 +240,13 @@ class CoordKept:
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
-            self.sets = self.below = None
+            self.sets, self.below = KeptSets(), None
         gr, jr = snap.gpu_changes, snap.job_changes
         usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
                   and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
         skip = set(skip)
         out = []
-        sets, same = self._packing_sets(snap, usable)
+        sets, same = self.sets.update(snap)
         if not same:  # a record is kept only for a set still there, made for what it sees now
             recs = self.recs
             self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs
