@@ -135,38 +135,26 @@ def remaining_steps(snap: ClusterSnapshot, job) -> float:
     return rem
 
 
-class _SetRec:
-    """What one packing set's coordination reads besides the clock (module doc)."""
+class KeptSearch:
+    """:func:`~policies.gimbal_coord.coordination_search` from one start, kept across rounds:
+    :meth:`run` with the set's jobs of the round gives the same SearchResult.  ``infos``: the
+    jobs' records of any round (only their jobs and node counts are read here: the walk reads
+    nothing else of them), ``start``: the start configuration."""
 
-    __slots__ = ("jobs", "lens", "static", "actual", "start", "jm", "st0", "search", "walks")
+    __slots__ = ("start", "jm", "st0", "search", "lgrr", "walks")
 
-    def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
-                 lgrr: bool, liss: bool, tol: float):
-        self.jobs, self.lens = tuple(jobs), lens
-        infos = {}
-        static = []
-        for j in jobs:
-            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
-            static.append((j, util, nodes))
-            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
-        self.static = tuple(static)
-        self.actual = actual = {j.id: start_config(j) for j in jobs}
-        gj = snap.gpu_jobs
-        self.start = start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
-                                         else replace(w, mps_pct=capped(w, 100)) for w in ws)
-                              for jid, ws in actual.items()}
+    def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
+                 straggler_tol: float = 0.05):
+        self.start = start
         world = {j: len(start[j]) for j in infos}
         since = {j: infos[j].job.start_time or 0.0 for j in infos}
-        self.jm = jm = _jmax(infos, world, since)
-        self.search = _Search(None, infos, model, jm, tol, lgrr, liss)
+        self.jm = jm = _jmax(infos, world, since)  # line 1
+        self.search = _Search(None, infos, model, jm, straggler_tol, lgrr, liss)
         self.st0 = step_times(model, infos, start)
-        self.walks: dict = {}
+        self.lgrr = lgrr
+        self.walks: dict = {}  # the split (subsets swapped?) -> its Walk
 
-    def coordinate(self, snap: ClusterSnapshot, objective: str, lgrr: bool) -> SearchResult:
-        now = snap.now
-        infos = {j.id: JobInfo(j, remaining_steps(snap, j),
-                               math.inf if j.deadline is None else j.deadline - now, u, n)
-                 for j, u, n in self.static}
+    def run(self, objective: str, infos) -> SearchResult:
         jm, st = self.jm, self.st0
         subset1, subset2 = [jm], sorted(j for j in infos if j != jm)  # line 2
 
@@ -178,8 +166,40 @@ class _SetRec:
         if walk is None:
             if swap:
                 subset1, subset2 = subset2, subset1
-            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, lgrr)
+            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr)
         return walk_search(objective, infos, st, walk)
+
+
+class _SetRec:
+    """What one packing set's coordination reads besides the clock (module doc)."""
+
+    __slots__ = ("jobs", "lens", "static", "actual", "kept")
+
+    def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
+                 lgrr: bool, liss: bool):
+        self.jobs, self.lens = tuple(jobs), lens
+        infos = {}
+        static = []
+        for j in jobs:
+            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
+            static.append((j, util, nodes))
+            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
+        self.static = tuple(static)
+        self.actual = actual = {j.id: start_config(j) for j in jobs}
+        gj = snap.gpu_jobs
+        # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
+        # ceiling), as coordinate's plain path starts
+        start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
+                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                 for jid, ws in actual.items()}
+        self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str) -> SearchResult:
+        now = snap.now
+        infos = {j.id: JobInfo(j, remaining_steps(snap, j),
+                               math.inf if j.deadline is None else j.deadline - now, u, n)
+                 for j, u, n in self.static}
+        return self.kept.run(objective, infos)
 
 
 class CoordKept:
@@ -230,7 +250,7 @@ class CoordKept:
             return None
         gj = snap.gpu_jobs
         lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
-        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss, 0.05)
+        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss)
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
@@ -270,7 +290,7 @@ class CoordKept:
             rec = self._record(snap, ps.members, lgrr, liss)
             if rec is None:
                 continue
-            res = rec.coordinate(snap, objective, lgrr)
+            res = rec.coordinate(snap, objective)
             resizes = []
             actual = rec.actual
             for jid in res.changed(actual):

@@ -1,0 +1,188 @@
+"""GIMBAL's coordination kept across rounds (policies/gimbal_walk.py, policies/gimbal_sets.py)
+gives exactly what the plain path of :func:`policies.gimbal_coord.coordinate` gives.
+
+* Recorded simulator snapshots of the three +gimbal hosts (each host's objective: "jct",
+  "makespan", "deadline"): at every policy call, ``coordinate(snap, kept=K)`` (one K kept over
+  the run, with the change records; another over the same snapshots without them) equals
+  ``coordinate(snap)``: the same Coordination records (configurations, every attempt's text and
+  objective value, subsets, exit, resizes); the kept packing sets equal ``packing_sets(snap)``.
+* Hypothesis: a packing set (J_max and jobs packed on its GPUs, MPS shares, sample shares,
+  ceilings), then a sequence of rounds with other remaining steps and deadlines:
+  ``KeptSearch.run`` on one kept object equals ``coordination_search`` each round, for the
+  three objectives and the LGRR/LISS ablations.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import policies
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.profiles import APPS, default_models
+from gimbalctl.sim import SimConfig, simulate
+from policies.gimbal_coord import (JobInfo, RateModel, coordinate, coordination_search,
+                                   packing_sets)
+from policies.gimbal_walk import CoordKept, KeptSearch
+from policies.model import Allocation, Gpu, Job, JobState, WorkerAlloc
+
+MODELS = default_models()
+HOSTS = ["lucid+gimbal", "gavel+gimbal", "gandiva+gimbal"]
+
+
+def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        app = APPS[int(rng.integers(len(APPS)))]
+        g = int(gpus[int(rng.integers(len(gpus)))])
+        t = float(rng.uniform(0, 3000))
+        it = float(rng.uniform(50, 5000))
+        out.append(Job(id=f"j{i}", submit_time=t, num_gpus=g, app=app,
+                       global_batch=MODELS.iters_table[app][0][0] * g, total_iters=it,
+                       deadline=(t + float(rng.uniform(1, 4)) * it) if i % 3 else None))
+    return out
+
+
+class Checked:
+    """The host policy, and at every call the kept coordination against the plain one."""
+
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
+            setattr(self, flag, getattr(self.inner, flag))
+        self.kept, self.bare = CoordKept(), CoordKept()
+        self.calls = self.sets = self.resizes = self.same = self.attempts = 0
+        self.exits = set()
+
+    def schedule(self, snap):
+        pol = self.inner
+        plain = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss)
+        before = self.kept.sets.logs
+        kept = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss, kept=self.kept)
+        assert kept == plain
+        assert self.kept.sets.sets == packing_sets(snap)
+        self.same += before is not None and self.kept.sets.sets is not None and len(
+            snap.gpu_changes.log) == len(before[0])
+        # a skipped set is left alone on both paths
+        if plain:
+            skip = plain[-1].members[:1]
+            assert coordinate(snap, pol.objective, skip=skip, kept=self.kept) == coordinate(
+                snap, pol.objective, skip=skip)
+        bare = dataclasses.replace(snap, gpu_changes=None, job_changes=None)
+        assert coordinate(bare, pol.objective, kept=self.bare) == plain
+        assert self.bare.sets.logs is None
+        self.calls += 1
+        self.sets += len(plain)
+        self.resizes += sum(len(c.resizes) for c in plain)
+        self.attempts += sum(len(c.result.attempts) for c in plain)
+        self.exits.update(c.result.exit for c in plain)
+        return pol.schedule(snap)
+
+
+@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize("cluster,seed", [("2x8", 3), ("4x4", 5)])
+def test_recorded_simulator_snapshots(name, cluster, seed):
+    pol = Checked(name)
+    simulate(_jobs(80, seed=seed, gpus=(1, 1, 2, 2, 4, 8)), parse_cluster(cluster), pol, MODELS,
+             SimConfig(interval=60.0, seed=1))
+    assert pol.calls > 100
+    assert pol.sets > 50 and pol.resizes > 5 and pol.attempts > pol.sets
+    assert {"early-exit", "no-primitive"} <= pol.exits
+    assert pol.same > pol.calls // 4  # the kept sets were taken over at many calls
+
+
+# ---------------------------------------------------------------- hypothesis: one set, many rounds
+@st.composite
+def packed_set(draw):
+    """(infos, start): a J_max on k GPUs and 1-3 jobs packed on its GPUs."""
+    k = draw(st.sampled_from([1, 2, 4, 8]))
+    gpus = tuple(Gpu("n0" if i < 8 else "n1", i % 8) for i in range(k))
+    specs = [("M", k, gpus)]
+    for n in range(draw(st.integers(1, 3))):
+        m = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= k]))
+        lo = draw(st.integers(0, k - m))
+        specs.append((f"o{n}", m, gpus[lo:lo + m]))
+    infos, start = {}, {}
+    for jid, m, gs in specs:
+        app = draw(st.sampled_from(APPS))
+        micro = MODELS.iters_table[app][0][0]
+        batch = micro * m * draw(st.sampled_from([1, 2]))
+        cap = draw(st.sampled_from([None, None, 50, 80]))
+        ws = []
+        shares = [batch // m + (1 if i < batch % m else 0) for i in range(m)]
+        if m > 1 and draw(st.booleans()):  # uneven shares (an earlier LISS step)
+            d = draw(st.integers(1, max(1, shares[0] - 1)))
+            shares[0] -= d
+            shares[-1] += d
+        for i, g in enumerate(gs):
+            pct = draw(st.sampled_from([10, 30, 50, 70, 90, 100]))
+            if cap is not None:
+                pct = min(pct, cap)
+            ws.append(WorkerAlloc(g, shares[i], micro, max(1, -(-shares[i] // micro)), pct,
+                                  mps_cap=cap))
+        job = Job(jid, 0.0, m, app, batch, total_iters=1e6, state=JobState.RUNNING,
+                  allocation=Allocation(gs, micro, global_batch=batch, workers=tuple(ws)),
+                  start_time=draw(st.sampled_from([0.0, 5.0])))
+        infos[jid] = JobInfo(job, 1.0, math.inf, draw(st.floats(0.05, 1.0)),
+                             draw(st.sampled_from([1, 1, 2])) if m > 1 else 1)
+        start[jid] = tuple(ws)
+    return infos, start
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_search_equals_search_every_round(data):
+    infos0, start = data.draw(packed_set())
+    objective = data.draw(st.sampled_from(["jct", "deadline", "makespan"]))
+    lgrr, liss = data.draw(st.sampled_from([(True, True), (True, True), (False, True),
+                                            (True, False)]))
+    interference = data.draw(st.sampled_from([MODELS.interference, dataclasses.replace(
+        MODELS.interference, mps=None)]))
+    model = RateModel(MODELS.profiles, interference)
+    kept = KeptSearch(infos0, start, RateModel(MODELS.profiles, interference), lgrr=lgrr,
+                      liss=liss)
+    rounds = data.draw(st.integers(1, 6))
+    for _ in range(rounds):
+        infos = {j: dataclasses.replace(
+            i, remaining_steps=data.draw(st.floats(0.0, 1e5)),
+            deadline_left=data.draw(st.one_of(st.just(math.inf), st.floats(-1e3, 1e5))))
+            for j, i in infos0.items()}
+        want = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
+        assert kept.run(objective, infos) == want
+
+
+def test_kept_search_follows_the_split_and_the_clock():
+    """The makespan split moves with the remaining steps: both walks are kept, and a round
+    with the other split answers as the plain search does (a kept search keyed without the
+    split would walk the first round's subsets)."""
+    infos0, start = _fixed_set()
+    model = RateModel(MODELS.profiles, MODELS.interference)
+    kept = KeptSearch(infos0, start, model)
+    seen = set()
+    for rem_m, rem_o in [(1e4, 10.0), (10.0, 1e4), (1e4, 10.0), (5e3, 5e3)]:
+        infos = {j: dataclasses.replace(i, remaining_steps=rem_m if j == "M" else rem_o)
+                 for j, i in infos0.items()}
+        want = coordination_search("makespan", infos, start, model)
+        assert kept.run("makespan", infos) == want
+        seen.add(want.high)
+    assert len(seen) == 2 and len(kept.walks) == 2
+
+
+def _fixed_set():
+    gpus = (Gpu("n0", 0), Gpu("n0", 1))
+    infos, start = {}, {}
+    for jid, app, gs in [("M", APPS[0], gpus), ("o0", APPS[1], gpus[:1])]:
+        micro = MODELS.iters_table[app][0][0]
+        batch = micro * len(gs)
+        ws = tuple(WorkerAlloc(g, micro, micro, 1, 50) for g in gs)
+        job = Job(jid, 0.0, len(gs), app, batch, total_iters=1e6, state=JobState.RUNNING,
+                  allocation=Allocation(gs, micro, global_batch=batch, workers=ws),
+                  start_time=0.0)
+        infos[jid] = JobInfo(job, 1.0, math.inf, 0.5, 1)
+        start[jid] = ws
+    return infos, start
