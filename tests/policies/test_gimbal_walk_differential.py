@@ -186,3 +186,121 @@ def _fixed_set():
         infos[jid] = JobInfo(job, 1.0, math.inf, 0.5, 1)
         start[jid] = ws
     return infos, start
+
+
+# ---------------------------------------------------------------- hypothesis: kept packing sets
+def _snap(now, jobs, gj, glog, jlog):
+    from types import MappingProxyType
+
+    from policies.model import ClusterSnapshot, Frozen, GpuChanges, JobChanges, Node
+
+    jv, gv = MappingProxyType(dict(jobs)), MappingProxyType(dict(gj))
+    return ClusterSnapshot(now, (Node("n0", 8), Node("n1", 8)), jv, gv, (), MODELS.profiles,
+                           MODELS.memory, MODELS.interference,
+                           gpu_changes=GpuChanges(Frozen(glog), gv),
+                           job_changes=JobChanges(Frozen(jlog), jv))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_sets_follow_the_change_records(data):
+    """A run of hand-made snapshots whose change records name what changed: jobs placed,
+    moved and removed (GPUs up to three ids, §5.1 broken or not), a job's state flipped
+    between running and suspended or its start time changed with no GPU change (a job on a
+    shared GPU that starts running links its partners' sets).  At each snapshot the kept
+    sets equal ``packing_sets``, and a kept answer is reported only when nothing changed."""
+    from policies.gimbal_sets import KeptSets
+
+    draw = data.draw
+    gpus = [Gpu(f"n{i // 8}", i % 8) for i in range(16)]
+    jobs: dict = {}
+    gj: dict = {}
+    glog: list = []
+    jlog: list = []
+    kept = KeptSets()
+    n = 0
+
+    def place(jid, gs, state, t0):
+        app = APPS[int(jid[1:]) % len(APPS)]
+        jobs[jid] = Job(jid, 0.0, len(gs), app, 8 * len(gs), total_iters=1e4, state=state,
+                        allocation=Allocation(tuple(gs), 8), start_time=t0)
+        for g in gs:
+            gj[g] = gj.get(g, ()) + (jid,)
+            glog.append(g)
+        jlog.append(jid)
+
+    def remove(jid):
+        for g in jobs[jid].allocation.gpus:
+            gj[g] = tuple(i for i in gj[g] if i != jid)
+            if not gj[g]:
+                del gj[g]
+            glog.append(g)
+        del jobs[jid]
+        jlog.append(jid)
+
+    for step in range(draw(st.integers(1, 25))):
+        for _ in range(draw(st.integers(0, 3))):
+            kind = draw(st.sampled_from(["place", "place", "remove", "move", "flip", "since"]))
+            if kind == "place" or not jobs:
+                avail = [g for g in gpus if len(gj.get(g, ())) < 3]
+                m = draw(st.sampled_from([1, 1, 2, 4]))
+                if len(avail) < m:
+                    continue
+                lo = draw(st.integers(0, len(avail) - m))
+                n += 1
+                place(f"j{n}", avail[lo:lo + m],
+                      draw(st.sampled_from([JobState.RUNNING] * 4 + [JobState.SUSPENDED])),
+                      draw(st.sampled_from([0.0, 1.0, 2.0])))
+                continue
+            jid = draw(st.sampled_from(sorted(jobs)))
+            job = jobs[jid]
+            if kind == "remove":
+                remove(jid)
+            elif kind == "move":
+                remove(jid)
+                avail = [g for g in gpus if len(gj.get(g, ())) < 3]
+                if len(avail) >= job.num_gpus:
+                    lo = draw(st.integers(0, len(avail) - job.num_gpus))
+                    place(jid, avail[lo:lo + job.num_gpus], job.state, job.start_time)
+            elif kind == "flip":  # the same GPUs, no GPU change
+                jobs[jid] = dataclasses.replace(job, state=JobState.SUSPENDED if job.running
+                                                else JobState.RUNNING)
+                jlog.append(jid)
+            else:
+                jobs[jid] = dataclasses.replace(job, start_time=draw(st.sampled_from([0.0, 3.0])))
+                jlog.append(jid)
+        g0, j0 = len(glog), len(jlog)
+        snap = _snap(float(step), jobs, gj, glog, jlog)
+        before = kept.logs
+        sets, same = kept.update(snap)
+        assert sets == packing_sets(snap)
+        if same:
+            assert before is not None and len(before[0]) == g0
+        # the same snapshot again: nothing changed
+        assert kept.update(_snap(float(step), jobs, gj, glog, jlog)) == (sets, True)
+        assert len(glog) == g0 and len(jlog) == j0
+
+
+def test_kept_sets_a_job_that_starts_running_joins_a_kept_set():
+    """A and B share GPU 0 (a set); X, suspended, sits on GPU 1 with A.  X runs again with no
+    GPU change: the kept set {A, B} is part of the set {A, B, X} now, and gone."""
+    from policies.gimbal_sets import KeptSets
+
+    g0, g1 = Gpu("n0", 0), Gpu("n0", 1)
+    jobs, glog, jlog = {}, [], []
+    specs = [("A", (g0, g1), JobState.RUNNING), ("B", (g0,), JobState.RUNNING),
+             ("X", (g1,), JobState.SUSPENDED)]
+    for jid, gs, state in specs:
+        jobs[jid] = Job(jid, 0.0, len(gs), APPS[0], 8 * len(gs), total_iters=1e4, state=state,
+                        allocation=Allocation(gs, 8), start_time=0.0)
+    gj = {g0: ("A", "B"), g1: ("A", "X")}
+    kept = KeptSets()
+    sets, _ = kept.update(_snap(0.0, jobs, gj, glog, jlog))
+    assert [s.members for s in sets] == [("A", "B")]
+    jobs["X"] = dataclasses.replace(jobs["X"], state=JobState.RUNNING)
+    jlog.append("X")
+    snap = _snap(1.0, jobs, gj, glog, jlog)
+    sets, same = kept.update(snap)
+    assert not same and sets == packing_sets(snap)
+    assert [s.members for s in sets] == [("A", "B", "X")]
+    assert set(kept.comp_of) == {"A", "B", "X"} and len(kept.verdict) == 1
