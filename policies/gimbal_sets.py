@@ -42,6 +42,9 @@ class KeptSets:
         self.comp_of: dict = {}  # job id -> its component (frozenset, two or more jobs)
         self.verdict: dict = {}  # component -> PackingSet or None (breaks §5.1)
         self.sets: tuple = ()
+        # the jobs whose components the last update looked at again (None: built anew); a
+        # set with none of them has the same member views on GPUs holding the same jobs
+        self.touched: Optional[set] = None
 
     def update(self, snap: ClusterSnapshot) -> tuple[tuple[PackingSet, ...], bool]:
         """(``packing_sets(snap)``, whether it is the last call's answer with nothing it
@@ -54,12 +57,14 @@ class KeptSets:
                 and jr.log.extends(logs[1])):
             self._build(snap)
             self.logs = (gr.log, jr.log) if usable else None
+            self.touched = None
             return self.sets, False
         gnew, jnew = gr.log[len(logs[0]):], jr.log[len(logs[1]):]
         self.logs = (gr.log, jr.log)
         on = self.on
         seeds = {j for j in jnew if j in on}
         if not gnew and not seeds:
+            self.touched = set()
             return self.sets, True
         multi, gj = self.multi, snap.gpu_jobs
         for g in set(gnew):
@@ -78,6 +83,7 @@ class KeptSets:
                     on.setdefault(j, set()).add(g)
                 seeds.update(ids)
         self._refind(snap, seeds)
+        self.touched = seeds
         return self.sets, False
 
     def _build(self, snap: ClusterSnapshot) -> None:

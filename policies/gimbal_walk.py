@@ -57,23 +57,28 @@ class Walk:
     ``subset2`` swelled (module doc): ``head`` after line 5, ``swell`` = (attempt text, step
     times) when line 5 changed the start (an attempt), then ``steps`` = (configuration, attempt
     text, step times) of each ``generate``, extended on demand; ``end`` once ``generate`` has
-    no new configuration after the last step."""
+    no new configuration after the last step.  Step times are tuples in ``order`` (the jobs'
+    order of the search's ``infos``, the order :func:`local_objective` sums in)."""
 
-    __slots__ = ("search", "subset1", "subset2", "head", "swell", "steps", "end")
+    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end")
 
     def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool):
         self.search, self.subset1, self.subset2 = search, subset1, subset2
+        self.order = tuple(search.infos)
         cur = dict(start)
         self.swell = None
         if lgrr:  # line 5, as coordination_search applies it
             cur = search.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))],
                                  lgrr_swell)
             if cur != start:
-                self.swell = (f"swell({','.join(subset2)}) by LGRR",
-                              step_times(search.model, search.infos, cur))
+                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._times(cur))
         self.head = cur
         self.steps: list = []
         self.end = False
+
+    def _times(self, cfg) -> tuple:
+        st = step_times(self.search.model, self.search.infos, cfg)
+        return tuple(st[j] for j in self.order)
 
     def step(self, i: int):
         """The ``i``-th generated configuration (0-based) or None past the walk's end."""
@@ -86,20 +91,35 @@ class Walk:
             if new is None or new == cur:
                 self.end = True
                 return None
-            steps.append((new, what, step_times(self.search.model, self.search.infos, new)))
+            steps.append((new, what, self._times(new)))
         return steps[i]
 
 
-def walk_search(objective: str, infos, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
-                max_attempts: int = MAX_ATTEMPTS) -> SearchResult:
-    """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``infos`` the
-    set's jobs now (remaining steps, deadline distance), ``st0`` the start's step times."""
-    before = local_objective(objective, infos, st0)
+def objective_value(objective: str, rems, dls, sts) -> float:
+    """:func:`~policies.gimbal_coord.local_objective` on the jobs' remaining steps, deadline
+    distances and step times given as sequences in the jobs' order: the same products,
+    summed or compared in the same order (the same float)."""
+    if objective == "jct":
+        return sum([r * t for r, t in zip(rems, sts)]) / len(sts)
+    if objective == "deadline":
+        return max(max(0.0, r * t - d) for r, t, d in zip(rems, sts, dls))
+    if objective == "makespan":
+        return max([r * t for r, t in zip(rems, sts)])
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
+                max_attempts: int = MAX_ATTEMPTS) -> tuple[SearchResult, dict]:
+    """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``rems``,
+    ``dls`` the jobs' remaining steps and deadline distances now (in the walk's ``order``),
+    ``st0`` the start's step times.  Returns the result and the best configuration (the kept
+    object, for per-configuration memos)."""
+    before = objective_value(objective, rems, dls, st0)
     attempts: list[Attempt] = []
     best_v = before
     if walk.swell is not None:
         what, st = walk.swell
-        best_v = local_objective(objective, infos, st)
+        best_v = objective_value(objective, rems, dls, st)
         attempts.append(Attempt(what, best_v, True))
     best = walk.head
     fails = 0
@@ -112,7 +132,7 @@ def walk_search(objective: str, infos, st0, walk: Walk, *, max_fails: int = MAX_
             break
         new, what, st = step
         i += 1
-        v = local_objective(objective, infos, st)
+        v = objective_value(objective, rems, dls, st)
         gain = v < best_v * (1 - 1e-9)
         attempts.append(Attempt(what, v, gain))
         if gain:
@@ -123,7 +143,7 @@ def walk_search(objective: str, infos, st0, walk: Walk, *, max_fails: int = MAX_
             exit_ = "early-exit"
             break
     return SearchResult(dict(best), before, best_v, tuple(attempts), tuple(walk.subset2),
-                        tuple(walk.subset1), exit_)
+                        tuple(walk.subset1), exit_), best
 
 
 def remaining_steps(snap: ClusterSnapshot, job) -> float:
@@ -139,9 +159,10 @@ class KeptSearch:
     """:func:`~policies.gimbal_coord.coordination_search` from one start, kept across rounds:
     :meth:`run` with the set's jobs of the round gives the same SearchResult.  ``infos``: the
     jobs' records of any round (only their jobs and node counts are read here: the walk reads
-    nothing else of them), ``start``: the start configuration."""
+    nothing else of them; later rounds list the same jobs in the same order), ``start``: the
+    start configuration."""
 
-    __slots__ = ("start", "jm", "st0", "search", "lgrr", "walks")
+    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo")
 
     def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
                  straggler_tol: float = 0.05):
@@ -150,30 +171,63 @@ class KeptSearch:
         since = {j: infos[j].job.start_time or 0.0 for j in infos}
         self.jm = jm = _jmax(infos, world, since)  # line 1
         self.search = _Search(None, infos, model, jm, straggler_tol, lgrr, liss)
-        self.st0 = step_times(model, infos, start)
+        self.order = order = tuple(infos)
+        st = step_times(model, infos, start)
+        self.st0 = tuple(st[j] for j in order)
+        # line 2, as positions in ``order``: subset1 = [J_max], subset2 = the rest by id
+        self.subsets = ([order.index(jm)],
+                        [order.index(j) for j in sorted(j for j in order if j != jm)])
         self.lgrr = lgrr
         self.walks: dict = {}  # the split (subsets swapped?) -> its Walk
+        self.memo: dict = {}  # id(best configuration) -> (configuration, caller's value)
 
-    def run(self, objective: str, infos) -> SearchResult:
-        jm, st = self.jm, self.st0
-        subset1, subset2 = [jm], sorted(j for j in infos if j != jm)  # line 2
+    def split(self, objective: str, rems, dls, utils) -> bool:
+        """Lines 3-4: whether the subsets swap (subset2's priority below subset1's), by
+        ``prio`` of coordination_search on the start's step times: the mean importance
+        (eq. 2: -utilization; eq. 4 negated: -(deadline distance - remaining time); eq. 6
+        negated: the remaining time), summed in the subset's order."""
+        st0 = self.st0
+        if objective == "jct":
+            def imp(i):
+                return -utils[i]
+        elif objective == "deadline":
+            def imp(i):
+                return -(dls[i] - rems[i] * st0[i])
+        elif objective == "makespan":
+            def imp(i):
+                return -(-(rems[i] * st0[i]))
+        else:
+            raise ValueError(f"unknown objective {objective!r}")
+        s1, s2 = self.subsets
+        return sum(imp(i) for i in s2) / len(s2) < sum(imp(i) for i in s1) / len(s1)
 
-        def prio(sub):
-            return sum(importance(objective, infos[j], st[j]) for j in sub) / len(sub)
-
-        swap = prio(subset2) < prio(subset1)  # lines 3-4
+    def walk(self, swap: bool) -> Walk:
         walk = self.walks.get(swap)
         if walk is None:
+            jm = self.jm
+            subset1, subset2 = [jm], sorted(j for j in self.order if j != jm)
             if swap:
                 subset1, subset2 = subset2, subset1
             walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr)
-        return walk_search(objective, infos, st, walk)
+        return walk
+
+    def run_values(self, objective: str, rems, dls, utils) -> tuple[SearchResult, dict]:
+        """The search on the jobs' remaining steps, deadline distances and utilisations (in
+        ``order``): (result, the best configuration's kept object)."""
+        walk = self.walk(self.split(objective, rems, dls, utils))
+        return walk_search(objective, rems, dls, self.st0, walk)
+
+    def run(self, objective: str, infos) -> SearchResult:
+        order = self.order
+        return self.run_values(objective, [infos[j].remaining_steps for j in order],
+                               [infos[j].deadline_left for j in order],
+                               [infos[j].utilization for j in order])[0]
 
 
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "actual", "kept")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool):
@@ -185,6 +239,7 @@ class _SetRec:
             static.append((j, util, nodes))
             infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
         self.static = tuple(static)
+        self.utils = tuple(u for _, u, _ in static)
         self.actual = actual = {j.id: start_config(j) for j in jobs}
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
@@ -194,12 +249,33 @@ class _SetRec:
                  for jid, ws in actual.items()}
         self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
 
-    def coordinate(self, snap: ClusterSnapshot, objective: str) -> SearchResult:
-        now = snap.now
-        infos = {j.id: JobInfo(j, remaining_steps(snap, j),
-                               math.inf if j.deadline is None else j.deadline - now, u, n)
-                 for j, u, n in self.static}
-        return self.kept.run(objective, infos)
+    def coordinate(self, snap: ClusterSnapshot, objective: str) -> tuple[SearchResult, tuple]:
+        """The set's SearchResult now and its resizes (kept per best configuration: they
+        are a function of it and of the record)."""
+        ri = snap.remaining_iters
+        rems = []
+        for j in self.jobs:  # job_info's remaining steps
+            r = ri(j)
+            rems.append(remaining_steps(snap, j) if r is None else r)
+        dls = None
+        if objective == "deadline":
+            now = snap.now
+            dls = [math.inf if j.deadline is None else j.deadline - now for j in self.jobs]
+        kept = self.kept
+        res, best = kept.run_values(objective, rems, dls, self.utils)
+        hit = kept.memo.get(id(best))
+        if hit is None or hit[0] is not best:
+            resizes = []
+            jobs = {j.id: j for j in self.jobs}
+            for jid in res.changed(self.actual):
+                ws = tuple(res.config[jid])
+                mps = min(w.mps_pct for w in ws)
+                resizes.append(ResizeJob(jid, tuple(w.gpu for w in ws),
+                                         max(w.micro_batch for w in ws),
+                                         max(w.accum_steps for w in ws), mps, ws,
+                                         jobs[jid].allocation.global_batch))
+            hit = kept.memo[id(best)] = (best, tuple(resizes))
+        return res, hit[1]
 
 
 class CoordKept:
@@ -268,9 +344,11 @@ class CoordKept:
         out = []
         sets, same = self.sets.update(snap)
         if not same:  # a record is kept only for a set still there, made for what it sees now
-            recs = self.recs
-            self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs
-                         and self._valid(snap, recs[ps.members], ps.members)}
+            # (one no member of which the sets looked at again is: module doc)
+            recs, touched = self.recs, self.sets.touched
+            self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs and (
+                touched is not None and touched.isdisjoint(ps.members)
+                or self._valid(snap, recs[ps.members], ps.members))}
         in_sets = {m for ps in sets for m in ps.members}
         for job in self._below(snap, usable):
             if job.id in in_sets or job.id in skip:
@@ -290,16 +368,6 @@ class CoordKept:
             rec = self._record(snap, ps.members, lgrr, liss)
             if rec is None:
                 continue
-            res = rec.coordinate(snap, objective)
-            resizes = []
-            actual = rec.actual
-            for jid in res.changed(actual):
-                ws = tuple(res.config[jid])
-                j = snap.jobs[jid]
-                mps = min(w.mps_pct for w in ws)
-                resizes.append(ResizeJob(jid, tuple(w.gpu for w in ws),
-                                         max(w.micro_batch for w in ws),
-                                         max(w.accum_steps for w in ws), mps, ws,
-                                         j.allocation.global_batch))
-            out.append(Coordination(ps.jmax, ps.members, res, tuple(resizes)))
+            res, resizes = rec.coordinate(snap, objective)
+            out.append(Coordination(ps.jmax, ps.members, res, resizes))
         return tuple(out)
