@@ -14,24 +14,25 @@ tenths of its time re-running Algorithm 1 on every packing set at every 30 s rou
   time, i.e. the clock) only decide ``gain``, ``best``, ``fails`` and the early exit.  So a
   walk is kept per packing set and per split, extended lazily (one ``generate`` when the search
   first goes past its end), with each configuration's per-job step times; at each round only
-  the values along it are computed, with :func:`~policies.gimbal_coord.local_objective` itself
-  on the kept step times (the same floats: the step times are the same pure functions of the
-  same arguments, the objective the same code on the same inputs in the same order), and the
-  split is decided again each round by the same ``prio`` arithmetic on the kept start step
-  times (for "deadline" and "makespan" it moves with the clock; for "jct" it does not).
-* **The packing sets.**  :func:`~policies.gimbal_coord.packing_sets` reads ``gpu_jobs`` and, of
-  the jobs on GPUs that hold two or more, the running state, allocation GPUs and start time.
-  With the simulator's change records the last call's sets are returned while no GPU changed
-  hands and no job on a shared GPU got a new view since (a job alone on its GPUs cannot join a
-  set without a GPU change); otherwise they are computed again.  Without the records (the
-  daemon's snapshots) they are computed every call.
+  the values along it are computed (:func:`objective_value`: the products remaining steps x
+  step time of :func:`~policies.gimbal_coord.local_objective`, summed or compared in the same
+  order, on the same step times, which are the same pure functions of the same arguments: the
+  same floats), and the split is decided again each round by ``prio``'s arithmetic on the
+  kept start step times (:meth:`KeptSearch.split`; for "deadline" and "makespan" it moves
+  with the clock, for "jct" it does not).  The resizes of a result are a function of its best
+  configuration (one of the walk's, kept) and of the record: kept per configuration.
+* **The packing sets** (:class:`policies.gimbal_sets.KeptSets`): brought up to date from the
+  simulator's change records (the components through the GPUs and jobs that changed found
+  again), built from ``gpu_jobs`` without them (the daemon's snapshots).
 * **The per-set record** (:class:`_SetRec`): the members' Job views (by identity), the GPU
   occupancy of their workers, the start and actual configurations, J_max, the utilisations and
-  node counts, the start step times and the walks.  It is taken over while the members' views
-  are the very same objects and their GPUs hold as many jobs as when it was made (and the
-  snapshot's profiles, interference table and predictors are the same objects): everything in
-  it is a pure function of those.  Only the remaining steps and the deadline distance are
-  read at each round.
+  node counts, the start step times and the walks.  Everything in it is a pure function of
+  those views, that occupancy and the snapshot's profiles, interference table and predictors
+  (the same objects, else everything is dropped).  When the sets changed, a record is kept
+  for a set none of whose jobs the kept sets looked at again (their views and GPUs did not
+  change: a new view or a GPU change of a member makes it a seed there), or whose member
+  views are the very same objects on GPUs holding as many jobs.  Only the remaining steps
+  and the deadline distance are read at each round.
 
 The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
 the job change record (a job's allocation and state are in its view), sorted each call by the
@@ -46,7 +47,7 @@ from typing import Iterable, Optional
 from .model import ClusterSnapshot, Frozen
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
-    _below_ceiling, _jmax, _restored, capped, importance, lgrr_swell, local_objective,
+    _below_ceiling, _jmax, _restored, capped, lgrr_swell,
     start_config, step_times, utilization)
 from .gimbal_sets import KeptSets
 from .plan import ResizeJob
@@ -146,6 +147,35 @@ def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = 
                         tuple(walk.subset1), exit_), best
 
 
+def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_FAILS,
+              max_attempts: int = MAX_ATTEMPTS) -> tuple[dict, float, float]:
+    """:func:`walk_search` without its audit trail: (best configuration, objective before,
+    objective after), the same decisions on the same values (what the host policies read)."""
+    before = best_v = objective_value(objective, rems, dls, st0)
+    n = 0
+    if walk.swell is not None:
+        best_v = objective_value(objective, rems, dls, walk.swell[1])
+        n = 1
+    best = walk.head
+    fails = 0
+    i = 0
+    steps = walk.steps
+    while n < max_attempts:
+        step = steps[i] if i < len(steps) else walk.step(i)
+        if step is None:
+            break
+        i += 1
+        n += 1
+        v = objective_value(objective, rems, dls, step[2])
+        if v < best_v * (1 - 1e-9):
+            best, best_v, fails = step[0], v, 0
+        else:
+            fails += 1
+        if fails >= max_fails:
+            break
+    return best, before, best_v
+
+
 def remaining_steps(snap: ClusterSnapshot, job) -> float:
     """:func:`~policies.gimbal_coord.job_info`'s remaining steps."""
     rem = snap.remaining_iters(job)
@@ -227,7 +257,7 @@ class KeptSearch:
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool):
@@ -240,6 +270,11 @@ class _SetRec:
             infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
         self.static = tuple(static)
         self.utils = tuple(u for _, u, _ in static)
+        # ClusterSnapshot.remaining_iters' inputs of each (running, known length) job: the
+        # same arithmetic at each round without the calls; None: the calls
+        self.prog = (tuple((j.total_iters, j.completed_iters, j.as_of, j.restore_left,
+                            j.iter_rate) for j in jobs)
+                     if all(j.running and j.total_iters is not None for j in jobs) else None)
         self.actual = actual = {j.id: start_config(j) for j in jobs}
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
@@ -249,33 +284,66 @@ class _SetRec:
                  for jid, ws in actual.items()}
         self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
 
-    def coordinate(self, snap: ClusterSnapshot, objective: str) -> tuple[SearchResult, tuple]:
-        """The set's SearchResult now and its resizes (kept per best configuration: they
-        are a function of it and of the record)."""
-        ri = snap.remaining_iters
-        rems = []
-        for j in self.jobs:  # job_info's remaining steps
-            r = ri(j)
-            rems.append(remaining_steps(snap, j) if r is None else r)
-        dls = None
-        if objective == "deadline":
+    def _rems(self, snap: ClusterSnapshot) -> list:
+        """job_info's remaining steps of the members now."""
+        if self.prog is not None and _PLAIN_PROGRESS(type(snap)):
             now = snap.now
-            dls = [math.inf if j.deadline is None else j.deadline - now for j in self.jobs]
+            out = []
+            for total, done, as_of, restore, rate in self.prog:  # ClusterSnapshot.completed
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                out.append(max(0.0, total - (done + rate * dt)))
+            return out
+        ri = snap.remaining_iters
+        out = []
+        for j in self.jobs:
+            r = ri(j)
+            out.append(remaining_steps(snap, j) if r is None else r)
+        return out
+
+    def _resizes(self, best, res: Optional[SearchResult]) -> tuple:
+        """The resizes of a result whose best configuration is ``best`` (kept per
+        configuration: they are a function of it and of the record)."""
         kept = self.kept
-        res, best = kept.run_values(objective, rems, dls, self.utils)
         hit = kept.memo.get(id(best))
         if hit is None or hit[0] is not best:
             resizes = []
             jobs = {j.id: j for j in self.jobs}
-            for jid in res.changed(self.actual):
-                ws = tuple(res.config[jid])
+            for jid in sorted(best):  # SearchResult.changed
+                ws = tuple(best[jid])
+                if ws == tuple(self.actual[jid]):
+                    continue
                 mps = min(w.mps_pct for w in ws)
                 resizes.append(ResizeJob(jid, tuple(w.gpu for w in ws),
                                          max(w.micro_batch for w in ws),
                                          max(w.accum_steps for w in ws), mps, ws,
                                          jobs[jid].allocation.global_batch))
             hit = kept.memo[id(best)] = (best, tuple(resizes))
-        return res, hit[1]
+        return hit[1]
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
+        """``full``: (SearchResult, resizes); else (resizes, objective before, after)."""
+        rems = self._rems(snap)
+        dls = None
+        if objective == "deadline":
+            now = snap.now
+            dls = [math.inf if j.deadline is None else j.deadline - now for j in self.jobs]
+        kept = self.kept
+        if full:
+            res, best = kept.run_values(objective, rems, dls, self.utils)
+            return res, self._resizes(best, res)
+        walk = kept.walk(kept.split(objective, rems, dls, self.utils))
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
+        return self._resizes(best, None), before, after
+
+
+def _plain_progress(cls) -> bool:
+    return cls.remaining_iters is _RI and cls.completed is _CO
+
+
+_RI, _CO = ClusterSnapshot.remaining_iters, ClusterSnapshot.completed
+_PLAIN_PROGRESS = _plain_progress
 
 
 class CoordKept:
@@ -332,6 +400,16 @@ class CoordKept:
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
                    liss: bool = True, skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
         """:func:`policies.gimbal_coord.coordinate`'s answer (module doc)."""
+        return tuple(self._run(snap, objective, lgrr, liss, skip, True))
+
+    def resizes(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
+                liss: bool = True, skip: Iterable[str] = ()) -> list[tuple]:
+        """What a host reads of :meth:`coordinate`'s answer: (J_max, objective before,
+        objective after, resizes) of each record with resizes, in its order; the searches
+        without their audit trail (:func:`walk_best`)."""
+        return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
+
+    def _run(self, snap, objective, lgrr, liss, skip, full):
         ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
@@ -356,18 +434,26 @@ class CoordKept:
             if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
                 continue
             new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
-            none = Attempt("restore: no partner left", 0.0, True)
-            res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (), "no-primitive")
-            out.append(Coordination(job.id, (job.id,), res, (ResizeJob(
-                job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
-                max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
-                job.allocation.global_batch),)))
+            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                            job.allocation.global_batch),)
+            if full:
+                none = Attempt("restore: no partner left", 0.0, True)
+                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
+                                   "no-primitive")
+                out.append(Coordination(job.id, (job.id,), res, rz))
+            else:
+                out.append((job.id, 0.0, 0.0, rz))
         for ps in sets:
             if skip and not skip.isdisjoint(ps.members):
                 continue
             rec = self._record(snap, ps.members, lgrr, liss)
             if rec is None:
                 continue
-            res, resizes = rec.coordinate(snap, objective)
-            out.append(Coordination(ps.jmax, ps.members, res, resizes))
-        return tuple(out)
+            if full:
+                res, resizes = rec.coordinate(snap, objective)
+                out.append(Coordination(ps.jmax, ps.members, res, resizes))
+            else:
+                resizes, before, after = rec.coordinate(snap, objective, False)
+                out.append((ps.jmax, before, after, resizes))
+        return out

@@ -187,14 +187,14 @@ class PackingHost(Policy):
             kept = self.__dict__.get("_gimbal_kept")
             if kept is None:
                 kept = self._gimbal_kept = CoordKept()
-            for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
-                                skip=touched, kept=kept):
-                for rz in c.resizes:
+            # coordinate(snap, ..., kept=kept)'s records with resizes, without the audit trail
+            for jmax, before, after, resizes in kept.resizes(
+                    snap, self.objective, lgrr=self.lgrr, liss=self.liss, skip=touched):
+                for rz in resizes:
                     actions.append(rz)
                     reasons[rz.job_id] = reason(
-                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {c.jmax}",
-                        objective_before=c.result.objective_before,
-                        objective_after=c.result.objective_after)
+                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {jmax}",
+                        objective_before=before, objective_after=after)
 
     def _schedule_walk(self, snap: ClusterSnapshot) -> Plan:
         """Every waiting job in order (a job asks more GPUs than the cluster has, or none,

@@ -25,7 +25,7 @@ from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import (JobInfo, RateModel, coordinate, coordination_search,
                                    packing_sets)
-from policies.gimbal_walk import CoordKept, KeptSearch
+from policies.gimbal_walk import CoordKept, KeptSearch, walk_best
 from policies.model import Allocation, Gpu, Job, JobState, WorkerAlloc
 
 MODELS = default_models()
@@ -55,7 +55,7 @@ class Checked:
         self.inner = policies.get_policy(name)
         for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
             setattr(self, flag, getattr(self.inner, flag))
-        self.kept, self.bare = CoordKept(), CoordKept()
+        self.kept, self.bare, self.lean = CoordKept(), CoordKept(), CoordKept()
         self.calls = self.sets = self.resizes = self.same = self.attempts = 0
         self.exits = set()
 
@@ -66,6 +66,10 @@ class Checked:
         kept = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss, kept=self.kept)
         assert kept == plain
         assert self.kept.sets.sets == packing_sets(snap)
+        # what the host reads (its own kept state, the searches without the audit trail)
+        assert self.lean.resizes(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss) == [
+            (c.jmax, c.result.objective_before, c.result.objective_after, c.resizes)
+            for c in plain if c.resizes]
         self.same += before is not None and self.kept.sets.sets is not None and len(
             snap.gpu_changes.log) == len(before[0])
         # a skipped set is left alone on both paths
@@ -154,6 +158,15 @@ def test_kept_search_equals_search_every_round(data):
             for j, i in infos0.items()}
         want = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
         assert kept.run(objective, infos) == want
+        # the search without its audit trail (what the host policies read)
+        order = kept.order
+        rems = [infos[j].remaining_steps for j in order]
+        dls = [infos[j].deadline_left for j in order]
+        utils = [infos[j].utilization for j in order]
+        walk = kept.walk(kept.split(objective, rems, dls, utils))
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
+        assert (dict(best), before, after) == (want.config, want.objective_before,
+                                               want.objective_after)
 
 
 def test_kept_search_follows_the_split_and_the_clock():
