@@ -49,6 +49,7 @@ from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, capped, lgrr_swell,
     start_config, step_times, utilization)
+from .gimbal_quiet import REL, horizon
 from .gimbal_sets import KeptSets
 from .plan import ResizeJob
 
@@ -257,7 +258,7 @@ class KeptSearch:
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool):
@@ -283,6 +284,7 @@ class _SetRec:
                             else replace(w, mps_pct=capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
         self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+        self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
 
     def _rems(self, snap: ClusterSnapshot) -> list:
         """job_info's remaining steps of the members now."""
@@ -335,7 +337,26 @@ class _SetRec:
             return res, self._resizes(best, res)
         walk = kept.walk(kept.split(objective, rems, dls, self.utils))
         best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
-        return self._resizes(best, None), before, after
+        resizes = self._resizes(best, None)
+        if not resizes and self.prog is not None and _PLAIN_PROGRESS(type(snap)):
+            # how long the same decisions are sure to be taken (policies.gimbal_quiet)
+            now = snap.now
+            rates = [p[4] for p in self.prog]
+            errs = [REL * (abs(total) + abs(done) + abs(rate * (now - as_of)) + 1.0)
+                    for total, done, as_of, _, rate in self.prog]
+            derr = 0.0
+            if dls is not None:
+                derr = REL * (abs(now) + max((abs(j.deadline) for j in self.jobs
+                                              if j.deadline is not None), default=0.0))
+            h = horizon(objective, rems, dls, rates, errs, kept, walk, derr)
+            if h > 0.0:
+                self.quiet = (objective, now, now + h)
+        return resizes, before, after
+
+    def quiet_at(self, objective: str, now: float) -> bool:
+        """Whether the lean search is sure to find no resizes at ``now`` (gimbal_quiet)."""
+        q = self.quiet
+        return q is not None and q[0] == objective and q[1] <= now <= q[2]
 
 
 def _plain_progress(cls) -> bool:
@@ -454,6 +475,8 @@ class CoordKept:
                 res, resizes = rec.coordinate(snap, objective)
                 out.append(Coordination(ps.jmax, ps.members, res, resizes))
             else:
+                if rec.quiet_at(objective, snap.now):
+                    continue  # no resizes: nothing the host reads
                 resizes, before, after = rec.coordinate(snap, objective, False)
                 out.append((ps.jmax, before, after, resizes))
         return out
