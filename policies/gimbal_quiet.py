@@ -67,41 +67,47 @@ def _room(q: float, a: float, e: float) -> float:
     return math.inf if a <= 0.0 else room / a
 
 
+def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) -> float:
+    """Seconds from now for which the split (lines 3-4) is sure to stay (inf for "jct": the
+    utilisations do not move)."""
+    if objective == "jct":
+        return math.inf
+    st0 = kept.st0
+    s1, s2 = kept.subsets
+
+    def prio(sub):
+        tot = lip = err = 0.0
+        for i in sub:
+            x = rems[i] * st0[i]
+            lip += st0[i] * rates[i]
+            err += st0[i] * errs[i] + REL * abs(x)
+            if objective == "deadline":
+                if math.isinf(dls[i]):
+                    # -(inf - x): the subset's priority is -inf while the job has no
+                    # deadline, whatever the clock: the comparison's outcome is fixed
+                    return None
+                tot += -(dls[i] - x)
+                lip += 1.0
+                err += REL * abs(dls[i]) + derr
+            else:
+                tot += x
+        return tot / len(sub), lip, err
+
+    p1, p2 = prio(s1), prio(s2)
+    if p1 is None or p2 is None:
+        return math.inf
+    return _room(p2[0] - p1[0], p2[1] + p1[1], p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0])))
+
+
 def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
             max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS) -> float:
     """Seconds from now for which :func:`policies.gimbal_walk.walk_best` of this set on
     ``kept``'s ``walk`` takes the same decisions (module doc).  ``rates``: each job's
     iterations per second, ``errs``: the error bound of each job's remaining steps; ``dls``:
     deadline distances (None unless "deadline"), ``derr`` their error bound."""
-    h = math.inf
-    if objective != "jct":  # the split moves with the clock
-        st0 = kept.st0
-        s1, s2 = kept.subsets
-
-        def prio(sub):
-            tot = lip = err = 0.0
-            for i in sub:
-                x = rems[i] * st0[i]
-                lip += st0[i] * rates[i]
-                err += st0[i] * errs[i] + REL * abs(x)
-                if objective == "deadline":
-                    if math.isinf(dls[i]):
-                        # -(inf - x): the subset's priority is -inf while the job has no
-                        # deadline, whatever the clock: the comparison's outcome is fixed
-                        return None
-                    tot += -(dls[i] - x)
-                    lip += 1.0
-                    err += REL * abs(dls[i]) + derr
-                else:
-                    tot += x
-            return tot / len(sub), lip, err
-
-        p1, p2 = prio(s1), prio(s2)
-        if p1 is not None and p2 is not None:
-            h = min(h, _room(p2[0] - p1[0], p2[1] + p1[1], p2[2] + p1[2] + REL * (
-                abs(p1[0]) + abs(p2[0]))))
-            if h <= 0.0:
-                return 0.0
+    h = split_room(objective, rems, dls, rates, errs, kept, derr)
+    if h <= 0.0:
+        return 0.0
     f = 1 - 1e-9
     bst = kept.st0
     best = _terms(objective, rems, dls, rates, errs, bst, derr)

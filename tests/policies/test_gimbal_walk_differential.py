@@ -56,7 +56,7 @@ class Checked:
         for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
             setattr(self, flag, getattr(self.inner, flag))
         self.kept, self.bare, self.lean = CoordKept(), CoordKept(), CoordKept()
-        self.calls = self.sets = self.resizes = self.same = self.attempts = 0
+        self.calls = self.sets = self.resizes = self.same = self.attempts = self.quiet = 0
         self.exits = set()
 
     def schedule(self, snap):
@@ -70,6 +70,9 @@ class Checked:
         assert self.lean.resizes(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss) == [
             (c.jmax, c.result.objective_before, c.result.objective_after, c.resizes)
             for c in plain if c.resizes]
+        # sets the lean path did not search this call (sure to find no resizes: gimbal_quiet)
+        self.quiet += sum(r.quiet_at(pol.objective, snap.now) and r.quiet[1] < snap.now
+                          for r in self.lean.recs.values())
         self.same += before is not None and self.kept.sets.sets is not None and len(
             snap.gpu_changes.log) == len(before[0])
         # a skipped set is left alone on both paths
@@ -98,6 +101,7 @@ def test_recorded_simulator_snapshots(name, cluster, seed):
     assert pol.sets > 50 and pol.resizes > 5 and pol.attempts > pol.sets
     assert {"early-exit", "no-primitive"} <= pol.exits
     assert pol.same > pol.calls // 4  # the kept sets were taken over at many calls
+    assert pol.quiet > 20  # and searches were left out
 
 
 # ---------------------------------------------------------------- hypothesis: one set, many rounds
@@ -317,3 +321,61 @@ def test_kept_sets_a_job_that_starts_running_joins_a_kept_set():
     assert not same and sets == packing_sets(snap)
     assert [s.members for s in sets] == [("A", "B", "X")]
     assert set(kept.comp_of) == {"A", "B", "X"} and len(kept.verdict) == 1
+
+
+# ---------------------------------------------------------------- hypothesis: the quiet horizon
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_decisions_hold_within_the_horizon(data):
+    """A set whose jobs progress as the simulator's views say (remaining = total - (done +
+    rate x max(0, elapsed - restore)), floored at 0; deadline distances fall with the clock):
+    at every time within :func:`horizon` of a round, the lean search takes the same
+    decisions (same best configuration, same split)."""
+    from policies.gimbal_quiet import REL, horizon, split_room
+
+    draw = data.draw
+    infos0, start = draw(packed_set())
+    objective = draw(st.sampled_from(["jct", "jct", "deadline", "makespan"]))
+    model = RateModel(MODELS.profiles, MODELS.interference)
+    kept = KeptSearch(infos0, start, model)
+    order = kept.order
+    prog = [(draw(st.floats(1e3, 1e6)), draw(st.floats(0.0, 1e3)), draw(st.floats(0.0, 50.0)),
+             draw(st.sampled_from([0.0, 0.0, 20.0])), draw(st.floats(0.01, 50.0)))
+            for _ in order]
+    deadlines = [draw(st.one_of(st.none(), st.floats(100.0, 1e5))) for _ in order]
+    utils = [infos0[j].utilization for j in order]
+
+    def at(now):
+        rems = []
+        for total, done, as_of, restore, rate in prog:
+            dt = now - as_of
+            if restore:
+                dt = max(0.0, dt - restore)
+            rems.append(max(0.0, total - (done + rate * dt)))
+        dls = [math.inf if d is None else d - now for d in deadlines]
+        return rems, dls
+
+    t0 = draw(st.floats(60.0, 5e3))
+    rems, dls = at(t0)
+    swap = kept.split(objective, rems, dls, utils)
+    walk = kept.walk(swap)
+    best = walk_best(objective, rems, dls, kept.st0, walk)[0]
+    errs = [REL * (abs(t) + abs(d) + abs(r * (t0 - a)) + 1.0) for t, d, a, _, r in prog]
+    derr = REL * (abs(t0) + max((abs(d) for d in deadlines if d is not None), default=0.0))
+    h = horizon(objective, rems, dls if objective == "deadline" else None,
+                [p[4] for p in prog], errs, kept, walk, derr)
+    assert h >= 0.0
+    if h == 0.0:
+        return
+    span = min(h, 1e7)
+    for frac in [1.0, 0.5, draw(st.floats(0.0, 1.0)), draw(st.floats(0.9, 1.0))]:
+        r2, d2 = at(t0 + span * frac)
+        assert kept.split(objective, r2, d2, utils) == swap
+        assert walk_best(objective, r2, d2, kept.st0, walk)[0] is best
+    # the split on its own (its bound is what holds the horizon when the steps do not)
+    hs = split_room(objective, rems, dls if objective == "deadline" else None,
+                    [p[4] for p in prog], errs, kept, derr)
+    assert hs >= h
+    for frac in [1.0, 0.5, 0.99, draw(st.floats(0.0, 1.0))]:
+        r2, d2 = at(t0 + min(hs, 1e7) * frac)
+        assert kept.split(objective, r2, d2, utils) == swap
