@@ -375,27 +375,37 @@ class CoordKept:
         self.model: Optional[RateModel] = None
         self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
-        self.below = None  # (job log, ids of running jobs with a worker below its ceiling)
+        self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
+        #                     those jobs by (submit time, id))
+        self.cands = None  # the last call's jobs to restore (before ``skip``)
+        self.plan = None  # the last call's (set, record) pairs
 
-    def _below(self, snap: ClusterSnapshot, usable: bool) -> list:
+    def _below(self, snap: ClusterSnapshot, usable: bool) -> tuple[list, bool]:
+        """(The running jobs with a worker below its ceiling by (submit time, id), whether it
+        is the last call's list: no job of it or entering it got a new view since)."""
         jobs, jr = snap.jobs, snap.job_changes
         kept = self.below
         if usable and kept is not None and jr.log.extends(kept[0]):
-            ids = kept[1]
+            ids, out = kept[1], kept[2]
             for jid in set(jr.log[len(kept[0]):]):
                 j = jobs.get(jid)
                 if j is not None and j.allocation is not None and j.running \
                         and _below_ceiling(j.allocation):
                     ids.add(jid)
-                else:
+                    out = None
+                elif jid in ids:
                     ids.discard(jid)
+                    out = None
         else:
             ids = {j.id for j in jobs.values()
                    if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
-        self.below = (jr.log, ids) if usable else None
-        out = [jobs[j] for j in ids]
-        out.sort(key=lambda j: (j.submit_time, j.id))
-        return out
+            out = None
+        same = out is not None
+        if out is None:
+            out = [jobs[j] for j in ids]
+            out.sort(key=lambda j: (j.submit_time, j.id))
+        self.below = (jr.log, ids, out) if usable else None
+        return out, same
 
     def _valid(self, snap: ClusterSnapshot, rec: _SetRec, members: tuple) -> bool:
         """Whether ``rec`` was made for these very member views on GPUs holding as many jobs."""
@@ -435,7 +445,7 @@ class CoordKept:
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
-            self.sets, self.below = KeptSets(), None
+            self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
         gr, jr = snap.gpu_changes, snap.job_changes
         usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
                   and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
@@ -448,11 +458,17 @@ class CoordKept:
             self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs and (
                 touched is not None and touched.isdisjoint(ps.members)
                 or self._valid(snap, recs[ps.members], ps.members))}
-        in_sets = {m for ps in sets for m in ps.members}
-        for job in self._below(snap, usable):
-            if job.id in in_sets or job.id in skip:
-                continue
-            if any(snap.gpu_jobs.get(g, ()) != (job.id,) for g in job.allocation.gpus):
+        below, bsame = self._below(snap, usable)
+        if same and bsame and self.cands is not None:
+            cands = self.cands  # the same below-ceiling views, sets and GPU map
+        else:
+            in_sets = {m for ps in sets for m in ps.members}
+            gj = snap.gpu_jobs
+            cands = [job for job in below if job.id not in in_sets and all(
+                gj.get(g, ()) == (job.id,) for g in job.allocation.gpus)]
+        self.cands = cands if usable else None
+        for job in cands:
+            if job.id in skip:
                 continue
             new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
             rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
@@ -465,18 +481,24 @@ class CoordKept:
                 out.append(Coordination(job.id, (job.id,), res, rz))
             else:
                 out.append((job.id, 0.0, 0.0, rz))
-        for ps in sets:
-            if skip and not skip.isdisjoint(ps.members):
-                continue
-            rec = self._record(snap, ps.members, lgrr, liss)
+        if same and self.plan is not None:
+            plan = self.plan
+        else:
+            plan = [(ps, self._record(snap, ps.members, lgrr, liss)) for ps in sets]
+        self.plan = plan if usable else None
+        now = snap.now
+        for ps, rec in plan:
             if rec is None:
+                continue
+            if skip and not skip.isdisjoint(ps.members):
                 continue
             if full:
                 res, resizes = rec.coordinate(snap, objective)
                 out.append(Coordination(ps.jmax, ps.members, res, resizes))
             else:
-                if rec.quiet_at(objective, snap.now):
-                    continue  # no resizes: nothing the host reads
+                q = rec.quiet
+                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
+                    continue  # no resizes: nothing the host reads (rec.quiet_at)
                 resizes, before, after = rec.coordinate(snap, objective, False)
                 out.append((ps.jmax, before, after, resizes))
         return out
