@@ -33,6 +33,7 @@ import math
 from .gimbal_coord import MAX_ATTEMPTS, MAX_FAILS
 
 REL = 1e-12  # the float margin, relative to the magnitudes involved
+QUIET_CAP = 1e7  # seconds: the longest horizon used (keeps the clock's own rounding in REL)
 
 
 def _terms(objective, rems, dls, rates, errs, sts, derr=0.0):

@@ -49,7 +49,7 @@ from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, capped, lgrr_swell,
     start_config, step_times, utilization)
-from .gimbal_quiet import REL, horizon
+from .gimbal_quiet import QUIET_CAP, REL, horizon
 from .gimbal_sets import KeptSets
 from .plan import ResizeJob
 
@@ -346,9 +346,10 @@ class _SetRec:
                     for total, done, as_of, _, rate in self.prog]
             derr = 0.0
             if dls is not None:
-                derr = REL * (abs(now) + max((abs(j.deadline) for j in self.jobs
-                                              if j.deadline is not None), default=0.0))
-            h = horizon(objective, rems, dls, rates, errs, kept, walk, derr)
+                # deadline - τ for τ up to now + QUIET_CAP
+                derr = REL * (abs(now) + QUIET_CAP + max(
+                    (abs(j.deadline) for j in self.jobs if j.deadline is not None), default=0.0))
+            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr), QUIET_CAP)
             if h > 0.0:
                 self.quiet = (objective, now, now + h)
         return resizes, before, after
