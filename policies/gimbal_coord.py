@@ -1,7 +1,9 @@
 """GIMBAL worker coordination (seed 004, Yang, Cui et al.): packing sets, local objectives,
 Algorithm 1.  Pure: a :class:`~policies.model.ClusterSnapshot` (or hand-built job sets) in,
 per-worker allocation records out.  Not a registered policy: the host schedulers
-(``policies/lucid.py``, ``gandiva.py``, ``gavel_pack.py``) call :func:`coordinate` every round.
+(``policies/lucid.py``, ``gandiva.py``, ``gavel_pack.py``) call :func:`coordinate` every round
+(through :class:`policies.gimbal_walk.CoordKept`, which keeps the walks, packing sets and
+per-set records between rounds and gives the same answer; this module's path is the oracle).
 
 * §5.1 packing constraints — :func:`packing_sets` groups running jobs that share GPUs into
   packing sets; :func:`packing_violations` lists what breaks the rules: at most two workers per

@@ -102,7 +102,8 @@ class KeptSets:
         seeds.update(comp)
 
     def _refind(self, snap: ClusterSnapshot, seeds: set) -> None:
-        comp_of, verdict, multi, on, jobs = self.comp_of, self.verdict, self.multi, self.on, snap.jobs
+        comp_of, verdict, multi, on = self.comp_of, self.verdict, self.multi, self.on
+        jobs = snap.jobs
         for j in list(seeds):
             c = comp_of.get(j)
             if c is not None:

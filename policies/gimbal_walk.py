@@ -3,7 +3,11 @@ tenths of its time re-running Algorithm 1 on every packing set at every 30 s rou
 
 :class:`CoordKept` (one per host policy, :meth:`CoordKept.coordinate` is what
 :func:`policies.gimbal_coord.coordinate` does with ``kept=``) returns the same
-:class:`~policies.gimbal_coord.Coordination` records as the plain path, from three kept things:
+:class:`~policies.gimbal_coord.Coordination` records as the plain path, from three kept things
+(below).  The hosts read :meth:`CoordKept.resizes`: of the same records, those with resizes,
+as (J_max, objective before, objective after, resizes), from searches without their audit
+trail (:func:`walk_best`), and without searching again a set that is sure to find no resizes
+(:mod:`policies.gimbal_quiet`: how long the comparisons of its last search keep their signs).
 
 * **The walk** (:class:`Walk`).  In :func:`~policies.gimbal_coord.coordination_search` the
   sequence of configurations visited (line 5's swell, then ``generate`` again and again until
