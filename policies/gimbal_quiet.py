@@ -13,10 +13,12 @@ not change, so between a round at ``t`` and a later one at ``τ``:
 * r_j(τ) = max(0, total - (done + rate x max(0, τ - as_of - restore))) lies in
   [max(0, r_j(t) - rate x (τ - t)), r_j(t)] (both max() are 1-Lipschitz and nondecreasing in
   the elapsed time), and d_j(τ) = d_j(t) - (τ - t);
-* so each quantity (a mean, sum or max of terms r_j x t_j, or r_j x t_j - d_j, or max(0, .)
-  of those) moves by at most ``L x (τ - t)``, L the sum over its jobs of (t_j x rate_j, plus
-  1 for a deadline term): a sum of terms moves by at most the sum of their moves; a mean by
-  less; a max, and max(0, .), by at most the largest move of its terms.
+* so each quantity moves by at most ``L x (τ - t)``: a mean of terms r_j x t_j (eq. 1) by
+  the mean of their moves (t_j x rate_j; for a step's comparison v - f x best, whose terms
+  are r_j x (t_j - f x b_j), by the mean of |t_j - f x b_j| x rate_j); a max of terms r_j x t_j
+  (eq. 5) or of max(0, r_j x t_j - d_j) (eq. 3) by at most the largest move of its terms
+  (t_j x rate_j, plus 1 for a finite deadline): max() and max(0, .) are 1-Lipschitz; a
+  difference of two by the sum of their bounds; the split's mean priorities likewise.
 
 :func:`horizon` returns the largest H such that, for every compared quantity q with
 computed value q(t), |q(t)| - 2M > L x H, M a bound on what floating point can make of it
@@ -44,14 +46,14 @@ def _terms(objective, rems, dls, rates, errs, sts, derr=0.0):
         a = sum([t * q for t, q in zip(sts, rates)])
         e = sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
         return v, a, e
-    if objective == "makespan":
+    if objective == "makespan":  # a max moves by at most its terms' largest move
         v = max([r * t for r, t in zip(rems, sts)])
-        a = sum([t * q for t, q in zip(sts, rates)])
+        a = max([t * q for t, q in zip(sts, rates)])
         e = sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
         return v, a, e
     if objective == "deadline":
         v = max(max(0.0, r * t - d) for r, t, d in zip(rems, sts, dls))
-        a = sum([t * q + (0.0 if math.isinf(d) else 1.0) for t, q, d in zip(sts, rates, dls)])
+        a = max([t * q + (0.0 if math.isinf(d) else 1.0) for t, q, d in zip(sts, rates, dls)])
         e = (sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
              + sum([REL * (abs(d) + abs(r * t)) + derr for r, t, d in zip(rems, sts, dls)
                     if not math.isinf(d)]))
