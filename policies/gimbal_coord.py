@@ -1,7 +1,9 @@
 """GIMBAL worker coordination (seed 004, Yang, Cui et al.): packing sets, local objectives,
 Algorithm 1.  Pure: a :class:`~policies.model.ClusterSnapshot` (or hand-built job sets) in,
 per-worker allocation records out.  Not a registered policy: the host schedulers
-(``policies/lucid.py``, ``gandiva.py``, ``gavel_pack.py``) call :func:`coordinate` every round.
+(``policies/lucid.py``, ``gandiva.py``, ``gavel_pack.py``) call :func:`coordinate` every round
+(through :class:`policies.gimbal_walk.CoordKept`, which keeps the walks, packing sets and
+per-set records between rounds and gives the same answer; this module's path is the oracle).
 
 * §5.1 packing constraints — :func:`packing_sets` groups running jobs that share GPUs into
   packing sets; :func:`packing_violations` lists what breaks the rules: at most two workers per
@@ -556,11 +558,15 @@ def _below_ceiling(alloc) -> bool:
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
-               skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+               skip: Iterable[str] = (), kept=None) -> tuple[Coordination, ...]:
     """Run Algorithm 1 on every packing set of the snapshot (sets with a job in ``skip``, e.g.
     one the host plan touches this round, are left alone).  Emits a ResizeJob with the new
     per-worker record (same GPUs; MPS % and sample shares; shares sum to the global batch) for
-    each job whose record changed."""
+    each job whose record changed.  ``kept``: a :class:`policies.gimbal_walk.CoordKept` the
+    caller keeps across calls; the same answer from walks, packing sets and per-set records
+    kept between rounds (the host policies pass theirs; None: everything computed here)."""
+    if kept is not None:
+        return kept.coordinate(snap, objective, lgrr=lgrr, liss=liss, skip=skip)
     model = RateModel(snap.profiles, snap.interference)
     skip = set(skip)
     out = []

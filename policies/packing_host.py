@@ -27,6 +27,7 @@ from typing import Optional
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_coord import coordinate
+from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
 from .pack_queue import PackQueue, pack_queue_of, worker_mb
@@ -183,14 +184,17 @@ class PackingHost(Policy):
 
     def _coordinate(self, snap, touched, actions, reasons) -> None:
         if self.gimbal:
-            for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
-                                skip=touched):
-                for rz in c.resizes:
+            kept = self.__dict__.get("_gimbal_kept")
+            if kept is None:
+                kept = self._gimbal_kept = CoordKept()
+            # coordinate(snap, ..., kept=kept)'s records with resizes, without the audit trail
+            for jmax, before, after, resizes in kept.resizes(
+                    snap, self.objective, lgrr=self.lgrr, liss=self.liss, skip=touched):
+                for rz in resizes:
                     actions.append(rz)
                     reasons[rz.job_id] = reason(
-                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {c.jmax}",
-                        objective_before=c.result.objective_before,
-                        objective_after=c.result.objective_after)
+                        ReasonCode.RESIZED, f"GIMBAL coordination of the set of {jmax}",
+                        objective_before=before, objective_after=after)
 
     def _schedule_walk(self, snap: ClusterSnapshot) -> Plan:
         """Every waiting job in order (a job asks more GPUs than the cluster has, or none,

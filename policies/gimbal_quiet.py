@@ -1,0 +1,147 @@
+"""How long a GIMBAL search's decisions stay as they are (issue #13: with the walks kept,
+``lucid+gimbal`` at 64x8 still ran the search of every packing set at every 30 s round, about
+six sets a round, nearly always to find the configuration the set already runs).
+
+What the host policies read of a set's search (:func:`policies.gimbal_walk.walk_best`) is a
+function of the outcomes of a few comparisons along the kept walk: the split (lines 3-4,
+``prio(subset2) < prio(subset1)``, which moves with the clock for "deadline" and "makespan")
+and each step's ``v < best_v * (1 - 1e-9)``.  Each compared quantity is built from the jobs'
+remaining steps r_j (and, for "deadline", their deadline distances d_j = deadline - now) with
+fixed coefficients (the kept step times).  While a set's record is kept, a job's view does
+not change, so between a round at ``t`` and a later one at ``τ``:
+
+* r_j(τ) = max(0, total - (done + rate x max(0, τ - as_of - restore))) lies in
+  [max(0, r_j(t) - rate x (τ - t)), r_j(t)] (both max() are 1-Lipschitz and nondecreasing in
+  the elapsed time), and d_j(τ) = d_j(t) - (τ - t);
+* so each quantity moves by at most ``L x (τ - t)``: a mean of terms r_j x t_j (eq. 1) by
+  the mean of their moves (t_j x rate_j; for a step's comparison v - f x best, whose terms
+  are r_j x (t_j - f x b_j), by the mean of |t_j - f x b_j| x rate_j); a max of terms r_j x t_j
+  (eq. 5) or of max(0, r_j x t_j - d_j) (eq. 3) by at most the largest move of its terms
+  (t_j x rate_j, plus 1 for a finite deadline): max() and max(0, .) are 1-Lipschitz; a
+  difference of two by the sum of their bounds; the split's mean priorities likewise.
+
+:func:`horizon` returns the largest H such that, for every compared quantity q with
+computed value q(t), |q(t)| - 2M > L x H, M a bound on what floating point can make of it
+(1e-12 of the operands' magnitude and of the progress fields' magnitude: ten thousand times
+the rounding of the few operations involved).  For τ in [t, t + H] every comparison then has
+the same sign, exactly and in floating point, hence the same outcomes, the same steps taken,
+the same best configuration.  A set whose best configuration is the one it runs (no
+resizes: nothing for the host to read) is not searched again until its record changes or the
+clock passes t + H; a set with resizes is searched at every round (its values are read)."""
+from __future__ import annotations
+
+import math
+
+from .gimbal_coord import MAX_ATTEMPTS, MAX_FAILS
+
+REL = 1e-12  # the float margin, relative to the magnitudes involved
+QUIET_CAP = 1e7  # seconds: the longest horizon used (keeps the clock's own rounding in REL)
+
+
+def _terms(objective, rems, dls, rates, errs, sts, derr=0.0):
+    """(value, L: time-Lipschitz bound, E: the error bound of the value); ``derr``: the error
+    bound of a deadline distance (deadline - now)."""
+    if objective == "jct":
+        v = sum([r * t for r, t in zip(rems, sts)]) / len(sts)
+        a = sum([t * q for t, q in zip(sts, rates)])
+        e = sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
+        return v, a, e
+    if objective == "makespan":  # a max moves by at most its terms' largest move
+        v = max([r * t for r, t in zip(rems, sts)])
+        a = max([t * q for t, q in zip(sts, rates)])
+        e = sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
+        return v, a, e
+    if objective == "deadline":
+        v = max(max(0.0, r * t - d) for r, t, d in zip(rems, sts, dls))
+        a = max([t * q + (0.0 if math.isinf(d) else 1.0) for t, q, d in zip(sts, rates, dls)])
+        e = (sum([t * x for t, x in zip(sts, errs)]) + REL * abs(v)
+             + sum([REL * (abs(d) + abs(r * t)) + derr for r, t, d in zip(rems, sts, dls)
+                    if not math.isinf(d)]))
+        return v, a, e
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def _room(q: float, a: float, e: float) -> float:
+    """Seconds the sign of a quantity of computed value ``q`` (time-Lipschitz ``a``, error
+    bound ``e``) is sure to keep: 0 when it is within twice its error of 0."""
+    room = abs(q) - 2.0 * e
+    if not room > 0.0:
+        return 0.0
+    return math.inf if a <= 0.0 else room / a
+
+
+def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) -> float:
+    """Seconds from now for which the split (lines 3-4) is sure to stay (inf for "jct": the
+    utilisations do not move)."""
+    if objective == "jct":
+        return math.inf
+    st0 = kept.st0
+    s1, s2 = kept.subsets
+
+    def prio(sub):
+        tot = lip = err = 0.0
+        for i in sub:
+            x = rems[i] * st0[i]
+            lip += st0[i] * rates[i]
+            err += st0[i] * errs[i] + REL * abs(x)
+            if objective == "deadline":
+                if math.isinf(dls[i]):
+                    # -(inf - x): the subset's priority is -inf while the job has no
+                    # deadline, whatever the clock: the comparison's outcome is fixed
+                    return None
+                tot += -(dls[i] - x)
+                lip += 1.0
+                err += REL * abs(dls[i]) + derr
+            else:
+                tot += x
+        return tot / len(sub), lip, err
+
+    p1, p2 = prio(s1), prio(s2)
+    if p1 is None or p2 is None:
+        return math.inf
+    return _room(p2[0] - p1[0], p2[1] + p1[1], p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0])))
+
+
+def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
+            max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS) -> float:
+    """Seconds from now for which :func:`policies.gimbal_walk.walk_best` of this set on
+    ``kept``'s ``walk`` takes the same decisions (module doc).  ``rates``: each job's
+    iterations per second, ``errs``: the error bound of each job's remaining steps; ``dls``:
+    deadline distances (None unless "deadline"), ``derr`` their error bound."""
+    h = split_room(objective, rems, dls, rates, errs, kept, derr)
+    if h <= 0.0:
+        return 0.0
+    f = 1 - 1e-9
+    bst = kept.st0
+    best = _terms(objective, rems, dls, rates, errs, bst, derr)
+    n = 0
+    if walk.swell is not None:
+        bst = walk.swell[1]
+        best = _terms(objective, rems, dls, rates, errs, bst, derr)
+        n = 1
+    fails = 0
+    i = 0
+    while n < max_attempts:
+        step = walk.step(i)
+        if step is None:
+            break
+        i += 1
+        n += 1
+        sts = step[2]
+        v = _terms(objective, rems, dls, rates, errs, sts, derr)
+        if sts != bst:  # (the same step times: v == best, never below best x f: no gain)
+            if objective == "jct":  # linear in r: the coefficients' own differences
+                lip = sum([abs(t - f * b) * q for t, b, q in zip(sts, bst, rates)]) / len(sts)
+            else:
+                lip = v[1] + best[1]
+            q = v[0] - best[0] * f
+            h = min(h, _room(q, lip, v[2] + best[2] + REL * (abs(v[0]) + abs(best[0]))))
+            if h <= 0.0:
+                return 0.0
+        if v[0] < best[0] * f:
+            best, bst, fails = v, sts, 0
+        else:
+            fails += 1
+        if fails >= max_fails:
+            break
+    return h

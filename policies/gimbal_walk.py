@@ -1,0 +1,509 @@
+"""GIMBAL's coordination kept across rounds (issue #13: ``lucid+gimbal`` at 64x8 spent nine
+tenths of its time re-running Algorithm 1 on every packing set at every 30 s round).
+
+:class:`CoordKept` (one per host policy, :meth:`CoordKept.coordinate` is what
+:func:`policies.gimbal_coord.coordinate` does with ``kept=``) returns the same
+:class:`~policies.gimbal_coord.Coordination` records as the plain path, from three kept things
+(below).  The hosts read :meth:`CoordKept.resizes`: of the same records, those with resizes,
+as (J_max, objective before, objective after, resizes), from searches without their audit
+trail (:func:`walk_best`), and without searching again a set that is sure to find no resizes
+(:mod:`policies.gimbal_quiet`: how long the comparisons of its last search keep their signs).
+
+* **The walk** (:class:`Walk`).  In :func:`~policies.gimbal_coord.coordination_search` the
+  sequence of configurations visited (line 5's swell, then ``generate`` again and again until
+  it has no new primitive) does not depend on any objective value: ``generate`` reads the
+  configuration, the stragglers (the rate model on the jobs' applications, GPU counts, node
+  counts and the configuration) and subset1; which subset is subset1 is one boolean (the set is
+  split into {J_max} and the rest, lines 2-4).  The objective values (remaining steps x step
+  time, i.e. the clock) only decide ``gain``, ``best``, ``fails`` and the early exit.  So a
+  walk is kept per packing set and per split, extended lazily (one ``generate`` when the search
+  first goes past its end), with each configuration's per-job step times; at each round only
+  the values along it are computed (:func:`objective_value`: the products remaining steps x
+  step time of :func:`~policies.gimbal_coord.local_objective`, summed or compared in the same
+  order, on the same step times, which are the same pure functions of the same arguments: the
+  same floats), and the split is decided again each round by ``prio``'s arithmetic on the
+  kept start step times (:meth:`KeptSearch.split`; for "deadline" and "makespan" it moves
+  with the clock, for "jct" it does not).  The resizes of a result are a function of its best
+  configuration (one of the walk's, kept) and of the record: kept per configuration.
+* **The packing sets** (:class:`policies.gimbal_sets.KeptSets`): brought up to date from the
+  simulator's change records (the components through the GPUs and jobs that changed found
+  again), built from ``gpu_jobs`` without them (the daemon's snapshots).
+* **The per-set record** (:class:`_SetRec`): the members' Job views (by identity), the GPU
+  occupancy of their workers, the start and actual configurations, J_max, the utilisations and
+  node counts, the start step times and the walks.  Everything in it is a pure function of
+  those views, that occupancy and the snapshot's profiles, interference table and predictors
+  (the same objects, else everything is dropped).  When the sets changed, a record is kept
+  for a set none of whose jobs the kept sets looked at again (their views and GPUs did not
+  change: a new view or a GPU change of a member makes it a seed there), or whose member
+  views are the very same objects on GPUs holding as many jobs.  Only the remaining steps
+  and the deadline distance are read at each round.
+
+The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
+the job change record (a job's allocation and state are in its view), sorted each call by the
+same (submit time, id) key the plain path sorts by.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Iterable, Optional
+
+from .model import ClusterSnapshot, Frozen
+from .gimbal_coord import (
+    MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
+    _below_ceiling, _jmax, _restored, capped, lgrr_swell,
+    start_config, step_times, utilization)
+from .gimbal_quiet import QUIET_CAP, REL, horizon
+from .gimbal_sets import KeptSets
+from .plan import ResizeJob
+
+
+class Walk:
+    """The configurations Algorithm 1 visits from ``start`` with ``subset1`` squeezed and
+    ``subset2`` swelled (module doc): ``head`` after line 5, ``swell`` = (attempt text, step
+    times) when line 5 changed the start (an attempt), then ``steps`` = (configuration, attempt
+    text, step times) of each ``generate``, extended on demand; ``end`` once ``generate`` has
+    no new configuration after the last step.  Step times are tuples in ``order`` (the jobs'
+    order of the search's ``infos``, the order :func:`local_objective` sums in)."""
+
+    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end")
+
+    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool):
+        self.search, self.subset1, self.subset2 = search, subset1, subset2
+        self.order = tuple(search.infos)
+        cur = dict(start)
+        self.swell = None
+        if lgrr:  # line 5, as coordination_search applies it
+            cur = search.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))],
+                                 lgrr_swell)
+            if cur != start:
+                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._times(cur))
+        self.head = cur
+        self.steps: list = []
+        self.end = False
+
+    def _times(self, cfg) -> tuple:
+        st = step_times(self.search.model, self.search.infos, cfg)
+        return tuple(st[j] for j in self.order)
+
+    def step(self, i: int):
+        """The ``i``-th generated configuration (0-based) or None past the walk's end."""
+        steps = self.steps
+        while len(steps) <= i:
+            if self.end:
+                return None
+            cur = steps[-1][0] if steps else self.head
+            new, what = self.search.generate(cur, self.subset1)  # line 7
+            if new is None or new == cur:
+                self.end = True
+                return None
+            steps.append((new, what, self._times(new)))
+        return steps[i]
+
+
+def objective_value(objective: str, rems, dls, sts) -> float:
+    """:func:`~policies.gimbal_coord.local_objective` on the jobs' remaining steps, deadline
+    distances and step times given as sequences in the jobs' order: the same products,
+    summed or compared in the same order (the same float)."""
+    if objective == "jct":
+        return sum([r * t for r, t in zip(rems, sts)]) / len(sts)
+    if objective == "deadline":
+        return max(max(0.0, r * t - d) for r, t, d in zip(rems, sts, dls))
+    if objective == "makespan":
+        return max([r * t for r, t in zip(rems, sts)])
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
+                max_attempts: int = MAX_ATTEMPTS) -> tuple[SearchResult, dict]:
+    """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``rems``,
+    ``dls`` the jobs' remaining steps and deadline distances now (in the walk's ``order``),
+    ``st0`` the start's step times.  Returns the result and the best configuration (the kept
+    object, for per-configuration memos)."""
+    before = objective_value(objective, rems, dls, st0)
+    attempts: list[Attempt] = []
+    best_v = before
+    if walk.swell is not None:
+        what, st = walk.swell
+        best_v = objective_value(objective, rems, dls, st)
+        attempts.append(Attempt(what, best_v, True))
+    best = walk.head
+    fails = 0
+    exit_ = "limit"
+    i = 0
+    while len(attempts) < max_attempts:
+        step = walk.step(i)
+        if step is None:
+            exit_ = "no-primitive"
+            break
+        new, what, st = step
+        i += 1
+        v = objective_value(objective, rems, dls, st)
+        gain = v < best_v * (1 - 1e-9)
+        attempts.append(Attempt(what, v, gain))
+        if gain:
+            best, best_v, fails = new, v, 0
+        else:
+            fails += 1
+        if fails >= max_fails:
+            exit_ = "early-exit"
+            break
+    return SearchResult(dict(best), before, best_v, tuple(attempts), tuple(walk.subset2),
+                        tuple(walk.subset1), exit_), best
+
+
+def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_FAILS,
+              max_attempts: int = MAX_ATTEMPTS) -> tuple[dict, float, float]:
+    """:func:`walk_search` without its audit trail: (best configuration, objective before,
+    objective after), the same decisions on the same values (what the host policies read)."""
+    before = best_v = objective_value(objective, rems, dls, st0)
+    n = 0
+    if walk.swell is not None:
+        best_v = objective_value(objective, rems, dls, walk.swell[1])
+        n = 1
+    best = walk.head
+    fails = 0
+    i = 0
+    steps = walk.steps
+    while n < max_attempts:
+        step = steps[i] if i < len(steps) else walk.step(i)
+        if step is None:
+            break
+        i += 1
+        n += 1
+        v = objective_value(objective, rems, dls, step[2])
+        if v < best_v * (1 - 1e-9):
+            best, best_v, fails = step[0], v, 0
+        else:
+            fails += 1
+        if fails >= max_fails:
+            break
+    return best, before, best_v
+
+
+def remaining_steps(snap: ClusterSnapshot, job) -> float:
+    """:func:`~policies.gimbal_coord.job_info`'s remaining steps."""
+    rem = snap.remaining_iters(job)
+    if rem is None:
+        rt = snap.remaining_time(job)
+        rem = rt / snap.exclusive_iter_time(job) if rt is not None else 1.0
+    return rem
+
+
+class KeptSearch:
+    """:func:`~policies.gimbal_coord.coordination_search` from one start, kept across rounds:
+    :meth:`run` with the set's jobs of the round gives the same SearchResult.  ``infos``: the
+    jobs' records of any round (only their jobs and node counts are read here: the walk reads
+    nothing else of them; later rounds list the same jobs in the same order), ``start``: the
+    start configuration."""
+
+    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo")
+
+    def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
+                 straggler_tol: float = 0.05):
+        self.start = start
+        world = {j: len(start[j]) for j in infos}
+        since = {j: infos[j].job.start_time or 0.0 for j in infos}
+        self.jm = jm = _jmax(infos, world, since)  # line 1
+        self.search = _Search(None, infos, model, jm, straggler_tol, lgrr, liss)
+        self.order = order = tuple(infos)
+        st = step_times(model, infos, start)
+        self.st0 = tuple(st[j] for j in order)
+        # line 2, as positions in ``order``: subset1 = [J_max], subset2 = the rest by id
+        self.subsets = ([order.index(jm)],
+                        [order.index(j) for j in sorted(j for j in order if j != jm)])
+        self.lgrr = lgrr
+        self.walks: dict = {}  # the split (subsets swapped?) -> its Walk
+        self.memo: dict = {}  # id(best configuration) -> (configuration, caller's value)
+
+    def split(self, objective: str, rems, dls, utils) -> bool:
+        """Lines 3-4: whether the subsets swap (subset2's priority below subset1's), by
+        ``prio`` of coordination_search on the start's step times: the mean importance
+        (eq. 2: -utilization; eq. 4 negated: -(deadline distance - remaining time); eq. 6
+        negated: the remaining time), summed in the subset's order."""
+        st0 = self.st0
+        if objective == "jct":
+            def imp(i):
+                return -utils[i]
+        elif objective == "deadline":
+            def imp(i):
+                return -(dls[i] - rems[i] * st0[i])
+        elif objective == "makespan":
+            def imp(i):
+                return -(-(rems[i] * st0[i]))
+        else:
+            raise ValueError(f"unknown objective {objective!r}")
+        s1, s2 = self.subsets
+        return sum(imp(i) for i in s2) / len(s2) < sum(imp(i) for i in s1) / len(s1)
+
+    def walk(self, swap: bool) -> Walk:
+        walk = self.walks.get(swap)
+        if walk is None:
+            jm = self.jm
+            subset1, subset2 = [jm], sorted(j for j in self.order if j != jm)
+            if swap:
+                subset1, subset2 = subset2, subset1
+            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr)
+        return walk
+
+    def run_values(self, objective: str, rems, dls, utils) -> tuple[SearchResult, dict]:
+        """The search on the jobs' remaining steps, deadline distances and utilisations (in
+        ``order``): (result, the best configuration's kept object)."""
+        walk = self.walk(self.split(objective, rems, dls, utils))
+        return walk_search(objective, rems, dls, self.st0, walk)
+
+    def run(self, objective: str, infos) -> SearchResult:
+        order = self.order
+        return self.run_values(objective, [infos[j].remaining_steps for j in order],
+                               [infos[j].deadline_left for j in order],
+                               [infos[j].utilization for j in order])[0]
+
+
+class _SetRec:
+    """What one packing set's coordination reads besides the clock (module doc)."""
+
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet")
+
+    def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
+                 lgrr: bool, liss: bool):
+        self.jobs, self.lens = tuple(jobs), lens
+        infos = {}
+        static = []
+        for j in jobs:
+            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
+            static.append((j, util, nodes))
+            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
+        self.static = tuple(static)
+        self.utils = tuple(u for _, u, _ in static)
+        # ClusterSnapshot.remaining_iters' inputs of each (running, known length) job: the
+        # same arithmetic at each round without the calls; None: the calls
+        self.prog = (tuple((j.total_iters, j.completed_iters, j.as_of, j.restore_left,
+                            j.iter_rate) for j in jobs)
+                     if all(j.running and j.total_iters is not None for j in jobs) else None)
+        self.actual = actual = {j.id: start_config(j) for j in jobs}
+        gj = snap.gpu_jobs
+        # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
+        # ceiling), as coordinate's plain path starts
+        start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
+                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                 for jid, ws in actual.items()}
+        self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+        self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
+
+    def _rems(self, snap: ClusterSnapshot) -> list:
+        """job_info's remaining steps of the members now."""
+        if self.prog is not None and _PLAIN_PROGRESS(type(snap)):
+            now = snap.now
+            out = []
+            for total, done, as_of, restore, rate in self.prog:  # ClusterSnapshot.completed
+                dt = now - as_of
+                if restore:
+                    dt = max(0.0, dt - restore)
+                out.append(max(0.0, total - (done + rate * dt)))
+            return out
+        ri = snap.remaining_iters
+        out = []
+        for j in self.jobs:
+            r = ri(j)
+            out.append(remaining_steps(snap, j) if r is None else r)
+        return out
+
+    def _resizes(self, best, res: Optional[SearchResult]) -> tuple:
+        """The resizes of a result whose best configuration is ``best`` (kept per
+        configuration: they are a function of it and of the record)."""
+        kept = self.kept
+        hit = kept.memo.get(id(best))
+        if hit is None or hit[0] is not best:
+            resizes = []
+            jobs = {j.id: j for j in self.jobs}
+            for jid in sorted(best):  # SearchResult.changed
+                ws = tuple(best[jid])
+                if ws == tuple(self.actual[jid]):
+                    continue
+                mps = min(w.mps_pct for w in ws)
+                resizes.append(ResizeJob(jid, tuple(w.gpu for w in ws),
+                                         max(w.micro_batch for w in ws),
+                                         max(w.accum_steps for w in ws), mps, ws,
+                                         jobs[jid].allocation.global_batch))
+            hit = kept.memo[id(best)] = (best, tuple(resizes))
+        return hit[1]
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
+        """``full``: (SearchResult, resizes); else (resizes, objective before, after)."""
+        rems = self._rems(snap)
+        dls = None
+        if objective == "deadline":
+            now = snap.now
+            dls = [math.inf if j.deadline is None else j.deadline - now for j in self.jobs]
+        kept = self.kept
+        if full:
+            res, best = kept.run_values(objective, rems, dls, self.utils)
+            return res, self._resizes(best, res)
+        walk = kept.walk(kept.split(objective, rems, dls, self.utils))
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
+        resizes = self._resizes(best, None)
+        if not resizes and self.prog is not None and _PLAIN_PROGRESS(type(snap)):
+            # how long the same decisions are sure to be taken (policies.gimbal_quiet)
+            now = snap.now
+            rates = [p[4] for p in self.prog]
+            errs = [REL * (abs(total) + abs(done) + abs(rate * (now - as_of)) + 1.0)
+                    for total, done, as_of, _, rate in self.prog]
+            derr = 0.0
+            if dls is not None:
+                # deadline - τ for τ up to now + QUIET_CAP
+                derr = REL * (abs(now) + QUIET_CAP + max(
+                    (abs(j.deadline) for j in self.jobs if j.deadline is not None), default=0.0))
+            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr), QUIET_CAP)
+            if h > 0.0:
+                self.quiet = (objective, now, now + h)
+        return resizes, before, after
+
+    def quiet_at(self, objective: str, now: float) -> bool:
+        """Whether the lean search is sure to find no resizes at ``now`` (gimbal_quiet)."""
+        q = self.quiet
+        return q is not None and q[0] == objective and q[1] <= now <= q[2]
+
+
+def _plain_progress(cls) -> bool:
+    return cls.remaining_iters is _RI and cls.completed is _CO
+
+
+_RI, _CO = ClusterSnapshot.remaining_iters, ClusterSnapshot.completed
+_PLAIN_PROGRESS = _plain_progress
+
+
+class CoordKept:
+    """GIMBAL's coordination state kept on a host policy across calls (module doc)."""
+
+    def __init__(self):
+        self.ctx: Optional[tuple] = None  # (profiles, interference, predictors, knobs)
+        self.model: Optional[RateModel] = None
+        self.sets = KeptSets()
+        self.recs: dict = {}  # members -> _SetRec
+        self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
+        #                     those jobs by (submit time, id))
+        self.cands = None  # the last call's jobs to restore (before ``skip``)
+        self.plan = None  # the last call's (set, record) pairs
+
+    def _below(self, snap: ClusterSnapshot, usable: bool) -> tuple[list, bool]:
+        """(The running jobs with a worker below its ceiling by (submit time, id), whether it
+        is the last call's list: no job of it or entering it got a new view since)."""
+        jobs, jr = snap.jobs, snap.job_changes
+        kept = self.below
+        if usable and kept is not None and jr.log.extends(kept[0]):
+            ids, out = kept[1], kept[2]
+            for jid in set(jr.log[len(kept[0]):]):
+                j = jobs.get(jid)
+                if j is not None and j.allocation is not None and j.running \
+                        and _below_ceiling(j.allocation):
+                    ids.add(jid)
+                    out = None
+                elif jid in ids:
+                    ids.discard(jid)
+                    out = None
+        else:
+            ids = {j.id for j in jobs.values()
+                   if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
+            out = None
+        same = out is not None
+        if out is None:
+            out = [jobs[j] for j in ids]
+            out.sort(key=lambda j: (j.submit_time, j.id))
+        self.below = (jr.log, ids, out) if usable else None
+        return out, same
+
+    def _valid(self, snap: ClusterSnapshot, rec: _SetRec, members: tuple) -> bool:
+        """Whether ``rec`` was made for these very member views on GPUs holding as many jobs."""
+        jobs, gj = snap.jobs, snap.gpu_jobs
+        js = [jobs[j] for j in members]
+        return (all(a is b for a, b in zip(rec.jobs, js)) and rec.lens == tuple(
+            len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers))
+
+    def _record(self, snap: ClusterSnapshot, members: tuple, lgrr, liss) -> Optional[_SetRec]:
+        """The set's record (made now if none is kept), None when a member's application has
+        no throughput profile (the set is left alone, as the plain path does)."""
+        rec = self.recs.get(members)
+        if rec is not None:
+            return rec
+        js = [snap.jobs[j] for j in members]
+        if any(j.app not in snap.profiles for j in js):
+            return None
+        gj = snap.gpu_jobs
+        lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
+        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss)
+        return rec
+
+    def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
+                   liss: bool = True, skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+        """:func:`policies.gimbal_coord.coordinate`'s answer (module doc)."""
+        return tuple(self._run(snap, objective, lgrr, liss, skip, True))
+
+    def resizes(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
+                liss: bool = True, skip: Iterable[str] = ()) -> list[tuple]:
+        """What a host reads of :meth:`coordinate`'s answer: (J_max, objective before,
+        objective after, resizes) of each record with resizes, in its order; the searches
+        without their audit trail (:func:`walk_best`)."""
+        return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
+
+    def _run(self, snap, objective, lgrr, liss, skip, full):
+        ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
+        if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
+                or ctx[3:] != self.ctx[3:]:
+            self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+            self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
+        gr, jr = snap.gpu_changes, snap.job_changes
+        usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
+                  and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+        skip = set(skip)
+        out = []
+        sets, same = self.sets.update(snap)
+        if not same:  # a record is kept only for a set still there, made for what it sees now
+            # (one no member of which the sets looked at again is: module doc)
+            recs, touched = self.recs, self.sets.touched
+            self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs and (
+                touched is not None and touched.isdisjoint(ps.members)
+                or self._valid(snap, recs[ps.members], ps.members))}
+        below, bsame = self._below(snap, usable)
+        if same and bsame and self.cands is not None:
+            cands = self.cands  # the same below-ceiling views, sets and GPU map
+        else:
+            in_sets = {m for ps in sets for m in ps.members}
+            gj = snap.gpu_jobs
+            cands = [job for job in below if job.id not in in_sets and all(
+                gj.get(g, ()) == (job.id,) for g in job.allocation.gpus)]
+        self.cands = cands if usable else None
+        for job in cands:
+            if job.id in skip:
+                continue
+            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
+            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                            job.allocation.global_batch),)
+            if full:
+                none = Attempt("restore: no partner left", 0.0, True)
+                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
+                                   "no-primitive")
+                out.append(Coordination(job.id, (job.id,), res, rz))
+            else:
+                out.append((job.id, 0.0, 0.0, rz))
+        if same and self.plan is not None:
+            plan = self.plan
+        else:
+            plan = [(ps, self._record(snap, ps.members, lgrr, liss)) for ps in sets]
+        self.plan = plan if usable else None
+        now = snap.now
+        for ps, rec in plan:
+            if rec is None:
+                continue
+            if skip and not skip.isdisjoint(ps.members):
+                continue
+            if full:
+                res, resizes = rec.coordinate(snap, objective)
+                out.append(Coordination(ps.jmax, ps.members, res, resizes))
+            else:
+                q = rec.quiet
+                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
+                    continue  # no resizes: nothing the host reads (rec.quiet_at)
+                resizes, before, after = rec.coordinate(snap, objective, False)
+                out.append((ps.jmax, before, after, resizes))
+        return out
