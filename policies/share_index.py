@@ -30,17 +30,20 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import itemgetter
 from typing import Optional
 
 from .base import exclusive_config, free_gpus_of
-from .model import ClusterSnapshot, Gpu, Job, identity_memo
+from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
 from .single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 
+_FIRST = itemgetter(0)
+_RUNNING = JobState.RUNNING
 REL = 1e-9  # safety margin of the closed-form bounds (float error is ~1e-15 relative)
 
 
-@dataclass
+@dataclass(slots=True)
 class Occupant:
     """A job holding GPUs this round (running, or started earlier in the round)."""
 
@@ -222,11 +225,12 @@ class Candidate:
 
 
 class Group:
-    """Candidate for sharing: one occupant and its GPUs that hold only it (GPU order)."""
+    """Candidate for sharing: one occupant and its GPUs that hold only it (GPU order),
+    tuples (shared with the kept :class:`_Entry`; replaced, never changed in place)."""
 
     __slots__ = ("occ", "gpus", "pos", "x", "cls", "choice")
 
-    def __init__(self, occ: Occupant, gpus: list, pos: list, x: Optional[float] = None):
+    def __init__(self, occ: Occupant, gpus: tuple, pos: tuple, x: Optional[float] = None):
         """``x``: X of ``occ`` where the caller has it (the same product as below)."""
         self.occ, self.gpus, self.pos = occ, gpus, pos
         if x is None:
@@ -391,13 +395,18 @@ class Round:
         old = keep.entries if keep is not None else {}
         kept: dict = {}
         per_gpu = self.per_gpu_groups
-        by_cls: dict = {}  # class key -> its groups (sorted below)
+        by_cls: dict = {}  # class key -> its (key, group) pairs (sorted below)
         groups = self.groups
         occupants = self.occupants
+        # i_A as ClusterSnapshot.remaining_iters computes it (the same float operations,
+        # inlined: one call per running job per build), unless a subclass overrides it
+        inline = (type(snap).remaining_iters is ClusterSnapshot.remaining_iters
+                  and type(snap).completed is ClusterSnapshot.completed)
         remaining_iters = snap.remaining_iters
+        now = snap.now
         for jid, gs in singles.items():
             j = jobs.get(jid)
-            if j is None or not j.running:
+            if j is None or j.state is not _RUNNING:
                 continue
             alloc = j.allocation
             if alloc is None or not alloc.gpus:
@@ -407,18 +416,31 @@ class Round:
                 e = self._entry(j, gs)
             kept[jid] = e
             t = e.t
-            rem = remaining_iters(j)
+            if inline:
+                total = j.total_iters
+                if total is None:
+                    rem = None
+                else:
+                    dt = now - j.as_of
+                    if j.restore_left:
+                        dt = max(0.0, dt - j.restore_left)
+                    rem = max(0.0, total - (j.completed_iters + j.iter_rate * dt))
+            else:
+                rem = remaining_iters(j)
             if rem is None or t is None:  # an estimate, or no profile: as _occupant says
                 o = _occupant(snap, j, t)
+                usable = o.usable
+                x = o.t_iter * o.rem_iters if usable else 0.0
             else:
                 o = Occupant(j, alloc.gpus, alloc.sub_batch, t, rem)
+                usable = t == t and t > 0  # Occupant.usable (rem is known)
+                x = t * rem if usable else 0.0
             occupants[jid] = o
-            usable = o.usable
-            x = o.t_iter * o.rem_iters if usable else 0.0
+            if per_gpu:
+                x = 0.0
             for key3, ugpus, upos in e.units:
-                gr = Group(o, list(ugpus), list(upos), x)
+                gr = Group(o, ugpus, upos, x)
                 if per_gpu:
-                    gr.x = 0.0
                     groups[ugpus[0]] = gr
                 else:
                     groups[jid] = gr
@@ -426,17 +448,17 @@ class Round:
                 lst = by_cls.get(key)
                 if lst is None:
                     lst = by_cls[key] = []
-                lst.append(gr)
+                lst.append(((x, upos[0]), gr))
         if keep is not None:
             keep.entries = kept
         for key, lst in by_cls.items():
             c = self.classes[key] = self._new_cls(key)
-            lst.sort(key=_group_key)
-            c.groups = lst
-            c.keys = [gr.key for gr in lst]
-            c.cnts = [len(gr.gpus) for gr in lst]
-            c.total = sum(c.cnts)
-            for gr in lst:
+            lst.sort(key=_FIRST)  # (X, position): unique, as _group_key orders
+            c.keys = [k for k, _ in lst]
+            c.groups = grs = [gr for _, gr in lst]
+            c.cnts = cnts = [len(gr.gpus) for gr in grs]
+            c.total = sum(cnts)
+            for gr in grs:
                 gr.cls = c
         self.shared_ready = True
         for job, gpus, b, s in self.started:  # exclusive starts earlier in the round
@@ -496,12 +518,12 @@ class Round:
     def _add_groups(self, occ: Occupant, gpus: list) -> None:
         if self.per_gpu_groups:  # SJF-FFS: first fit, kept in GPU order
             for g in gpus:
-                gr = Group(occ, [g], [self.pos_of(g)])
+                gr = Group(occ, (g,), (self.pos_of(g),))
                 gr.x = 0.0
                 self.groups[g] = gr
                 self._class_of(occ, [g]).add(gr)
         else:
-            gr = Group(occ, list(gpus), [self.pos_of(g) for g in gpus])
+            gr = Group(occ, tuple(gpus), tuple([self.pos_of(g) for g in gpus]))
             self.groups[occ.job.id] = gr
             self._class_of(occ, gpus).add(gr)
 
@@ -545,8 +567,9 @@ class Round:
             return
         i = gr.gpus.index(g)
         gr.cls.remove(gr)
-        del gr.gpus[i]
-        del gr.pos[i]
+        # new tuples: a group's GPUs are the kept entry's tuples (_Entry.units)
+        gr.gpus = gr.gpus[:i] + gr.gpus[i + 1:]
+        gr.pos = gr.pos[:i] + gr.pos[i + 1:]
         if not gr.gpus:
             del self.groups[jid]
             return

@@ -57,6 +57,7 @@ Choices where the paper is silent (ours):
 from __future__ import annotations
 
 import heapq
+from itertools import islice
 from typing import Optional
 
 from operator import itemgetter
@@ -76,6 +77,12 @@ _FIRST = itemgetter(0)
 _KEEP = reason(ReasonCode.KEEP_RUNNING)
 _NAN = float("nan")
 _WINDOW = 1024.0  # i_B range a signature's mark covers (SjfBsbf._share)
+
+
+def _nums(length_s: float) -> dict:
+    """The numbers every reason of the walk carries (L_k; -1 where unknown), made only for
+    a job the walk looks at alone."""
+    return {"length_s": length_s if length_s != _INF else -1.0}
 
 
 def _resources_reason(snap: ClusterSnapshot, nfree: int, n_one: int, can_share: bool):
@@ -187,9 +194,9 @@ class SjfBsbf(Policy):
                 if not can_share or rnd.n_free + rnd.n_one < gmin:
                     tail = k
                     break
-            length_s = keys[k][0]
-            nums = {"length_s": length_s if length_s != _INF else -1.0}
+            kk = keys[k]  # (L_k, ..., signature number, i_B): see key
             if job.num_gpus > total:
+                nums = _nums(kk[0])
                 infeasible.append(job.id)
                 reasons[job.id] = reason(ReasonCode.INFEASIBLE,
                                          f"asks {job.num_gpus} GPUs, cluster has {total}", **nums)
@@ -197,6 +204,7 @@ class SjfBsbf(Policy):
             need = job.num_gpus
             nfree = rnd.n_free  # line 4: |G_free|
             if nfree >= need:  # lines 6-7
+                nums = _nums(kk[0])
                 gpus = rnd.free.pick(need)
                 b, s = rnd.exclusive(job)
                 actions.append(StartJob(job.id, gpus, b, s))
@@ -213,11 +221,11 @@ class SjfBsbf(Policy):
                 # so it does for the run of jobs behind that ask more than the GPUs free
                 # (and shareable) and no more than the cluster: nothing changes while the
                 # walk passes them, each waits with the same counts (one lazy segment)
-                k = self._pass_run(snap, pending, ids, k, nfree + n_one if can_share else nfree,
+                k = self._pass_run(snap, keys, ids, k, nfree + n_one if can_share else nfree,
                                    nfree, n_one, can_share, waiting, passed)
                 continue
-            mark = fails.get(keys[k][4]) if fails else None
-            if mark is not None and mark[0] <= keys[k][5] <= mark[1]:
+            mark = fails.get(kk[4]) if fails else None
+            if mark is not None and mark[0] <= kk[5] <= mark[1]:
                 # a job of the same signature with fewer iterations could not start since
                 # the last start, every group it did not share with surely: neither can
                 # this one (:meth:`_share`), nor the run behind it of such jobs and of jobs
@@ -229,6 +237,7 @@ class SjfBsbf(Policy):
             if not rnd.shared_ready:
                 rnd.build_shared(self.per_gpu_groups)
             cand = Candidate(rnd, job)
+            nums = _nums(kk[0])
             started = self._share(rnd, job, cand, nfree, norder, nums, actions, reasons)
             if started is None:
                 waiting.append(job.id)
@@ -251,7 +260,7 @@ class SjfBsbf(Policy):
         return make_plan(self.name, actions, order, reasons, infeasible, [(rest, why), *shared])
 
     @staticmethod
-    def _pass_run(snap, pending, ids, k, fits, nfree, n_one, can_share, waiting, passed) -> int:
+    def _pass_run(snap, keys, ids, k, fits, nfree, n_one, can_share, waiting, passed) -> int:
         """Pass over the job at position ``k``, which cannot start (it asks more than
         ``fits`` GPUs), and the jobs right behind it that ask more than ``fits`` and at
         most the cluster: their ids join ``waiting``, their WAIT_RESOURCES reason (the
@@ -259,8 +268,10 @@ class SjfBsbf(Policy):
         ``passed``, made on first use.  Returns the run's last position."""
         total = snap.total_gpus
         end = k + 1
-        n = len(pending)
-        while end < n and fits < pending[end].num_gpus <= total:
+        # a job's GPUs are its key's 4th item (see schedule's key)
+        for _, _, _, need, _, _ in islice(keys, end, len(ids)):
+            if not fits < need <= total:
+                break
             end += 1
         run = ids[k:end]
         waiting.extend(run)
@@ -284,16 +295,15 @@ class SjfBsbf(Policy):
         end = k
         over = False
         get = fails.get
-        while end < n:
-            kk = keys[end]  # (..., GPUs, signature number, i_B): see schedule's key
-            need = kk[3]
+        # (..., GPUs, signature number, i_B): see schedule's key
+        for _, _, _, need, sid, ib in islice(keys, k, n):
             if need > fits:
                 if need > total:
                     break
                 over = True
             else:
-                mark = get(kk[4])
-                if mark is None or not mark[0] <= kk[5] <= mark[1]:
+                mark = get(sid)
+                if mark is None or not mark[0] <= ib <= mark[1]:
                     break
             end += 1
         waiting.extend(ids[k:end])

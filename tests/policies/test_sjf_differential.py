@@ -22,7 +22,7 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import sjf_bsbf
-from policies.model import Job, Joined
+from policies.model import Gpu, Job, Joined
 from policies.plan import Reasons
 from policies.share_index import Round, _alloc_iter_time, x_now
 from policies.single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
@@ -646,3 +646,59 @@ def test_x_now_is_the_groups_x():
     assert set(got) == {"R0", "R1", "R2"}
     assert got["R0"] > 0 and got["R1"] > 0 and got["R2"] is None
     assert x_now(snap, keep, "P0") is None and x_now(snap, keep, "R9") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_groups_i_a_is_remaining_iters(data):
+    """The build computes i_A inline (share_index.build_shared): each group's i_A and X are
+    exactly ``snap.remaining_iters`` and t_A·i_A, also during a restore after a
+    pre-emption (``restore_left``), at the clamp to 0, and with a snapshot class that
+    computes i_A otherwise (then its method is the one used)."""
+    f = st.floats(0.0, 5e4, allow_nan=False)
+    jobs = []
+    for i in range(data.draw(st.integers(1, 4))):
+        total = data.draw(st.floats(1.0, 1e5))
+        jobs.append(dataclasses.replace(
+            running(f"R{i}", data.draw(st.sampled_from(["x", "big"])), [(0, i)], total=total),
+            as_of=data.draw(f), completed_iters=data.draw(st.floats(0.0, total)),
+            iter_rate=data.draw(st.floats(0.0, 50.0)),
+            restore_left=data.draw(st.sampled_from([0.0, 1.0]) | f)))
+    snap = make_snap([*jobs, pending("P0", "x", 4)], nodes=1, gpus_per_node=4,
+                     now=data.draw(f))
+
+    class Other(type(snap)):
+        def remaining_iters(self, job):
+            return 7.0
+
+    other = Other(**{fl.name: getattr(snap, fl.name) for fl in dataclasses.fields(snap)})
+    for s, want in ((snap, snap.remaining_iters), (other, lambda j: 7.0)):
+        rnd = Round(s)
+        rnd.build_shared(False)
+        assert set(rnd.groups) == {j.id for j in jobs}
+        for j in jobs:
+            gr = rnd.groups[j.id]
+            assert gr.occ.rem_iters == want(j)
+            assert gr.x == gr.occ.t_iter * want(j) == _alloc_iter_time(s, j) * want(j)
+            assert gr.gpus == j.allocation.gpus and type(gr.gpus) is tuple
+        assert [c.keys for c in rnd.classes.values()] == [
+            sorted((gr.x, gr.pos[0]) for gr in c.groups) for c in rnd.classes.values()]
+
+
+def test_shared_start_leaves_kept_entries_alone():
+    """A start that shares GPUs of a running job takes them out of its group (new tuples):
+    the kept entry the group was made from still holds all its GPUs."""
+    from policies.share_index import ShareKeep
+
+    r0 = running("R0", "x", [(0, 0), (0, 1), (0, 2)], total=1e6)
+    snap = make_snap([r0, pending("P0", "x", 2, total=10.0)], nodes=1, gpus_per_node=4)
+    keep = ShareKeep()
+    rnd = Round(snap, keep)
+    rnd.build_shared(False)
+    gr = rnd.groups["R0"]
+    e = keep.entries["R0"]
+    before = e.units
+    rnd.occupy(snap.jobs["P0"], (Gpu("n0", 0), Gpu("n0", 3)), 32, 1, [Gpu("n0", 3)])
+    assert gr.gpus == (Gpu("n0", 1), Gpu("n0", 2)) and gr.pos == (1, 2)
+    assert e.units == before and e.units[0][1] == r0.allocation.gpus
+    assert rnd.classes[gr.cls.app, gr.cls.a_mb, gr.cls.cap, True].keys == [(gr.x, 1)]
