@@ -28,24 +28,13 @@ from policies.gimbal_coord import (JobInfo, RateModel, coordinate, coordination_
 from policies.gimbal_walk import CoordKept, KeptSearch, walk_best
 from policies.model import Allocation, Gpu, Job, JobState, WorkerAlloc
 
+from random_jobs import random_jobs
+
 MODELS = default_models()
 HOSTS = ["lucid+gimbal", "gavel+gimbal", "gandiva+gimbal"]
 
 
-def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(gpus[int(rng.integers(len(gpus)))])
-        t = float(rng.uniform(0, 3000))
-        it = float(rng.uniform(50, 5000))
-        out.append(Job(id=f"j{i}", submit_time=t, num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g, total_iters=it,
-                       deadline=(t + float(rng.uniform(1, 4)) * it) if i % 3 else None))
-    return out
+_jobs = random_jobs  # tests/policies/random_jobs.py
 
 
 class Checked:

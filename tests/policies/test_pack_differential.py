@@ -34,6 +34,8 @@ from policies.throughput import InterferenceTable
 from reference_packing import REFS
 from test_sjf_differential import assert_same
 
+from random_jobs import random_jobs
+
 MODELS = default_models()
 NAMES = sorted(REFS)
 GAVEL_ONLY = dataclasses.replace(MODELS.interference, mps=None)
@@ -163,20 +165,7 @@ def _assert_host_state(hs, policy, snap, keys=None) -> int:
     return n
 
 
-def _jobs(n, seed, gpus=(1, 1, 1, 2, 2, 4, 8)):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(gpus[int(rng.integers(len(gpus)))])
-        t = float(rng.uniform(0, 3000))
-        it = float(rng.uniform(50, 5000))
-        out.append(Job(id=f"j{i}", submit_time=t, num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g, total_iters=it,
-                       deadline=(t + float(rng.uniform(1, 4)) * it) if i % 3 else None))
-    return out
+_jobs = random_jobs  # tests/policies/random_jobs.py
 
 
 @pytest.mark.parametrize("name", NAMES)
