@@ -32,6 +32,14 @@ from .gimbal_coord import PackingSet, _jmax, packing_violations
 from .model import ClusterSnapshot, Frozen
 
 
+def records_usable(snap: ClusterSnapshot) -> bool:
+    """Whether the snapshot carries change records of its own GPU map and job map (the
+    simulator's; the daemon's snapshots have none)."""
+    gr, jr = snap.gpu_changes, snap.job_changes
+    return (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
+            and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+
+
 class KeptSets:
     """The packing sets of the last call and what they were made from (module doc)."""
 
@@ -50,8 +58,7 @@ class KeptSets:
         """(``packing_sets(snap)``, whether it is the last call's answer with nothing it
         depends on changed)."""
         gr, jr = snap.gpu_changes, snap.job_changes
-        usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
-                  and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+        usable = records_usable(snap)
         logs = self.logs
         if not (usable and logs is not None and gr.log.extends(logs[0])
                 and jr.log.extends(logs[1])):
@@ -109,20 +116,16 @@ class KeptSets:
             if c is not None:
                 self._drop(c, seeds)
 
-        def live(i):
-            job = jobs.get(i)
-            return job is not None and job.running and job.allocation is not None
-
         done: set = set()
         for s in seeds:
-            if s in done or not live(s):
+            if s in done or not _running(jobs, s):
                 continue
             comp, stack = {s}, [s]
             while stack:
                 j = stack.pop()
                 for g in on.get(j, ()):
                     for i in multi[g]:
-                        if i not in comp and live(i):
+                        if i not in comp and _running(jobs, i):
                             comp.add(i)
                             stack.append(i)
             done |= comp

@@ -48,13 +48,13 @@ import math
 from dataclasses import replace
 from typing import Iterable, Optional
 
-from .model import ClusterSnapshot, Frozen
+from .model import ClusterSnapshot, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, capped, lgrr_swell,
     start_config, step_times, utilization)
 from .gimbal_quiet import QUIET_CAP, REL, horizon
-from .gimbal_sets import KeptSets
+from .gimbal_sets import KeptSets, records_usable
 from .plan import ResizeJob
 
 
@@ -292,7 +292,7 @@ class _SetRec:
 
     def _rems(self, snap: ClusterSnapshot) -> list:
         """job_info's remaining steps of the members now."""
-        if self.prog is not None and _PLAIN_PROGRESS(type(snap)):
+        if self.prog is not None and plain_progress(type(snap)):
             now = snap.now
             out = []
             for total, done, as_of, restore, rate in self.prog:  # ClusterSnapshot.completed
@@ -342,7 +342,7 @@ class _SetRec:
         walk = kept.walk(kept.split(objective, rems, dls, self.utils))
         best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
         resizes = self._resizes(best, None)
-        if not resizes and self.prog is not None and _PLAIN_PROGRESS(type(snap)):
+        if not resizes and self.prog is not None and plain_progress(type(snap)):
             # how long the same decisions are sure to be taken (policies.gimbal_quiet)
             now = snap.now
             rates = [p[4] for p in self.prog]
@@ -363,13 +363,6 @@ class _SetRec:
         q = self.quiet
         return q is not None and q[0] == objective and q[1] <= now <= q[2]
 
-
-def _plain_progress(cls) -> bool:
-    return cls.remaining_iters is _RI and cls.completed is _CO
-
-
-_RI, _CO = ClusterSnapshot.remaining_iters, ClusterSnapshot.completed
-_PLAIN_PROGRESS = _plain_progress
 
 
 class CoordKept:
@@ -451,9 +444,7 @@ class CoordKept:
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
-        gr, jr = snap.gpu_changes, snap.job_changes
-        usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
-                  and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+        usable = records_usable(snap)
         skip = set(skip)
         out = []
         sets, same = self.sets.update(snap)

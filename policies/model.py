@@ -636,3 +636,11 @@ class ClusterSnapshot:
     def mps_alone(self, app: str, mps_pct: Optional[int]) -> float:
         """Slowdown of ``app`` alone on its GPU under an MPS thread limit."""
         return self.interference.mps_alone(app, mps_pct)
+
+
+def plain_progress(cls) -> bool:
+    """Whether a snapshot class computes progress as :class:`ClusterSnapshot` does (its
+    ``remaining_iters`` and ``completed`` not overridden): then callers on a hot path may
+    inline that arithmetic (``share_index``, ``gimbal_walk``)."""
+    return (cls.remaining_iters is ClusterSnapshot.remaining_iters
+            and cls.completed is ClusterSnapshot.completed)

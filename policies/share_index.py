@@ -34,7 +34,7 @@ from operator import itemgetter
 from typing import Optional
 
 from .base import exclusive_config, free_gpus_of
-from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo
+from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo, plain_progress
 from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
 from .single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 
@@ -400,8 +400,7 @@ class Round:
         occupants = self.occupants
         # i_A as ClusterSnapshot.remaining_iters computes it (the same float operations,
         # inlined: one call per running job per build), unless a subclass overrides it
-        inline = (type(snap).remaining_iters is ClusterSnapshot.remaining_iters
-                  and type(snap).completed is ClusterSnapshot.completed)
+        inline = plain_progress(type(snap))
         remaining_iters = snap.remaining_iters
         now = snap.now
         for jid, gs in singles.items():
