@@ -85,7 +85,8 @@ class Gandiva(PackingHost):
 
     def _packed_pairs(self, snap: ClusterSnapshot):
         """The distinct pairs of job ids that share a GPU (the ``gpu_jobs`` values of length
-        2), each with its number of GPUs.  Kept across calls from the simulator's GPU change
+        2), each with its number of GPUs, and the pairs that may have come or gone since the
+        last call (``None``: built anew).  Kept across calls from the simulator's GPU change
         record (issue #13: the scan of every GPU at every call was a fifth of Gandiva's
         64x8 time): only the GPUs logged since the last call are looked at; built from
         ``gpu_jobs`` without a usable record (the daemon's snapshots)."""
@@ -94,9 +95,11 @@ class Gandiva(PackingHost):
         kept = self.__dict__.get("_packed")
         if usable and kept is not None and gr.log.extends(kept[0]):
             _, on, count = kept
+            touched = set()
             for g in set(gr.log[len(kept[0]):]):
                 old = on.pop(g, None)
                 if old is not None:
+                    touched.add(old)
                     if count[old] == 1:
                         del count[old]
                     else:
@@ -105,29 +108,59 @@ class Gandiva(PackingHost):
                 if len(ids) == 2:
                     on[g] = ids
                     count[ids] = count.get(ids, 0) + 1
+                    touched.add(ids)
         else:
             on = {g: ids for g, ids in gj.items() if len(ids) == 2}
             count = {}
             for ids in on.values():
                 count[ids] = count.get(ids, 0) + 1
+            touched = None
         self._packed = (gr.log, on, count) if usable else None
-        return count
+        return count, touched
 
-    def schedule(self, snap: ClusterSnapshot) -> Plan:
-        unpack: set[str] = set()
-        pairs = self._packed_pairs(snap)
-        if pairs:  # no two jobs share a GPU: nothing to introspect
-            # each packed pair once (a pair on k GPUs appears k times), its verdict memoised
-            # while both jobs keep their views (a function of the two views, the profile
-            # table, the node tuple and the threshold only)
-            memo = self.__dict__.get("_pairs")
-            ctx = (snap.profiles, snap.nodes, self.gimbal_threshold if self.gimbal
-                   else self.threshold)
-            if (memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]
-                    or memo[0][2] != ctx[2]):
-                memo = self._pairs = (ctx, {})
-            seen, jobs = memo[1], snap.jobs
-            fresh = {}
+    def _slow_pairs(self, snap: ClusterSnapshot, pairs: dict, touched) -> set:
+        """The jobs introspection unpacks: of each packed pair, :meth:`_slow_pair`.  A pair's
+        verdict is a function of the two views, the profile table, the node tuple and the
+        threshold only, so it is memoised while both jobs keep their views; with the
+        simulator's records (``touched``: the pairs that may have come or gone since the
+        last call, the job record: the jobs with new views) only those pairs and the pairs
+        of the jobs with new views are looked at, and the slow ones are kept, instead of
+        every packed pair at every call."""
+        ctx = (snap.profiles, snap.nodes, self.gimbal_threshold if self.gimbal
+               else self.threshold)
+        memo = self.__dict__.get("_pairs")  # (ctx, pair -> (a, b, verdict), slow, job log)
+        jr, jobs = snap.job_changes, snap.jobs
+        jlog = jr.log if (jr is not None and jr.source is jobs
+                          and isinstance(jr.log, Frozen)) else None
+        if (memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]
+                or memo[0][2] != ctx[2]):
+            memo = (ctx, {}, {}, None)
+        seen, slow, last = memo[1], memo[2], memo[3]
+        if touched is not None and jlog is not None and last is not None and jlog.extends(last):
+            on = self._packed[1]
+            look = touched
+            for jid in set(jlog[len(last):]):
+                j = jobs.get(jid)
+                if j is not None and j.allocation is not None:
+                    for g in j.allocation.gpus:
+                        ids = on.get(g)
+                        if ids is not None:
+                            look.add(ids)
+            for ids in look:
+                if ids not in pairs:
+                    seen.pop(ids, None)
+                    slow.pop(ids, None)
+                    continue
+                a, b = jobs[ids[0]], jobs[ids[1]]
+                hit = seen.get(ids)
+                if hit is None or hit[0] is not a or hit[1] is not b:
+                    hit = seen[ids] = (a, b, self._slow_pair(snap, a, b))
+                if hit[2] is not None:
+                    slow[ids] = hit[2]
+                else:
+                    slow.pop(ids, None)
+        else:  # every pair (its verdict memoised while both jobs keep their views)
+            fresh, slow = {}, {}
             for ids in pairs:
                 a, b = jobs[ids[0]], jobs[ids[1]]
                 hit = seen.get(ids)
@@ -135,8 +168,15 @@ class Gandiva(PackingHost):
                     hit = (a, b, self._slow_pair(snap, a, b))
                 fresh[ids] = hit
                 if hit[2] is not None:
-                    unpack.add(hit[2])
-            self._pairs = (ctx, fresh)
+                    slow[ids] = hit[2]
+            seen = fresh
+        self._pairs = (ctx, seen, slow, jlog if self._packed is not None else None)
+        return set(slow.values())
+
+    def schedule(self, snap: ClusterSnapshot) -> Plan:
+        pairs, touched = self._packed_pairs(snap)
+        # no two jobs share a GPU: nothing to introspect (the kept verdicts still follow)
+        unpack = self._slow_pairs(snap, pairs, touched)
         if not unpack:
             return super().schedule(snap)
         # an introspection call only unpacks; the next call places jobs on what it freed

@@ -28,6 +28,7 @@ from math import isnan
 from typing import Callable, Iterable, Optional
 
 from .model import ClusterSnapshot, Gpu, Job
+from .pack_misses import KeptMisses
 
 LOG_MAX = 64  # advances whose touched hosts are kept (an older list is built anew)
 REBUILD_SHARE = 4  # a list is built anew when more than 1/REBUILD_SHARE of the hosts changed
@@ -80,6 +81,7 @@ class HostState:
         self.host_mb: dict[str, float] = {}
         self.synced = 0  # lists brought up to date from the log (tests)
         self.built = 0  # lists built anew (tests)
+        self.misses = KeptMisses()  # packing misses kept while this state is advanced
 
     def advance(self, policy, snap: ClusterSnapshot, changed: Iterable[Gpu],
                 fresh: Iterable[str]) -> bool:

@@ -275,6 +275,10 @@ class PackRound:
         self.rank = snap.node_rank
         self._pp = base.pp
         self._heads: dict[tuple, int] = {}
+        self.taken = False  # a GPU was taken this round (a miss then is not recorded)
+        hs = self._state
+        if not policy.unequal and hs.misses is not None:  # brought to this round's generation
+            hs.misses.sync(hs, self.pair_progress, hs.knobs[0])
 
     def pair_progress(self, a: str, b: str) -> float:
         key = (a, b)
@@ -298,6 +302,17 @@ class PackRound:
     def take(self, host: Job, gpus) -> None:
         gs = set(gpus)
         self.alone[host.id] = [g for g in self.alone[host.id] if g not in gs]
+        self.taken = True
+
+    def _record_miss(self, misses, key: tuple, blocked: bool, listed: list) -> None:
+        """Keep the miss of ``key`` unless a listed host also holds GPUs not alone (its
+        §5.1 component could then change without it)."""
+        alone = self._state.alone
+        for e in listed:
+            h = e[1]
+            if len(alone[h.id]) != len(h.allocation.gpus):
+                return
+        misses.record(self._state, key, blocked)
 
     def _fit(self, job: Job, host: Job, alone: list, job_mb: float) -> Optional[tuple[Gpu, ...]]:
         need = job_mb + self.host_mb(host)
@@ -308,18 +323,32 @@ class PackRound:
                 grouped.setdefault(g.node, []).append(g)
         return pick_consolidated((), job.num_gpus, self.rank, grouped)
 
-    def target(self, job: Job) -> Optional[tuple[tuple[Gpu, ...], Job]]:
-        """The reference ``_pack_target``: GPUs of the best-scoring host ``job`` may pack on."""
+    def target(self, job: Job, job_mb: Optional[float] = None
+               ) -> Optional[tuple[tuple[Gpu, ...], Job]]:
+        """The reference ``_pack_target``: GPUs of the best-scoring host ``job`` may pack on
+        (``job_mb``: its worker memory, :func:`policies.pack_queue.worker_mb`, when known).
+        With equal packing a miss is kept across calls (:mod:`policies.pack_misses`)."""
         pol = self.policy
         if not pol.may_pack(job):
             return None
         n = job.num_gpus
-        b, _ = exclusive_config(self.snap, job)
-        mem = self.snap.memory.get(job.app)
-        job_mb = mem.mem_mb(b) if mem else 0.0
+        if job_mb is None:
+            b, _ = exclusive_config(self.snap, job)
+            mem = self.snap.memory.get(job.app)
+            job_mb = mem.mem_mb(b) if mem else 0.0
+        hs = self._state
+        misses = None if pol.unequal else hs.misses
+        if misses is not None:
+            key = (job.app, job_mb, n)
+            pl = self.placement
+            blocked = bool(pl.over or pl.bad)
+            if misses.holds(key, blocked):
+                return None
         lists = self._lists_for(job.app, job_mb)
         ks = [k for k in lists if k >= n] if pol.unequal else ([n] if n in lists else [])
         if not ks:
+            if misses is not None and not self.taken:
+                misses.record(hs, key, blocked)
             return None
         alone = self.alone
         pos = {}
@@ -340,6 +369,8 @@ class PackRound:
                 if i < len(lst) and (best is None or lst[i][0] < best[0]):
                     best_k, best = k, lst[i]
             if best is None:
+                if misses is not None and not self.taken:
+                    self._record_miss(misses, key, blocked, lists[n])
                 return None
             pos[best_k] += 1
             host = best[1]

@@ -93,8 +93,9 @@ class PackingHost(Policy):
     def schedule(self, snap: ClusterSnapshot) -> Plan:
         pq = pack_queue_of(self)
         klass = lambda j: (j.num_gpus, j.app, worker_mb(snap, j), self.may_pack(j))  # noqa: E731
+        total = snap.total_gpus
         if pq.update(snap, self.order_key(snap), klass) and all(
-                1 <= c[0] <= snap.total_gpus for c in pq.classes):
+                1 <= c[0] <= total for c in pq.classes):
             return self._schedule_classes(snap, pq)
         return self._schedule_walk(snap)
 
@@ -136,7 +137,7 @@ class PackingHost(Policy):
                     continue  # may not pack, and the free GPUs only get fewer
                 if rnd is None:
                     rnd = PackRound(self, snap, round_base(self, snap))
-                target = rnd.target(job)
+                target = rnd.target(job, c[2])  # c[2]: the class's worker memory
                 if target is None:
                     continue  # the class is done: its later jobs miss too
                 gpus, host = target
