@@ -136,7 +136,9 @@ class Gandiva(PackingHost):
                 or memo[0][2] != ctx[2]):
             memo = (ctx, {}, {}, None)
         seen, slow, last = memo[1], memo[2], memo[3]
-        if touched is not None and jlog is not None and last is not None and jlog.extends(last):
+        if (touched is not None and jlog is not None and last is not None
+                and jlog.extends(last) and len(jlog) - len(last) < 4 * len(pairs)):
+            # (with more new views than packed pairs the pass over every pair is cheaper)
             on = self._packed[1]
             look = touched
             for jid in set(jlog[len(last):]):

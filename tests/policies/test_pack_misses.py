@@ -174,5 +174,5 @@ def test_kept_slow_pairs(gimbal, seed, cluster):
     simulate(random_jobs(160, seed), parse_cluster(cluster), pol, MODELS,
              SimConfig(preempt_cost=120.0))
     seen = pol.seen
-    assert seen["kept"] > seen["calls"] // 2
+    assert seen["kept"] > 100 and seen["calls"] - seen["kept"] > 100  # both paths taken
     assert seen["slow"] > 5, seen
