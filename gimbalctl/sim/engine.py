@@ -60,11 +60,33 @@ from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from ..profiles import Models
+from .kept_free import KeptFree
 from .result import JobRecord, SimResult, TimelineSample
 
 ARRIVAL, COMPLETION, TICK, ROUND = 0, 1, 2, 3
 EPS = 1e-6
 STALL_CALLS = 1000  # idle-cluster policy calls before the run is declared stuck
+
+
+def _plain(cls, **fields):
+    """``cls(**fields)`` for a frozen dataclass of :data:`_PLAIN`, without its generated
+    ``__init__`` (one ``object.__setattr__`` per field: ~5 µs for a ClusterSnapshot, the
+    largest single cost of a simulator call).  Such an instance is its attribute dict:
+    ``fields`` must name every field, in field order (checked by
+    tests/test_sim_kept_free.py against ``cls(**fields)`` at every call of simulator runs);
+    the classes have no ``__post_init__``, no ``init=False`` field and no slots (checked
+    below at import)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+_PLAIN = (ClusterSnapshot, WaitingQueue, GpuChanges, JobChanges, FinishedJob)
+for _cls in _PLAIN:  # what makes _plain(cls, **all fields) equal cls(**all fields)
+    if not (dataclasses.is_dataclass(_cls) and _cls.__dataclass_params__.frozen
+            and not hasattr(_cls, "__post_init__") and not hasattr(_cls, "__slots__")
+            and all(f.init for f in dataclasses.fields(_cls))):
+        raise TypeError(f"_plain cannot build {_cls.__name__}")
 
 
 class PlanError(ValueError):
@@ -171,16 +193,10 @@ class Simulator:
         # every job id whose view (entry of the snapshots' ``jobs``) changed, oldest first,
         # never cleared: the snapshots' change record (policies.model.JobChanges)
         self.job_changes: list[str] = []
-        self.free_by_node: dict[str, set[int]] = {n.name: set(range(n.num_gpus)) for n in self.nodes}
         self.total_gpus = sum(n.num_gpus for n in self.nodes)
         self.valid_gpus = frozenset(g for n in self.nodes for g in n.gpus())
-        self.gpu_obj = {n.name: n.gpus() for n in self.nodes}
-        self.free_tuples: dict[str, tuple[Gpu, ...]] = {}
-        # free count -> sorted (node rank, node): ClusterSnapshot.free_buckets, kept per change
-        self.node_rank = {n.name: i for i, n in enumerate(self.nodes)}
-        self.buckets: dict[int, list[tuple[int, str]]] = {}
-        self.dirty_nodes = {n.name for n in self.nodes}
-        self.free_cache = None
+        # the snapshots' free_gpus, free_index and free_buckets, kept per change
+        self.free = KeptFree(self.nodes)
         self.active: dict[str, _Rec] = {}
         self.views: dict[str, Job] = {}  # active job -> its current frozen view
         self.dirty_views: set[str] = set()
@@ -438,10 +454,8 @@ class Simulator:
                 self.gpu_jobs.pop(g, None)
                 self.gpu_log.append((g, None))
                 self.gpu_changes.append(g)
-                self.free_by_node[g.node].add(g.index)
+                self.free.give(g)
                 self.busy_gpus -= 1
-                self.dirty_nodes.add(g.node)
-                self.free_cache = None
         return affected
 
     def _refresh(self, jids: Iterable[str]) -> None:
@@ -464,9 +478,11 @@ class Simulator:
         self.changed_views.add(rec.spec.id)
         self.n_done += 1
         s = rec.spec
-        self.history.append(FinishedJob(
-            s.id, s.user, s.submit_time, rec.first_start, self.now, s.num_gpus, s.app, s.name,
-            s.group_id, s.total_iters, s.global_batch))
+        self.history.append(_plain(
+            FinishedJob, id=s.id, user=s.user, submit_time=s.submit_time,
+            start_time=rec.first_start, end_time=self.now, num_gpus=s.num_gpus, app=s.app,
+            name=s.name, group_id=s.group_id, iterations=s.total_iters,
+            global_batch=s.global_batch))
         self.history_view = None
         self._refresh(affected)
 
@@ -545,25 +561,7 @@ class Simulator:
             jobs = dict(self.views)
         self.snap_jobs = jobs
         self.changed_views.clear()
-        if self.free_cache is None:
-            buckets = self.buckets
-            for name in self.dirty_nodes:
-                old = len(self.free_tuples.get(name, ()))
-                t = self.free_tuples[name] = tuple(
-                    self.gpu_obj[name][i] for i in sorted(self.free_by_node[name]))
-                if old != len(t):
-                    key = (self.node_rank[name], name)
-                    if old:
-                        b = buckets[old]
-                        del b[bisect_left(b, key)]
-                    if t:
-                        insort(buckets.setdefault(len(t), []), key)
-            self.dirty_nodes.clear()
-            index = {n: t for n, t in self.free_tuples.items() if t}
-            self.free_cache = (tuple(chain.from_iterable(index.values())),
-                               MappingProxyType(index),
-                               MappingProxyType({c: tuple(b) for c, b in buckets.items() if b}))
-        free, index, buckets = self.free_cache
+        free, index, buckets = self.free.views()
         gpus = self.snap_gpus
         # as for ``jobs``: only this attribute, ``gpus`` and getrefcount's argument hold it
         if gpus is not None and sys.getrefcount(gpus) == 3:
@@ -581,7 +579,7 @@ class Simulator:
             self.queue_cache = (Frozen(self.wjobs), Frozen(self.wids), max(self.wgpus, default=0),
                                 Frozen(self.wlog))
         jv, iv, mg, cv = self.queue_cache
-        q = WaitingQueue(jv, iv, mg, jobs_view, cv)
+        q = _plain(WaitingQueue, jobs=jv, ids=iv, max_gpus=mg, source=jobs_view, changes=cv)
         if self.history_view is None:  # a view of the append-only list: O(1)
             self.history_view = Frozen(self.history)
         if self.refit is not None and (self.last_fit is None
@@ -589,16 +587,18 @@ class Simulator:
             self.predictors = MappingProxyType({**self.static_predictors,
                                                 **self.refit(self.history_view, self.now)})
             self.last_fit = self.now
-        return ClusterSnapshot(
+        models, cfg = self.models, self.cfg
+        return _plain(
+            ClusterSnapshot,
             now=self.now, nodes=self.nodes, jobs=jobs_view,
             gpu_jobs=gpus_view, free_gpus=free,
-            profiles=self.models.profiles, memory=self.models.memory,
-            interference=self.models.interference, seed=self.cfg.seed,
-            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
-            waiting_ids=q.ids, gpu_types=self.models.gpu_types,
+            profiles=models.profiles, memory=models.memory,
+            interference=models.interference, seed=cfg.seed,
+            max_jobs_per_gpu=cfg.max_jobs_per_gpu, free_index=index, free_buckets=buckets,
+            waiting_ids=iv, gpu_types=models.gpu_types,
             history=self.history_view, predictors=self.predictors, queue=q,
-            gpu_changes=GpuChanges(Frozen(self.gpu_changes), gpus_view),
-            job_changes=JobChanges(Frozen(self.job_changes), jobs_view))
+            gpu_changes=_plain(GpuChanges, log=Frozen(self.gpu_changes), source=gpus_view),
+            job_changes=_plain(JobChanges, log=Frozen(self.job_changes), source=jobs_view))
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
@@ -634,14 +634,24 @@ class Simulator:
     def apply(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
             raise PlanError(f"policy returned {type(plan).__name__}, not a Plan")
+        if not plan.actions:  # most calls: nothing to check, nothing changes
+            return
         affected: set[str] = set()
+        active = self.active
+        preempts, resizes, starts = [], [], []  # Plan.preempts(), resizes(), starts()
         for act in plan.actions:
-            if act.job_id not in self.active:
+            if act.job_id not in active:
                 raise PlanError(f"plan names job {act.job_id!r}, which is not active")
-        if plan.preempts() and not self.may_preempt:
+            if isinstance(act, StartJob):
+                starts.append(act)
+            elif isinstance(act, PreemptJob):
+                preempts.append(act)
+            elif isinstance(act, ResizeJob):
+                resizes.append(act)
+        if preempts and not self.may_preempt:
             raise PlanError(f"policy {plan.policy} declares preemptive = False but its plan "
-                            f"pre-empts {plan.preempts()[0].job_id}")
-        for act in plan.preempts():
+                            f"pre-empts {preempts[0].job_id}")
+        for act in preempts:
             rec = self.active[act.job_id]
             if rec.state is not JobState.RUNNING:
                 raise PlanError(f"cannot pre-empt job {act.job_id}: it is not running")
@@ -654,7 +664,6 @@ class Simulator:
             rec.preemptions += 1
             rec.version += 1
             self.waiting_ids[rec.spec.id] = None  # enters the queue with its new view
-        resizes = plan.resizes()
         old: dict[str, frozenset] = {}
         for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
             rec = self.active[act.job_id]
@@ -670,7 +679,7 @@ class Simulator:
             rec = self.active[act.job_id]
             self._place(rec, act, resize=True, moved=frozenset(act.gpus) != old[act.job_id])
             affected |= set(rec.partners)
-        for act in plan.starts():
+        for act in starts:
             rec = self.active[act.job_id]
             if rec.state is JobState.RUNNING:
                 raise PlanError(f"cannot start job {act.job_id}: it is already running")
@@ -816,9 +825,7 @@ class Simulator:
             on = self.gpu_jobs[g] = self.gpu_jobs.get(g, ()) + (jid,)
             self.gpu_log.append((g, on))
             self.gpu_changes.append(g)
-            self.free_by_node[g.node].discard(g.index)
-            self.dirty_nodes.add(g.node)
-            self.free_cache = None
+            self.free.take(g)
         override = batch if batch != rec.spec.global_batch else None
         if act.workers:
             rec.alloc = Allocation.from_workers(workers, override)
