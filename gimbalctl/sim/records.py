@@ -9,7 +9,11 @@ here at import) an instance is nothing but its attribute dict, so filling that d
 every field, in field order, makes an object equal to ``cls(**fields)`` in every respect
 (fields, ``==``, ``repr``, hash, pickling, ``dataclasses.replace``).
 tests/test_sim_records.py checks it against the dataclass constructor: at every call of
-simulator runs (snapshots, history records, worker records) and on random worker splits.
+simulator runs (snapshots, worker records) and on random worker splits.
+
+Such an instance has a dict of its own (~580 bytes for a FinishedJob against ~230 when the
+constructor fills the shared-key one): use it for records that live short (a snapshot and its
+parts, the workers of a running job), not for ones kept all run (the history).
 """
 from __future__ import annotations
 
