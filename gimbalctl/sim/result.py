@@ -82,7 +82,8 @@ class SimResult:
             rows.append((s.id, s.app, s.num_gpus, s.submit_time, r.first_start, r.end,
                          r.executed, r.preemptions, r.shared, s.deadline, s.user))
         samples = list(sim.timeline)
-        cols = {c: np.array([row[i] for row in rows], dtype=float)
+        by_col = tuple(zip(*rows)) or ((),) * len(_JOB_COLUMNS)  # the columns of ``rows``
+        cols = {c: np.array(by_col[i], dtype=float)
                 for i, c in enumerate(_JOB_COLUMNS) if c not in ("id", "app", "user")}
         cols["jct"] = cols["end"] - cols["submit"]
         cols["queueing"] = cols["start"] - cols["submit"]

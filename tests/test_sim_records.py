@@ -1,0 +1,120 @@
+"""Records the simulator builds without the dataclass __init__ (gimbalctl/sim/records.py)
+equal the constructor's at every call of simulator runs, and the run's garbage-collector
+setting is restored."""
+from __future__ import annotations
+
+import dataclasses
+import gc
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import policies
+from gimbalctl.sim import PlanError, SimConfig
+from gimbalctl.sim.engine import Simulator
+from gimbalctl.sim.records import PLAIN, even_workers, plain
+from policies.model import (ClusterSnapshot, FinishedJob, GpuChanges, Gpu, JobChanges, Node,
+                            WaitingQueue, WorkerAlloc, uniform_workers)
+from policies.plan import Plan, StartJob
+
+from tests.test_sim_kept_free import MODELS, _jobs
+
+
+def same_as_constructed(obj):
+    """``obj`` is in every respect ``type(obj)(**its fields)``."""
+    cls = type(obj)
+    names = [f.name for f in dataclasses.fields(cls)]
+    ref = cls(**{n: getattr(obj, n) for n in names})
+    assert list(vars(obj)) == names  # every field, in field order, nothing else
+    assert all(vars(obj)[n] is vars(ref)[n] for n in names)
+    assert obj == ref and repr(obj) == repr(ref)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, names[0], None)
+    return ref
+
+
+class Probe:
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        for a in ("name", "preemptive", "elastic", "needs_lengths", "round_length",
+                  "rounds_only"):
+            setattr(self, a, getattr(self.inner, a))
+        self.calls = self.workers = self.history = 0
+        self.thresholds = set()
+
+    def schedule(self, snap):
+        self.calls += 1
+        self.thresholds.add(gc.get_threshold())
+        same_as_constructed(snap)
+        for part in (snap.queue, snap.gpu_changes, snap.job_changes):
+            same_as_constructed(part)
+        assert snap.waiting_ids is snap.queue.ids
+        if snap.history:
+            same_as_constructed(snap.history[-1])
+            self.history += 1
+        for j in snap.jobs.values():
+            a = j.allocation
+            if j.running and len({w.share for w in a.workers}) <= 2 and \
+                    a.workers == uniform_workers(a.gpus, a.sub_batch, a.accum_steps, a.mps_pct,
+                                                 a.global_batch or j.global_batch):
+                for w in a.workers:
+                    same_as_constructed(w)
+                self.workers += 1
+        return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("name", ["fifo", "tiresias", "sjf-bsbf", "gandiva", "afs-l", "gavel"])
+def test_records_equal_the_constructors_at_every_call(name):
+    probe = Probe(name)
+    nodes = (Node("b", 8), Node("a", 4), Node("d", 8))
+    saved = gc.get_threshold()
+    gc.set_threshold(650, 9, 11)  # the caller's (not the default: a run may have left that)
+    try:
+        res = Simulator(_jobs(60), nodes, probe, MODELS, SimConfig(interval=120.0)).run()
+        # afterwards the caller's thresholds again
+        assert gc.get_threshold() == (650, 9, 11)
+    finally:
+        gc.set_threshold(*saved)
+    assert res.jobs.end.notna().all() and probe.calls > 30
+    assert probe.history > 10 and probe.workers > 10
+    # during the run: no automatic full collection, the young generations as the caller's
+    assert probe.thresholds == {(650, 9, 1 << 30)}
+
+
+def test_thresholds_restored_when_a_plan_fails():
+    class Bad:
+        name = "bad"
+
+        def schedule(self, snap):
+            j = next(iter(snap.jobs))
+            return Plan("bad", (StartJob(j, tuple(snap.free_gpus[:1]) * 2, 1),))
+
+    saved = gc.get_threshold()
+    gc.set_threshold(650, 9, 11)
+    try:
+        with pytest.raises(PlanError):
+            Simulator(_jobs(5), (Node("a", 8),), Bad(), MODELS).run()
+        assert gc.get_threshold() == (650, 9, 11)
+    finally:
+        gc.set_threshold(*saved)
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.integers(1, 16), sub=st.integers(1, 512), accum=st.integers(1, 8),
+       mps=st.one_of(st.none(), st.integers(1, 100)), batch=st.integers(1, 5000))
+def test_even_workers_equal_uniform_workers(k, sub, accum, mps, batch):
+    gpus = tuple(Gpu(f"n{i % 3}", i) for i in range(k))
+    got = even_workers(gpus, sub, accum, mps, batch)
+    want = uniform_workers(gpus, sub, accum, mps, batch)
+    assert type(got) is tuple and got == want and repr(got) == repr(want)
+    for g, w in zip(got, want):
+        assert same_as_constructed(g) == w and hash(g) == hash(w)
+        assert list(vars(g).items()) == list(vars(w).items())
+
+
+def test_plain_classes_and_fields():
+    assert set(PLAIN) >= {ClusterSnapshot, WaitingQueue, GpuChanges, JobChanges, FinishedJob,
+                          WorkerAlloc}
+    f = plain(FinishedJob, id="x", user="u", submit_time=1.0, start_time=2.0, end_time=3.0,
+              num_gpus=1, app="a", name="", group_id=None, iterations=5.0, global_batch=None)
+    assert same_as_constructed(f) == FinishedJob("x", "u", 1.0, 2.0, 3.0, 1, "a", "", None, 5.0)
