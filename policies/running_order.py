@@ -204,10 +204,10 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
         rjobs.append(j)
         moved = True
     if moved:  # keys fell (or were made anew): back in order
-        if order.nonfalling:
+        if order.nonfalling or not all(e[4] for e in ents[i2:]):
             ents.sort(key=_KEY)
             order = RunningOrder(ents, now)
-        else:  # every change in [i2, n): cut it off, put it back
+        else:  # every change in [i2, n), all falling: cut it off, put it back
             tail = ents[i2:]
             tail.sort(key=_KEY)
             for name in ("ents", "keys", "views", "ids", "untils"):
