@@ -47,7 +47,13 @@ whose bound (of a key that never rises) lies below it;
 all of them as one block when the ranked jobs at or after the second key hold at least
 the GPUs that job needs beyond the free ones (each item before the second key then fits
 at its turn), and otherwise ranks them by their exact keys after all
-(:meth:`RunningKeys.exact`)."""
+(:meth:`RunningKeys.exact`).
+
+With ``sorted_path`` (the default) :meth:`RunningKeys.collect` answers from the last
+call's running entries kept sorted by key (:mod:`policies.running_order`): the sure and
+the deferred jobs are two slices found by bisection, and only the ranked jobs, the new or
+changed ones and those past their horizon are looked at one by one; the per-job visit
+above answers the calls it cannot (a first call, an older ``now``, counts that disagree)."""
 from __future__ import annotations
 
 import bisect

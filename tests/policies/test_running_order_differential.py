@@ -157,3 +157,36 @@ def test_the_order_is_the_cache_sorted():
         simulate(_jobs(200, 11), parse_cluster("2x8"), pol, MODELS,
                  SimConfig(interval=120.0, preempt_cost=5.0))
     assert checked["calls"] > 50
+
+
+@pytest.mark.parametrize("name", ["srtf", "srsf"])
+@pytest.mark.parametrize("cluster,seed,n", [("2x8", 3, 160), ("1x8", 7, 120)])
+def test_mixed_horizons(name, cluster, seed, n):
+    """Falling and non-falling entries in one order (a horizon that calls the keys of
+    jobs with an odd last digit exact at ``now`` only, not falling: still true for
+    SRTF/SRSF): the per-entry branch of the sorted path, ranked entries between the two
+    first waiting keys, and its rebuilds."""
+    from policies import running_keys as rkmod
+
+    falling = rkmod.falling_horizon
+
+    def mixed(snap):
+        inner = falling(snap)
+
+        def horizon(job, key):
+            u, f = inner(job, key)
+            return u, f and int(job.id[-1]) % 2 == 0
+
+        return horizon
+
+    pol = Both(name, {})
+    count, patches = _counting()
+    with ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        stack.enter_context(mock.patch.object(rkmod, "falling_horizon", mixed))
+        simulate(_jobs(n, seed, gpus=(1, 1, 2, 4, 8, 8)), parse_cluster(cluster), pol,
+                 MODELS, SimConfig(interval=120.0, preempt_cost=5.0))
+    assert count["sorted", True] > 50
+    assert 0 < pol.new._running_keys._order.nonfalling < len(pol.new._running_keys._order.ids) \
+        or count["skip"] + count["prefix"] + count[None] > 0
