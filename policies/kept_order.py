@@ -247,13 +247,23 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     # the first waiting job asks beyond the free ones: every item before ``theta`` then
     # finds, at its turn, at least total - (held - after) - (the first job's GPUs, if it is
     # not the item) >= its GPUs.  Those after ``theta`` are the ranked ones with a key
-    # not below it (the sure and the deferred ones are below).  Otherwise the deferred
-    # ones are ranked by their exact keys too, as before.
-    prefix = False
+    # not below it (the sure and the deferred ones are below).
+    # Symmetrically, the first waiting job is skipped and every running job before
+    # ``theta`` admitted when the GPUs left after the sure ones are fewer than it asks: no
+    # waiting job comes before it, every running job before it is a sure one or a
+    # deferred one ranked below ``first``, so at its turn at most those GPUs are left;
+    # the running jobs before ``theta`` then all fit (no waiting job admitted, all running
+    # jobs fit together).  The walk reaches it (its loop goes on while a job fits) when a
+    # ranked job (its key is not below ``first``) or the free GPUs leave at least the
+    # fewest GPUs any job asks.  Otherwise the deferred ones are ranked by their exact
+    # keys too, as before.
+    prefix = skip = False
     if deferred:
-        after = sum(j.num_gpus for k, j in zip(rkeys, rjobs) if not k < theta)
-        if after >= kept.jobs[0].num_gpus - (total - held):
+        block = _block(total, held, kept, rkeys, rjobs, rgpus, deferred, theta)
+        if block == "prefix":
             prefix = True
+        elif block == "skip":
+            skip = True
         else:
             rkeys, rjobs = list(rkeys), list(rjobs)
             runkeys.exact(deferred, snap.now, priority, horizon, rekey, rkeys, rjobs)
@@ -303,6 +313,10 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
         starts.append(wjobs[0])
         w, r = 1, bisect_left(skeys, theta)
         capacity = total - kept.jobs[0].num_gpus - (held - (cum[nr] - cum[r]))
+    elif skip:  # the first waiting job is skipped, every running job before ``theta`` runs
+        skipped.append(wjobs[0].id)
+        w, r = 1, bisect_left(skeys, theta)
+        capacity = total - (held - (cum[nr] - cum[r]))
     while capacity >= smallest and (w < nw or r < nr):
         if r < nr and (w == nw or skeys[r] < wkeys[w]):
             if whole:
@@ -351,6 +365,22 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
             steady = _steady(runkeys.cache, rjobs, until, snap.now)
         quiet.note(snap, context, running, started, preempted, steady)
     return _plan(snap, policy, actions, reasons, skipped, kept, w, numbers)
+
+
+def _block(total: int, held: int, kept: KeptOrder, rkeys: list, rjobs: list, rgpus: list,
+           deferred: list, theta: tuple) -> Optional[str]:
+    """With running jobs deferred below ``theta`` (the second waiting key): "prefix" when
+    the first waiting job and every running job before ``theta`` are admitted, "skip"
+    when the first waiting job is skipped and every running job before ``theta``
+    admitted, ``None`` when the deferred ones need their exact keys (see
+    :func:`schedule_preemptive_kept`)."""
+    g1 = kept.jobs[0].num_gpus
+    if sum(j.num_gpus for k, j in zip(rkeys, rjobs) if not k < theta) >= g1 - (total - held):
+        return "prefix"
+    if (total - (held - sum(map(_GPUS, deferred)) - sum(map(_GPUS, rjobs))) < g1
+            and (rjobs or total - held >= min(min(kept.gpus), min(rgpus)))):
+        return "skip"
+    return None
 
 
 def _plan(snap: ClusterSnapshot, policy: str, actions: list, reasons: dict, skipped,

@@ -47,7 +47,13 @@ whose bound (of a key that never rises) lies below it;
 all of them as one block when the ranked jobs at or after the second key hold at least
 the GPUs that job needs beyond the free ones (each item before the second key then fits
 at its turn), and otherwise ranks them by their exact keys after all
-(:meth:`RunningKeys.exact`)."""
+(:meth:`RunningKeys.exact`).
+
+With ``sorted_path`` (the default) :meth:`RunningKeys.collect` answers from the last
+call's running entries kept sorted by key (:mod:`policies.running_order`): the sure and
+the deferred jobs are two slices found by bisection, and only the ranked jobs, the new or
+changed ones and those past their horizon are looked at one by one; the per-job visit
+above answers the calls it cannot (a first call, an older ``now``, counts that disagree)."""
 from __future__ import annotations
 
 import bisect
@@ -57,6 +63,7 @@ from operator import attrgetter, is_, not_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job, JobState
+from .running_order import RunningOrder, collect_sorted
 
 # (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
 # in [t0, until]; ``falling``: after ``until`` it is still an upper bound (it never rises)
@@ -83,7 +90,13 @@ class RunningKeys:
     """Per policy instance: job id -> (view, key, t0, until, falling) for the running jobs
     of the last calls; the running ids of the last call with the change record seen; and
     that call's sure jobs (ids and views), its ``now``, first waiting key and the time up
-    to which all of their keys stay below it (``until``)."""
+    to which all of their keys stay below it (``until``); or, with ``sorted_path``, the
+    last call's running entries sorted by key (:mod:`policies.running_order`)."""
+
+    # True: :meth:`collect` answers from the running entries kept sorted by key
+    # (:func:`policies.running_order.collect_sorted`) whenever it can; False: the per-job
+    # visit only (the old path; tests compare both)
+    sorted_path = True
 
     def __init__(self):
         self.clear()
@@ -105,6 +118,8 @@ class RunningKeys:
         self._taken: Optional[tuple] = None
         self._now = self._until = -_INF
         self._first: Optional[tuple] = None
+        self._order = None  # RunningOrder of the last call (sorted_path)
+        self._pending = None  # the one this call made, kept by ``remember``
 
     def _context(self, snap: ClusterSnapshot, context: tuple) -> None:
         c = self._ctx
@@ -147,6 +162,16 @@ class RunningKeys:
             return None
         self._context(snap, context)
         now = snap.now
+        self._pending = None
+        order = self._order
+        if order is not None and order.now <= now:
+            found = collect_sorted(self, snap, log, nwaiting, first, priority, horizon, rekey,
+                                   theta, deferred)
+            if found is not None:
+                return found
+            if deferred:  # (what it put there before it gave up)
+                del deferred[:]
+        self._order = None
         get = snap.jobs.get
         sure: list = []
         until = _INF
@@ -195,6 +220,18 @@ class RunningKeys:
         self._seen = queue_record(snap)
         self._run = running
         taken, self._taken = self._taken, None
+        pending, self._pending = self._pending, None
+        if self.sorted_path:  # the next call answers from the order (no sure ones kept)
+            self._order = (pending if pending is not None
+                           else RunningOrder.of(self.cache, running, snap.now))
+            if self._order is not None:
+                self._sure_ids = self._sure_views = ()
+                self._sure_set = None
+                self._rest_ids = []
+                self._now, self._first, self._until = snap.now, first, -_INF
+                return
+        else:
+            self._order = None
         if taken is not None and taken[0] is sure:  # the last sure ones, then new ones
             n = taken[1]
             if len(sure) > n:

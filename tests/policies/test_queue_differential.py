@@ -637,7 +637,8 @@ class KeyCount:
 @pytest.mark.parametrize("name,kw", RUNKEYS[:4], ids=[_runkeys_id(n, kw) for n, kw in RUNKEYS[:4]])
 def test_running_keys_are_reused_in_simulator_runs(name, kw):
     """In a simulator run (every Plan checked against the old code's) most running jobs
-    are admitted from a cached key, and the running set comes from the last call's."""
+    are admitted from a cached key, and the running set comes from the last call's (the
+    per-job visit: ``sorted_path`` off; the sorted path: test_running_order_differential)."""
     from policies import running_keys
 
     pol = Differential(name, kw)
@@ -660,6 +661,7 @@ def test_running_keys_are_reused_in_simulator_runs(name, kw):
             stack.enter_context(p)
         stack.enter_context(mock.patch.object(running_keys.RunningKeys, "remember",
                                               checked_remember))
+        stack.enter_context(mock.patch.object(running_keys.RunningKeys, "sorted_path", False))
         simulate(_jobs(160, 3), parse_cluster("2x8"), pol, MODELS,
                  SimConfig(interval=120.0, preempt_cost=5.0))
     assert pol.calls > 50
@@ -741,6 +743,8 @@ def test_running_keys_cache_rules():
         # (policies.quiet_calls; test_quiet_calls_* below)
         stack.enter_context(mock.patch.object(quiet_calls.QuietCalls, "answer",
                                               lambda *a: False))
+        # the per-job visit (the sorted path's rules: test_running_order_differential)
+        stack.enter_context(mock.patch.object(running_keys.RunningKeys, "sorted_path", False))
 
         def call(snap):
             assert_same(pol.schedule(snap), reference_plan(pol, snap))
