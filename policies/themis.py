@@ -16,6 +16,8 @@ Length-unaware.  Network packing and placement as in :mod:`policies.elastic`.
 """
 from __future__ import annotations
 
+import sys
+
 import hashlib
 import heapq
 from typing import Optional
@@ -37,13 +39,23 @@ def _comm_bound(rates: Rates, job):
     beyond one node (t_iter >= (t_comp^δ + t_comm^δ)^(1/δ) >= t_comm, and t_comm grows
     with k), so 1/t_comm(k) bounds every later rate; the walk stops once that bound
     (with a 1e-6 relative margin, far above float error) cannot beat the best rate.
-    ``None`` when the conditions do not hold (the walk then goes to the limit)."""
+    ``None`` when the conditions do not hold (the walk then goes to the limit); 0.0 at a
+    count where t_comm^δ underflows (no bound there)."""
     if not rates.profiled(job):
         return None
     p = rates.snap.profiles[job.app]
     if min(p.alpha_comp, p.beta_comp, p.alpha_inter, p.beta_inter) < 0 or not p.delta > 0:
         return None
-    return lambda k: p.t_comm(k, 2)
+    d, tiny = p.delta, sys.float_info.min
+
+    def bound(k: int) -> float:
+        # in floats the bound holds while t_comm^δ is a normal number: eq. 7's sum is then
+        # at least t_comm^δ and its root at least t_comm (up to rounding, far below the
+        # margin); an underflowing t_comm^δ (parameters near 1e-200) can leave t_iter below
+        # t_comm, so no bound then (0.0: the walk goes on)
+        tm = p.t_comm(k, 2)
+        return tm if tm ** d >= tiny else 0.0
+    return bound
 
 
 @register("themis")

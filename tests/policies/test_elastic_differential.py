@@ -14,7 +14,7 @@ from types import MappingProxyType
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import policies
 from gimbalctl.cluster import parse_cluster
@@ -99,6 +99,8 @@ PARAMS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(params=(0.0, 3.1735199589772338e-214, 0.0, 0.0, 0.0, 3.1735199589772338e-214),
+         delta=2.0, batch=4096, per=1, limit=62, maxb=16)  # t_comm^δ underflows (found here)
 @given(params=PARAMS,
        delta=st.sampled_from([0.5, 1.0, 2.0, 3.0, 8.0]), batch=st.sampled_from([1, 32, 256, 4096]),
        per=st.sampled_from([1, 2, 4, 8]), limit=st.integers(1, 400),
