@@ -1,6 +1,7 @@
 """Shared test setup.
 
-* The repo root is importable without installing.
+* The repo root is importable without installing, and so are the shared job generators of
+  tests/policies (``random_jobs``) from every test.
 * ``GIMBAL_FAIL_ON_SKIP=1`` (set by .ci/run) turns any skipped test into a
   failed run: in CI the real Slurm, PostgreSQL and torchrun tests must run.
 """
@@ -9,8 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "tests" / "policies"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 
 def pytest_sessionfinish(session, exitstatus):

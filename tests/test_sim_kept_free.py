@@ -2,17 +2,17 @@
 from-scratch build at every change, and a view handed out never changes afterwards."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import policies
 from gimbalctl.cluster import parse_cluster
-from gimbalctl.profiles import APPS, default_models
+from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator
 from gimbalctl.sim.kept_free import KeptFree
-from policies.model import Job, Node
+from policies.model import Node
+from random_jobs import plain_jobs
 
 MODELS = default_models()
 
@@ -91,16 +91,7 @@ def test_held_views_copied_not_changed():
 
 
 def _jobs(n=90):
-    rng = np.random.default_rng(5)
-    out = []
-    for i in range(n):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(rng.choice([1, 2, 4, 8]))
-        out.append(Job(id=f"j{i}", submit_time=float(rng.uniform(0, 4000)), num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g,
-                       total_iters=float(rng.uniform(100, 20000))))
-    return out
-
+    return plain_jobs(n, 5)
 
 class Probe:
     """Checks every snapshot's free views against a build from its own GPU map."""

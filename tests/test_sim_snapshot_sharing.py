@@ -2,30 +2,21 @@
 full copy per call) and copies it when a policy kept the snapshot or its ``jobs``."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import policies
 from gimbalctl.cluster import parse_cluster
-from gimbalctl.profiles import APPS, default_models
+from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator
 from policies.model import Job, JobState
+from random_jobs import plain_jobs
 
 MODELS = default_models()
 
 
 def _jobs(n=80):
-    rng = np.random.default_rng(11)
-    out = []
-    for i in range(n):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(rng.choice([1, 2, 4]))
-        out.append(Job(id=f"j{i}", submit_time=float(rng.uniform(0, 5000)), num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g,
-                       total_iters=float(rng.uniform(100, 20000))))
-    return out
-
+    return plain_jobs(n, 11, gpus=(1, 2, 4), span=5000.0)
 
 class Probe:
     def __init__(self, name, keep):

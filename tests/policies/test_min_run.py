@@ -8,11 +8,11 @@ import pytest
 
 import policies
 from gimbalctl.cluster import parse_cluster
-from gimbalctl.profiles import APPS, default_models
+from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
-from policies.model import Job
 from policies.plan import ReasonCode
 from sjf_share_helpers import make_snap, pending, running
+from random_jobs import plain_jobs
 
 MODELS = default_models()
 
@@ -70,18 +70,7 @@ class Leased:
 
 
 def _jobs():
-    import numpy as np
-
-    rng = np.random.default_rng(5)
-    out = []
-    for i in range(60):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(rng.choice([1, 1, 2, 4]))
-        out.append(Job(id=f"j{i}", submit_time=float(rng.uniform(0, 20000)), num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g,
-                       total_iters=float(rng.uniform(100, 30000))))
-    return out
-
+    return plain_jobs(60, 5, gpus=(1, 1, 2, 4), span=20000.0, iters=(100.0, 30000.0))
 
 @pytest.mark.parametrize("name", ["srtf", "tiresias"])
 def test_simulated_churn_is_bounded(name):

@@ -543,6 +543,23 @@ def _runkeys_id(n, kw):
     return n + ("+" + ",".join(kw) if kw else "")
 
 
+def snapshot_sequence(draw, lines, steps: int, first: int, records: int):
+    """Up to ``steps`` snapshots of the lineages ``lines`` (:class:`RunLineage`): each step
+    moves one lineage (the first ``first`` times in ``first + 1``) and snapshots it with its
+    change records (``records`` times in ``records + 3``), without them, or hands an earlier
+    snapshot (an older one or the last one) in again."""
+    seen = []
+    for _ in range(draw(st.integers(1, steps))):
+        line = lines[draw(st.sampled_from([0] * first + [1]))]
+        line.step(draw)
+        how = draw(st.sampled_from(["record"] * records + ["none", "older", "again"]))
+        snap = line.snapshot(how != "none")
+        if how in ("older", "again") and seen:
+            snap = draw(st.sampled_from(seen)) if how == "older" else seen[-1]
+        seen.append(snap)
+        yield snap
+
+
 @pytest.mark.parametrize("name,kw", RUNKEYS, ids=[_runkeys_id(n, kw) for n, kw in RUNKEYS])
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -558,15 +575,7 @@ def test_running_keys_over_snapshot_sequences(name, kw, data):
     lines = [RunLineage(nodes), RunLineage(nodes)]
     pol = policies.get_policy(name, **kw)
     kept_order.kept_order_of(pol)
-    seen = []
-    for _ in range(draw(st.integers(1, 14))):
-        line = lines[draw(st.sampled_from([0, 0, 0, 0, 1]))]
-        line.step(draw)
-        how = draw(st.sampled_from(["record"] * 8 + ["none", "older", "again"]))
-        snap = line.snapshot(how != "none")
-        if how in ("older", "again") and seen:
-            snap = draw(st.sampled_from(seen)) if how == "older" else seen[-1]
-        seen.append(snap)
+    for snap in snapshot_sequence(draw, lines, 14, 4, 8):
         assert_same(pol.schedule(snap), reference_plan(pol, snap))
 
 

@@ -20,6 +20,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import kept_order, running_keys, running_order
 from policies.model import Node
 from test_queue_differential import (MODELS, RUNKEYS, RunLineage, _jobs, _runkeys_id,
+                                     snapshot_sequence,
                                      assert_same, reference_plan)
 
 
@@ -116,15 +117,7 @@ def test_both_paths_over_snapshot_sequences(name, kw, data):
                   for i in range(draw(st.integers(1, 3))))
     lines = [RunLineage(nodes), RunLineage(nodes)]
     new, old = _pair(name, kw)
-    seen = []
-    for _ in range(draw(st.integers(1, 16))):
-        line = lines[draw(st.sampled_from([0, 0, 0, 0, 0, 1]))]
-        line.step(draw)
-        how = draw(st.sampled_from(["record"] * 10 + ["none", "older", "again"]))
-        snap = line.snapshot(how != "none")
-        if how in ("older", "again") and seen:
-            snap = draw(st.sampled_from(seen)) if how == "older" else seen[-1]
-        seen.append(snap)
+    for snap in snapshot_sequence(draw, lines, 16, 5, 10):
         plan = new.schedule(snap)
         assert_same(plan, old.schedule(snap))
         assert_same(plan, reference_plan(new, snap))
