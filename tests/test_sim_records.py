@@ -7,13 +7,12 @@ import dataclasses
 import gc
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 import policies
 from gimbalctl.sim import PlanError, SimConfig
 from gimbalctl.sim.engine import Simulator
-from gimbalctl.sim.records import PLAIN, even_workers, plain
-from policies.model import (ClusterSnapshot, FinishedJob, GpuChanges, Gpu, JobChanges, Node,
+from gimbalctl.sim.records import PLAIN, plain
+from policies.model import (ClusterSnapshot, FinishedJob, GpuChanges, JobChanges, Node,
                             WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.plan import Plan, StartJob
 
@@ -97,19 +96,6 @@ def test_thresholds_restored_when_a_plan_fails():
         assert gc.get_threshold() == (650, 9, 11)
     finally:
         gc.set_threshold(*saved)
-
-
-@settings(max_examples=300, deadline=None)
-@given(k=st.integers(1, 16), sub=st.integers(1, 512), accum=st.integers(1, 8),
-       mps=st.one_of(st.none(), st.integers(1, 100)), batch=st.integers(1, 5000))
-def test_even_workers_equal_uniform_workers(k, sub, accum, mps, batch):
-    gpus = tuple(Gpu(f"n{i % 3}", i) for i in range(k))
-    got = even_workers(gpus, sub, accum, mps, batch)
-    want = uniform_workers(gpus, sub, accum, mps, batch)
-    assert type(got) is tuple and got == want and repr(got) == repr(want)
-    for g, w in zip(got, want):
-        assert same_as_constructed(g) == w and hash(g) == hash(w)
-        assert list(vars(g).items()) == list(vars(w).items())
 
 
 def test_plain_classes_and_fields():

@@ -40,8 +40,7 @@ of simulated time and its mapping becomes ``snapshot.predictors``.
 Progress is settled lazily (only for jobs whose state or rate changes), so the
 cost grows with the number of events, not with simulated seconds.  The snapshots' free-GPU
 views are kept per change (``kept_free``), the records made at every call (the snapshot, its
-queue and change records, even worker splits) are built without the
-dataclass ``__init__`` (``records``), and no full garbage collection runs during a run
+queue and change records) are built without the dataclass ``__init__`` (``records``), and no full garbage collection runs during a run
 (:meth:`Simulator.run`).  The
 simulator is deterministic: no randomness, ties broken by event sequence.
 """
@@ -58,14 +57,15 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from policies.model import (Allocation, ClusterSnapshot, FinishedJob, Frozen, Gpu, GpuChanges,
-                            Job, JobChanges, JobState, Node, WaitingQueue, WorkerAlloc)
+                            Job, JobChanges, JobState, Node, WaitingQueue, WorkerAlloc,
+                            uniform_workers)
 from policies.pipeline import MODELS as PIPELINE_MODELS, Network, configurations, counts_of, \
     iter_time as pipeline_iter_time, pipeline_spec
 from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 
 from ..profiles import Models
 from .kept_free import KeptFree
-from .records import even_workers, plain
+from .records import plain
 from .result import JobRecord, SimResult, TimelineSample
 
 ARRIVAL, COMPLETION, TICK, ROUND = 0, 1, 2, 3
@@ -253,8 +253,8 @@ class Simulator:
         isolation, lucid, srsf; sjf-bsbf and gandiva make some).  Young objects are still
         collected as usual, so a policy's short-lived cycles go as before; cycles that
         reach the oldest generation wait for the end of the run, when the caller's
-        thresholds come back and the next automatic collection finds them.  Only when and whether memory is reclaimed changes: the
-        simulation reads no collector state, and a snapshot kept alive longer only makes the
+        thresholds come back and the next automatic collection finds them.  Only when memory is
+        reclaimed changes: the simulation reads no collector state, and a snapshot kept alive longer only makes the
         next one copy (``sys.getrefcount``) what it would have changed in place, the same
         items either way."""
         thresholds = gc.get_threshold()
@@ -746,7 +746,7 @@ class Simulator:
                                 f"global batch {batch}")
             if act.mps_pct is not None and not 1 <= act.mps_pct <= 100:
                 raise PlanError(f"job {jid}: MPS share {act.mps_pct}% is not in 1..100")
-            return even_workers(gpus, sub, accum, act.mps_pct, batch), True
+            return uniform_workers(gpus, sub, accum, act.mps_pct, batch), True
         workers = tuple(act.workers)
         if tuple(w.gpu for w in workers) != gpus:
             raise PlanError(f"job {jid}: workers name other GPUs than the plan's gpus "
