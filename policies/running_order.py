@@ -55,6 +55,7 @@ _RUN = JobState.RUNNING
 _ID = attrgetter("id")
 _VIEW = itemgetter(0)
 _KEY = itemgetter(1)
+_FALLING = itemgetter(4)
 
 
 class RunningOrder:
@@ -70,7 +71,7 @@ class RunningOrder:
         self.views = list(map(_VIEW, ents))
         self.ids = list(map(_ID, self.views))
         self.untils = [_INF if e[4] else e[3] for e in ents]
-        self.nonfalling = sum(1 for e in ents if not e[4])
+        self.nonfalling = sum(map(not_, map(_FALLING, ents)))  # C-level: no Python step
         self.now = now
 
     @classmethod
@@ -97,14 +98,25 @@ class RunningOrder:
             self.nonfalling += 1
 
     def keep(self, mask) -> None:
-        """Keep the entries where ``mask`` is true (C-level passes)."""
+        """Keep the entries where ``mask`` is true: a few dropped are deleted in place,
+        from the end (a finished or pre-empted job: the lists are this object's own), else
+        C-level passes build the lists anew."""
         mask = list(mask)
+        drop = list(compress(range(len(mask)), map(not_, mask)))
+        if len(drop) * 8 <= len(mask):
+            ents, keys, views, ids, untils = (self.ents, self.keys, self.views, self.ids,
+                                              self.untils)
+            for i in reversed(drop):
+                if not ents[i][4]:
+                    self.nonfalling -= 1
+                del ents[i], keys[i], views[i], ids[i], untils[i]
+            return
         self.ents = list(compress(self.ents, mask))
         self.keys = list(compress(self.keys, mask))
         self.views = list(compress(self.views, mask))
         self.ids = list(compress(self.ids, mask))
         self.untils = list(compress(self.untils, mask))
-        self.nonfalling = sum(1 for e in self.ents if not e[4]) if self.nonfalling else 0
+        self.nonfalling = sum(map(not_, map(_FALLING, self.ents))) if self.nonfalling else 0
 
 
 def _entry(j, cache: dict, now: float, priority, horizon, rekey) -> tuple:

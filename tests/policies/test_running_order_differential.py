@@ -123,10 +123,38 @@ def test_both_paths_over_snapshot_sequences(name, kw, data):
         assert_same(plan, reference_plan(new, snap))
 
 
-def test_the_order_is_the_cache_sorted():
+@settings(max_examples=300, deadline=None)
+@given(falls=st.lists(st.booleans(), max_size=60), data=st.data())
+def test_keep_equals_the_lists_built_anew(falls, data):
+    """``RunningOrder.keep`` (in place for a few dropped entries, else built anew) leaves
+    the aligned lists and the count of non-falling entries as a build from the kept
+    entries alone."""
+
+    class V:
+        def __init__(self, i):
+            self.id = f"v{i}"
+
+    ents = [(V(i), (float(i), f"v{i}"), 0.0, float(i) * 2, falling, None)
+            for i, falling in enumerate(falls)]
+    order = running_order.RunningOrder(list(ents), 0.0)
+    n = len(ents)
+    # mostly a few dropped (deleted in place), sometimes many (built anew)
+    dropped = data.draw(st.sets(st.integers(0, max(n - 1, 0)), max_size=min(n, 9) if n else 0)
+                        if data.draw(st.integers(0, 3)) else
+                        st.sets(st.integers(0, max(n - 1, 0)), max_size=n))
+    mask = [i not in dropped for i in range(n)]
+    order.keep(iter(mask))  # a one-pass iterable, as the callers pass
+    expect = running_order.RunningOrder([e for e, m in zip(ents, mask) if m], 0.0)
+    for name in ("ents", "keys", "views", "ids", "untils", "nonfalling"):
+        assert getattr(order, name) == getattr(expect, name), name
+    assert expect.nonfalling == sum(1 for e, m in zip(ents, mask) if m and not e[4])
+
+
+@pytest.mark.parametrize("name", ["srtf", "tiresias"])
+def test_the_order_is_the_cache_sorted(name):
     """After every call the kept order is sorted by key, its aligned lists agree, and each
     entry is one the cache made for that very view (a key exact or a bound at ``now``)."""
-    pol = Both("srtf", {})
+    pol = Both(name, {})
     checked = Counter()
     remember = running_keys.RunningKeys.remember
 
