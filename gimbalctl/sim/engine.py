@@ -382,24 +382,6 @@ class Simulator:
         speed = self.models.gpu_types.speed(app, self.gpu_type[w.gpu.node])
         return slow if speed == 1.0 else slow / speed
 
-    def _distinct(self, rec: _Rec, workers: tuple) -> Iterable[WorkerAlloc]:
-        """The workers of an evenly split job whose slowdowns can differ: one per distinct
-        set of jobs on its GPU, when every GPU is of one type and every partner is evenly
-        split too (then a worker's slowdown reads only the ids on its GPU: its own MPS
-        share and each partner's are the same on every GPU, and so is the speed); else
-        every worker.  The max over them is the max over all (the same values)."""
-        if len(workers) < 2 or len(self.types) > 1:
-            return workers
-        recs = self.recs
-        for p in rec.partners:
-            if not recs[p].uniform:
-                return workers
-        gpu_jobs = self.gpu_jobs
-        one: dict = {}
-        for w in workers:
-            one.setdefault(gpu_jobs.get(w.gpu, ()), w)
-        return one.values()
-
     @staticmethod
     def _pipeline_spec(spec: Job, k: int):
         stages = spec.stages if 1 <= spec.stages <= k else (configurations(spec.app, k) or (k,))[0]
@@ -431,7 +413,7 @@ class Simulator:
         if rec.uniform:
             t_iter = prof.iter_time(rec.batch / k, k, alloc.num_nodes, alloc.accum_steps)
             if rec.partners or alloc.mps_pct is not None or len(self.types) > 1:
-                slow = max(self._worker_slowdown(rec, w) for w in self._distinct(rec, workers))
+                slow = max(self._worker_slowdown(rec, w) for w in workers)
             else:  # alone, no MPS limit, one GPU type: the common case, no per-worker loop
                 speed = self.models.gpu_types.speed(spec.app, self.nodes[0].gpu_type)
                 slow = 1.0 if speed == 1.0 else 1.0 / speed
