@@ -146,10 +146,10 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
     get = snap.jobs.get
     cache = rk.cache
     seen = rk._seen
-    # the views still the snapshot's (one C-level pass while all are)
+    # the views still the snapshot's (one C-level pass)
     cand: dict = {}
-    if not all(map(is_, map(get, order.ids), order.views)):
-        same = list(map(is_, map(get, order.ids), order.views))
+    same = list(map(is_, map(get, order.ids), order.views))
+    if not all(same):  # (most calls: a job finished, was pre-empted or started)
         cand.update(dict.fromkeys(compress(order.ids, map(not_, same))))
         order.keep(same)
     if order.nonfalling and min(order.untils, default=_INF) < now:  # past their horizon
