@@ -48,7 +48,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, lt, not_
 from typing import Callable, Optional
 
-from .model import ClusterSnapshot, JobState
+from .model import ClusterSnapshot, Frozen, JobState
 
 _INF = math.inf
 _RUN = JobState.RUNNING
@@ -62,10 +62,11 @@ class RunningOrder:
     """Cache entries of one call's running jobs, sorted by key (aligned lists), the call's
     ``now`` and the number of non-falling entries."""
 
-    __slots__ = ("ents", "keys", "views", "ids", "untils", "now", "nonfalling")
+    __slots__ = ("ents", "keys", "views", "ids", "untils", "now", "nonfalling", "view_of", "jseen")
 
-    def __init__(self, ents: list, now: float):
-        """``ents``: cache entries sorted by key (keys unique: they end in the id)."""
+    def __init__(self, ents: list, now: float, of: Optional[dict] = None):
+        """``ents``: cache entries sorted by key (keys unique: they end in the id);
+        ``of``: id -> view of those very entries when the caller has it."""
         self.ents = ents
         self.keys = list(map(_KEY, ents))
         self.views = list(map(_VIEW, ents))
@@ -73,6 +74,8 @@ class RunningOrder:
         self.untils = [_INF if e[4] else e[3] for e in ents]
         self.nonfalling = sum(map(not_, map(_FALLING, ents)))  # C-level: no Python step
         self.now = now
+        self.view_of = dict(zip(self.ids, self.views)) if of is None else of  # id -> view
+        self.jseen = None  # the job change record of the call the views are from
 
     @classmethod
     def of(cls, cache: dict, running: list, now: float) -> Optional["RunningOrder"]:
@@ -91,6 +94,7 @@ class RunningOrder:
         self.ents.insert(i, e)
         self.views.insert(i, e[0])
         self.ids.insert(i, e[0].id)
+        self.view_of[e[0].id] = e[0]
         if e[4]:
             self.untils.insert(i, _INF)
         else:
@@ -106,9 +110,11 @@ class RunningOrder:
         if len(drop) * 8 <= len(mask):
             ents, keys, views, ids, untils = (self.ents, self.keys, self.views, self.ids,
                                               self.untils)
+            of = self.view_of
             for i in reversed(drop):
                 if not ents[i][4]:
                     self.nonfalling -= 1
+                del of[ids[i]]
                 del ents[i], keys[i], views[i], ids[i], untils[i]
             return
         self.ents = list(compress(self.ents, mask))
@@ -117,6 +123,15 @@ class RunningOrder:
         self.ids = list(compress(self.ids, mask))
         self.untils = list(compress(self.untils, mask))
         self.nonfalling = sum(map(not_, map(_FALLING, self.ents))) if self.nonfalling else 0
+        self.view_of = dict(zip(self.ids, self.views))
+
+
+def _job_record(snap: ClusterSnapshot):
+    """The snapshot's job change record (``job_changes.log``) when it belongs to its job map
+    and is the simulator's append-only view, else ``None``."""
+    jr = snap.job_changes
+    log = jr.log if jr is not None and jr.source is snap.jobs else None
+    return log if isinstance(log, Frozen) else None
 
 
 def _entry(j, cache: dict, now: float, priority, horizon, rekey) -> tuple:
@@ -148,16 +163,29 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
     seen = rk._seen
     # the views still the snapshot's (one C-level pass)
     cand: dict = {}
-    same = list(map(is_, map(get, order.ids), order.views))
-    if not all(same):  # (most calls: a job finished, was pre-empted or started)
-        cand.update(dict.fromkeys(compress(order.ids, map(not_, same))))
-        order.keep(same)
+    of = order.view_of
+    jlog = _job_record(snap)
+    if jlog is not None and order.jseen is not None and jlog.extends(order.jseen):
+        # only the jobs the record names since can have another view (JobChanges)
+        gone = [jid for jid in dict.fromkeys(jlog[len(order.jseen):])
+                if jid in of and get(jid) is not of[jid]]
+        if gone:
+            same = [True] * len(order.ids)
+            for i in map(order.ids.index, gone):
+                same[i] = False
+            cand.update(dict.fromkeys(compress(order.ids, map(not_, same))))
+            order.keep(same)
+    else:
+        same = list(map(is_, map(get, order.ids), order.views))
+        if not all(same):  # (most calls: a job finished, was pre-empted or started)
+            cand.update(dict.fromkeys(compress(order.ids, map(not_, same))))
+            order.keep(same)
     if order.nonfalling and min(order.untils, default=_INF) < now:  # past their horizon
         fresh = list(map(not_, map(lt, order.untils, repeat(now))))
         cand.update(dict.fromkeys(compress(order.ids, map(not_, fresh))))
         order.keep(fresh)
     if len(log) > len(seen):
-        ids = set(order.ids)
+        ids = order.view_of  # (kept by ``keep`` and ``insert``)
         for jid in log[len(seen):]:
             if jid not in ids:
                 cand[jid] = None
@@ -218,7 +246,7 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
     if moved:  # keys fell (or were made anew): back in order
         if order.nonfalling or not all(e[4] for e in ents[i2:]):
             ents.sort(key=_KEY)
-            order = RunningOrder(ents, now)
+            order = RunningOrder(ents, now, order.view_of)  # the same entries' views
         else:  # every change in [i2, n), all falling: cut it off, put it back
             tail = ents[i2:]
             tail.sort(key=_KEY)
@@ -234,6 +262,7 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
                 for e in tail:
                     order.insert(e)
     order.now = now
+    order.jseen = jlog
     rk._pending = order
     if len(cache) > 2 * n + 256:  # finished jobs' entries
         rk.cache = {jid: cache[jid] for jid in order.ids if jid in cache}

@@ -145,7 +145,7 @@ def test_keep_equals_the_lists_built_anew(falls, data):
     mask = [i not in dropped for i in range(n)]
     order.keep(iter(mask))  # a one-pass iterable, as the callers pass
     expect = running_order.RunningOrder([e for e, m in zip(ents, mask) if m], 0.0)
-    for name in ("ents", "keys", "views", "ids", "untils", "nonfalling"):
+    for name in ("ents", "keys", "views", "ids", "untils", "nonfalling", "view_of"):
         assert getattr(order, name) == getattr(expect, name), name
     assert expect.nonfalling == sum(1 for e, m in zip(ents, mask) if m and not e[4])
 
@@ -170,6 +170,12 @@ def test_the_order_is_the_cache_sorted(name):
         assert o.ids == [e[0].id for e in o.ents]
         assert o.untils == [float("inf") if e[4] else e[3] for e in o.ents]
         assert o.nonfalling == sum(1 for e in o.ents if not e[4])
+        assert sorted(o.view_of) == sorted(o.ids)
+        assert all(o.view_of[v.id] is v for v in o.views)
+        # the views are this snapshot's: the next call looks only at the ids its record
+        # names since (None: an order made from the cache, not by ``collect_sorted``)
+        assert o.jseen is None or o.jseen is snap.job_changes.log
+        checked["record"] += o.jseen is not None
         assert {j.id for j in running} == set(o.ids) and len(o.ids) == len(running)
         assert all(snap.jobs[j.id] is j for j in o.views)
         assert all(e[2] <= snap.now == o.now for e in o.ents)
@@ -177,7 +183,7 @@ def test_the_order_is_the_cache_sorted(name):
     with mock.patch.object(running_keys.RunningKeys, "remember", checked_remember):
         simulate(_jobs(200, 11), parse_cluster("2x8"), pol, MODELS,
                  SimConfig(interval=120.0, preempt_cost=5.0))
-    assert checked["calls"] > 50
+    assert checked["calls"] > 50 and checked["record"] > checked["calls"] / 2
 
 
 @pytest.mark.parametrize("name", ["srtf", "srsf"])
