@@ -33,7 +33,8 @@ pre-empts nothing: no action, every waiting job in the kept order with the share
 WAIT_RESOURCES reason, every running job the shared KEEP_RUNNING one
 (tests/policies/test_queue_differential.py checks it against the old code at every call).
 
-The checks cost O(changes) plus one C-level identity pass over the running views.  A
+The checks cost O(changes) (the running views unchanged: read from the simulator's job
+change record since the last call, else one C-level identity pass over them).  A
 quiet answer becomes the record for the next call (``A`` with the started jobs' views of
 ``now``, nothing started or pre-empted).  Any call that is not answered here replaces the
 record (or clears it); so does a snapshot of another run, an older one, another profile
@@ -46,6 +47,7 @@ from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job
 from .running_keys import queue_record
+from .running_order import _job_record
 
 _INF = math.inf
 _ID = attrgetter("id")
@@ -57,7 +59,8 @@ class QuietCalls:
     key), and the time up to which no running key rises (``steady``, or a callable that
     computes it on first use)."""
 
-    __slots__ = ("_log", "_now", "_ctx", "_running", "_started", "_preempted", "_steady")
+    __slots__ = ("_log", "_now", "_ctx", "_running", "_started", "_preempted", "_steady",
+                 "_jlog")
 
     def __init__(self):
         self.clear()
@@ -74,6 +77,7 @@ class QuietCalls:
             self._log = None
             return
         self._log, self._now = log, snap.now
+        self._jlog = _job_record(snap)
         self._ctx = (snap.profiles, snap.nodes, context)
         self._running, self._started, self._preempted = running, started, preempted
         self._steady = steady
@@ -102,15 +106,30 @@ class QuietCalls:
             if not moved.issuperset(log[len(log0):]):
                 return False
         running = self._running
-        if preempted:
-            running = [j for j in running if j.id not in preempted]
         jobs = snap.jobs
-        if len(running) + len(started) + waiting != len(jobs):
-            return False
         get = jobs.get
-        # the running views of the last call, the very same (one C-level pass)
-        if not all(map(is_, map(get, map(_ID, running)), running)):
-            return False
+        jlog, jseen = _job_record(snap), self._jlog
+        if jlog is not None and jseen is not None and jlog.extends(jseen):
+            # the running views of the last call, the very same: none of them is named by
+            # the job change record since but the moved ones (the pre-empted ones are
+            # among ``running``: the last call pre-empted only running jobs)
+            other = [jid for jid in jlog[len(jseen):]
+                     if jid not in started and jid not in preempted]
+            if other:
+                ids = set(map(_ID, running))
+                if any(jid in ids for jid in other):
+                    return False
+            if len(running) - len(preempted) + len(started) + waiting != len(jobs):
+                return False
+            # (the pre-empted ones are left out below, for a quiet answer only)
+        else:
+            if preempted:
+                running = [j for j in running if j.id not in preempted]
+            if len(running) + len(started) + waiting != len(jobs):
+                return False
+            # the running views of the last call, the very same (one C-level pass)
+            if not all(map(is_, map(get, map(_ID, running)), running)):
+                return False
         steady = self._steady
         if callable(steady):
             steady = self._steady = steady()
@@ -126,13 +145,15 @@ class QuietCalls:
             k1 = key_of.get(jid)
             if k1 is None or not k1 >= k:
                 return False
+        if preempted and running is self._running:
+            running = [j for j in running if j.id not in preempted]
         if views:  # the started jobs run from now on: their keys' own horizons
             for v in views:
                 u, falling = horizon(v, priority(v))
                 if not falling and u < steady:
                     steady = u
             running = running + views
-        self._log, self._now = log, now
+        self._log, self._now, self._jlog = log, now, jlog
         self._running, self._started, self._preempted = running, {}, {}
         self._steady = steady
         return True

@@ -28,8 +28,8 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import base, fifo, kept_order, quiet_calls, sjf, tiresias
-from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, Job, JobState, Node,
-                            WaitingQueue)
+from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, Job, JobChanges, JobState,
+                            Node, WaitingQueue)
 from policies.plan import Reasons
 
 MODELS = default_models()
@@ -304,12 +304,14 @@ class Lineage:
     """A stand-in for the simulator's bookkeeping: a job map changed step by step and the
     change record (``WaitingQueue.changes``) naming every job that entered or left the
     waiting order or got a new view in it, so one policy instance reuses its kept order
-    across the snapshots."""
+    across the snapshots; and the job change record (``ClusterSnapshot.job_changes``)
+    naming every job whose entry in the map changed, as the simulator's does."""
 
     def __init__(self, nodes):
         self.nodes = nodes
         self.jobs: dict = {}
         self.log: list = []
+        self.jlog: list = []  # the job change record: every id whose map entry changed
         self.now = 1000.0
         self.n = 0
 
@@ -320,6 +322,7 @@ class Lineage:
     def set(self, job):
         old = self.jobs.get(job.id)
         self.jobs[job.id] = job
+        self.jlog.append(job.id)
         if job.waiting or (old is not None and old.waiting):
             self.log.append(job.id)
 
@@ -348,7 +351,9 @@ class Lineage:
                         as_of=self.now, iter_rate=draw(st.sampled_from([0.1, 1.0, 5.0])),
                         run_start=self.now))
             elif op == "finish" and running:
-                del self.jobs[draw(st.sampled_from(running))]
+                jid = draw(st.sampled_from(running))
+                del self.jobs[jid]
+                self.jlog.append(jid)
             elif op == "preempt" and running:
                 j = self.jobs[draw(st.sampled_from(running))]
                 dt = self.now - j.as_of
@@ -362,6 +367,7 @@ class Lineage:
                 jid = draw(st.sampled_from(waiting))
                 del self.jobs[jid]
                 self.log.append(jid)
+                self.jlog.append(jid)
             elif op == "view" and waiting:  # a new view of a waiting job (same job)
                 self.set(dataclasses.replace(self.jobs[draw(st.sampled_from(waiting))]))
             elif op == "progress" and waiting:  # a waiting job whose key changes (recorded)
@@ -372,12 +378,14 @@ class Lineage:
     def snapshot(self, record=True):
         jobs = MappingProxyType(dict(self.jobs))
         q = WaitingQueue.of(jobs)
+        jr = None
         if record:
             q = dataclasses.replace(q, changes=Frozen(self.log))
+            jr = JobChanges(log=Frozen(self.jlog), source=jobs)
         gj = {g: (j.id,) for j in jobs.values() if j.running for g in j.allocation.gpus}
         return ClusterSnapshot(self.now, self.nodes, jobs, MappingProxyType(gj),
                                tuple(self.free()), MODELS.profiles, MODELS.memory,
-                               waiting_ids=q.ids, queue=q)
+                               waiting_ids=q.ids, queue=q, job_changes=jr)
 
 
 KEPT = [("sjf", {}), ("sjf", {"backfill": True}), ("srtf", {}), ("srsf", {}), ("tiresias", {}),

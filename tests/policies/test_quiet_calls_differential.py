@@ -125,12 +125,19 @@ def test_quiet_call_rules_falling_keys():
         _check(pol, line.snapshot(record=False), answers, 0)  # the daemon's: no record
         _check(pol, line.snapshot(record=False), answers, 0)
         _check(pol, line.snapshot(), answers, 0)  # record again: a first call of it
-        # a new view of the running job without a record entry (as a co-location change)
+        # a new view of the running job without a queue record entry (as a co-location
+        # change; the job change record names it, as the simulator's does)
         r = line.jobs["r"]
         line.now += 10.0
         line.jobs["r"] = dataclasses.replace(r, as_of=line.now, completed_iters=r.completed_iters
                                              + r.iter_rate * (line.now - r.as_of))
+        line.jlog.append("r")
         _check(pol, line.snapshot(), answers, 0)
+        # a queue record but no job change record: the pass over the running views sees it
+        _check(pol, line.snapshot(), answers, 1)
+        line.jobs["r"] = dataclasses.replace(line.jobs["r"])
+        _check(pol, dataclasses.replace(line.snapshot(), job_changes=None), answers, 0)
+        _check(pol, line.snapshot(), answers, 1)
         _check(pol, line.snapshot(), answers, 1)
         # a short arrival asking one GPU: it starts, and pre-empts nobody (one GPU free)
         line.set(Job("s", line.now, 1, app, 32, total_iters=5.0))
@@ -145,6 +152,7 @@ def test_quiet_call_rules_falling_keys():
         _check(pol, line.snapshot(), answers, 1)
         # ``s`` finishes; ``w`` (two GPUs) now has a GPU less than it needs: not quiet
         del line.jobs["s"]
+        line.jlog.append("s")
         _check(pol, line.snapshot(), answers, 0)
         _check(pol, line.snapshot(), answers, 1)
         # a second table of the same profiles: not quiet
