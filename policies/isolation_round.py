@@ -28,18 +28,73 @@ Plans are compared with the reference at every call of simulator runs and on ran
 rounds in tests/policies/test_isolation_differential.py."""
 from __future__ import annotations
 
+import dataclasses
+from bisect import insort
 from itertools import chain
 from math import inf
 from operator import attrgetter
 from typing import Optional
 
 from .base import FreeGpus, exclusive_steps, keep_running_reasons, min_gpu_mem
-from .model import ClusterSnapshot, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job, JobState
 from .plan import PreemptJob, ReasonCode, StartJob, make_plan, reason
-from .typed_rounds import _all_of_type, _node_memo, current_batch, start_on, type_capacity
+from .typed_rounds import _TYPES_OF, _all_of_type, _node_memo, current_batch, start_on, \
+    type_capacity
 
 _GPUS = attrgetter("num_gpus")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
+_RUN = JobState.RUNNING
+_START_FIELDS = ("job_id", "gpus", "sub_batch", "accum_steps", "share_with", "mps_pct",
+                 "workers", "global_batch")
+# StartJob(jid, gpus, b, s) built as its attribute dict (a frozen dataclass without
+# __post_init__: its __init__ only sets the fields; ~1.7 µs a start otherwise)
+_FAST_START = (tuple(f.name for f in dataclasses.fields(StartJob)) == _START_FIELDS
+               and not hasattr(StartJob, "__post_init__") and not hasattr(StartJob, "__slots__"))
+
+
+def _start(jid: str, gpus: tuple, b: int, s: int) -> StartJob:
+    """``StartJob(jid, gpus, b, s, share_with=(), global_batch=None)``."""
+    if not _FAST_START:
+        return StartJob(jid, gpus, b, s, share_with=(), global_batch=None)
+    a = object.__new__(StartJob)
+    a.__dict__.update(job_id=jid, gpus=gpus, sub_batch=b, accum_steps=s, share_with=(),
+                      mps_pct=None, workers=(), global_batch=None)
+    return a
+
+
+class _Pool(FreeGpus):
+    """:class:`FreeGpus` with :meth:`pick_take`: ``pick`` then ``take`` in one step when one
+    node holds the job (the best fit), the same GPUs and the same index afterwards."""
+
+    def pick_take(self, n: int):
+        if n > self.total:
+            return None
+        buckets = self.buckets
+        for c in range(n, self.top + 1):  # = the smallest non-empty bucket >= n
+            b = buckets.get(c)
+            if b:
+                x = b[0][1]
+                have = sorted(self.by_node[x])
+                gpus = tuple(have[:n])
+                # take(gpus): the node's GPUs less the first n of them (all distinct)
+                rest = tuple(have[n:]) if len(set(have)) == len(have) else None
+                if rest is None:
+                    break
+                k = b[0]
+                del b[0]  # = bisect_left(b, k): k is the smallest item
+                if rest:
+                    insort(buckets.setdefault(len(rest), []), k)
+                    self.by_node[x] = rest
+                else:
+                    del self.by_node[x]
+                self.total -= n
+                return gpus
+        gpus = self.pick(n)
+        if gpus is not None:
+            self.take(gpus)
+        return gpus
+
+
 _PREEMPT_NOT_CHOSEN = reason(ReasonCode.PREEMPTED, "not chosen for this round")
 _PREEMPT_REALLOC = reason(ReasonCode.PREEMPTED, "re-allocated at this round")
 
@@ -109,11 +164,15 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
     # Gavel's priority: (-x/got, submit, id); got <= 0 -> -inf; no share -> +inf
     keyed = []
     append = keyed.append
+    running = []
     for j in jobs:
         x = x_of[j.num_gpus]
+        run = j.state is _RUN  # Job.running
+        if run:
+            running.append(j)
         if x > 1e-9:
             age = now - j.submit_time
-            if j.running:
+            if run:
                 e = j.executed_time + (now - j.as_of)
             else:
                 e = j.executed_time
@@ -166,14 +225,24 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
 
     # apply_decisions(snap, ordered, decided, True, started, kept)
     _, gtype_of, of_type, _ = _node_memo(snap.nodes)
-    running = sorted((j for j in jobs if j.running), key=_SUBMIT_ORDER)
+    running.sort(key=_SUBMIT_ORDER)  # snap.running()'s order
     reasons: dict = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
+    types_of = _TYPES_OF
     for job in running:
         alloc, opt = job.allocation, decided.get(job.id)
-        if (opt is not None and len(alloc.gpus) == opt.ngpu and current_batch(job) == opt.batch
-                and _all_of_type(alloc, gtype_of, opt.gpu_type)):
+        if opt is None or len(alloc.gpus) != opt.ngpu or \
+                ((alloc.global_batch if alloc is not None else None) or job.global_batch) != opt.batch:
+            same = False  # (the batch: typed_rounds.current_batch)
+        else:  # typed_rounds._all_of_type, its memo hit inlined
+            hit = types_of.get(id(alloc))
+            if hit is not None and hit[0] is alloc and hit[1] is gtype_of:
+                ts = hit[2]
+                same = not ts or (len(ts) == 1 and opt.gpu_type in ts)
+            else:
+                same = _all_of_type(alloc, gtype_of, opt.gpu_type)
+        if same:
             kept[job.id] = alloc.gpus
             reasons[job.id] = why(ReasonCode.KEEP_RUNNING, job.num_gpus, opt.gpu_type)
         else:
@@ -204,16 +273,16 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
         job = jobs_map[jid]
         pool = free.get(opt.gpu_type)
         if pool is None:
-            pool = free[opt.gpu_type] = FreeGpus(free_of_type(opt.gpu_type), rank)
-        gpus = pool.pick(opt.ngpu)
+            pool = free[opt.gpu_type] = _Pool(free_of_type(opt.gpu_type), rank)
+            pool.top = max(pool.buckets, default=0)  # no bucket grows past it (no give)
+        gpus = pool.pick_take(opt.ngpu)
         if gpus is None:
             raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {jid}: "
                                  "the caller counted capacity wrongly")
-        pool.take(gpus)
         placed.add(jid)
         if opt.batch == job.global_batch and gpus:
             b, s = memo.steps(snap, job, len(gpus))
-            starts.append(StartJob(jid, tuple(gpus), b, s, share_with=(), global_batch=None))
+            starts.append(_start(jid, tuple(gpus), b, s))
         else:  # not reached for isolation (its batch is the job's): the general form
             starts.append(start_on(snap, job, gpus, opt.batch))
         code = ReasonCode.RESUMED if job.start_time is not None else ReasonCode.STARTED
