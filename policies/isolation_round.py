@@ -44,6 +44,7 @@ from .typed_rounds import _TYPES_OF, _all_of_type, _node_memo, current_batch, st
 _GPUS = attrgetter("num_gpus")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
 _RUN = JobState.RUNNING
+_KEEP = ReasonCode.KEEP_RUNNING
 _START_FIELDS = ("job_id", "gpus", "sub_batch", "accum_steps", "share_with", "mps_pct",
                  "workers", "global_batch")
 # StartJob(jid, gpus, b, s) built as its attribute dict (a frozen dataclass without
@@ -187,19 +188,16 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
     smallest = min(x_of) if x_of else 0
     room = max(cap.values(), default=0) >= smallest
     decided: dict[str, _Pick] = {}
-    by_share: dict[int, list] = {}
-    picks: dict[tuple, _Pick] = {}
+    # per count: the types it may run on, by decreasing share (then name), share > 1e-9
+    choices = {c: [t for t in sorted(xs, key=lambda t: (-xs[t], t)) if xs[t] > 1e-9]
+               for c, xs in xs_of.items()}
     if room:
         for item in keyed:
             j = item[3]
             c = j.num_gpus
-            xs = xs_of[c]
-            ts = by_share.get(c)
-            if ts is None:
-                ts = by_share[c] = sorted(xs, key=lambda t: (-xs[t], t))
-            for t in ts:
-                if xs[t] > 1e-9 and cap.get(t, 0) >= c:
-                    decided[j.id] = _Pick(t, c, j.global_batch)
+            for t in choices[c]:
+                if cap[t] >= c:
+                    decided[item[2]] = _Pick(t, c, j.global_batch)
                     left = cap[t] = cap[t] - c
                     if left < smallest and max(cap.values()) < smallest:
                         room = False
@@ -244,7 +242,8 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
                 same = _all_of_type(alloc, gtype_of, opt.gpu_type)
         if same:
             kept[job.id] = alloc.gpus
-            reasons[job.id] = why(ReasonCode.KEEP_RUNNING, job.num_gpus, opt.gpu_type)
+            r = shared_why.get((_KEEP, job.num_gpus, opt.gpu_type))
+            reasons[job.id] = r if r is not None else why(_KEEP, job.num_gpus, opt.gpu_type)
         else:
             preempted[job.id] = memo.preempt_job(job.id)
             reasons[job.id] = _PREEMPT_REALLOC if opt is not None else _PREEMPT_NOT_CHOSEN
