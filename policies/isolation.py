@@ -2,11 +2,17 @@
 ``isolation``, "Dominant Resource Fairness"; with GPUs as the one resource DRF's
 progressive filling gives each job the same share).  After Gavel's isolated policy:
 ``X[j][t] = G_t / Σ_k n_k`` capped so Σ_t X[j][t] ≤ 1, served round by round
-(:mod:`policies.gavel_rounds`)."""
+(:mod:`policies.gavel_rounds`).
+
+:meth:`Isolation.schedule` computes the round by :func:`policies.isolation_round.isolation_round`
+(the same Plan without per-job Python beyond one priority key; issue #13);
+:meth:`Isolation.schedule_reference` is the code it replaces, kept as the reference of
+tests/policies/test_isolation_differential.py."""
 from __future__ import annotations
 
 from .base import Policy
 from .gavel_rounds import run_round
+from .isolation_round import RoundMemo, isolation_round
 from .model import ClusterSnapshot
 from .registry import register
 from .typed_rounds import type_capacity
@@ -23,8 +29,13 @@ class Isolation(Policy):
         if not round_length > 0:
             raise ValueError(f"isolation: round_length must be > 0 seconds, not {round_length!r}")
         self.round_length = float(round_length)
+        self.memo = RoundMemo()  # immutable results of pure functions only
 
     def schedule(self, snap: ClusterSnapshot):
+        return isolation_round(snap, self.name, self.memo)
+
+    def schedule_reference(self, snap: ClusterSnapshot):
+        """The round as Gavel's mechanism over a mapping per job (the reference)."""
         types = type_capacity(snap)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         demand = sum(j.num_gpus for j in jobs) or 1
