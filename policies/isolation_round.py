@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import insort
-from itertools import chain
 from math import inf
 from operator import attrgetter
 from typing import Optional
@@ -43,7 +42,8 @@ from typing import Optional
 from .base import FreeGpus, exclusive_steps, keep_running_reasons, min_gpu_mem
 from .model import ClusterSnapshot, Gpu, Job, JobState
 from .plan import PreemptJob, ReasonCode, StartJob, make_plan, reason
-from .typed_rounds import _TYPES_OF, _all_of_type, _node_memo, start_on, type_capacity
+from .typed_rounds import (_TYPES_OF, _all_of_type, _node_memo, free_of_type, start_on,
+                           type_capacity)
 
 _GPUS = attrgetter("num_gpus")
 _SUBMIT_ORDER = attrgetter("submit_time", "id")
@@ -257,17 +257,6 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
     held: set = set()
     held_nodes: set = set()
 
-    def free_of_type(t: str) -> dict:
-        if kept and not held:
-            held.update(chain.from_iterable(kept.values()))
-            held_nodes.update(g.node for g in held)
-        by_node: dict = {}
-        for nm, all_gs in of_type.get(t, ()):
-            gs = tuple(g for g in all_gs if g not in held) if nm in held_nodes else all_gs
-            if gs:
-                by_node[nm] = gs
-        return by_node
-
     rank = snap.node_rank
     placed = set(kept)
     starts: list = []
@@ -278,7 +267,8 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
         job = job_of[jid]
         pool = free.get(opt.gpu_type)
         if pool is None:
-            pool = free[opt.gpu_type] = _Pool(free_of_type(opt.gpu_type), rank)
+            pool = free[opt.gpu_type] = _Pool(
+                free_of_type(of_type, opt.gpu_type, kept, held, held_nodes), rank)
             pool.top = max(pool.buckets, default=0)  # no bucket grows past it (no give)
         gpus = pool.pick_take(opt.ngpu)
         if gpus is None:

@@ -139,6 +139,25 @@ def _kept_by_memo(run, decided, memo: dict, gtype_of, kept_why):
     return preempted, kept, batch_of, reasons
 
 
+def free_of_type(of_type: Mapping[str, tuple], t: str, kept: Mapping[str, tuple],
+                 held: set, held_nodes: set) -> dict[str, tuple[Gpu, ...]]:
+    """Node -> GPUs no kept job holds, the nodes of GPU type ``t`` in node order (``of_type``:
+    type -> ((node, its GPUs), ...), :func:`_node_memo`).  ``held``/``held_nodes`` (the
+    caller's, empty at first) are filled from ``kept`` (job -> GPUs) the first time a job
+    starts in a round: most rounds start nothing; the kept jobs' GPUs are gathered then,
+    once."""
+    if kept and not held:
+        held.update(chain.from_iterable(kept.values()))
+        held_nodes.update(g.node for g in held)
+    by_node: dict[str, tuple[Gpu, ...]] = {}
+    for name, all_gs in of_type.get(t, ()):
+        # only a node with a kept job's GPU loses any: the others offer all their GPUs
+        gs = tuple(g for g in all_gs if g not in held) if name in held_nodes else all_gs
+        if gs:
+            by_node[name] = gs
+    return by_node
+
+
 def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[str, Choice],
                     reallocate: bool, started_why: Callable[[Job, Choice], Reason],
                     kept_why: Callable[[Job, Choice], Reason], running=None,
@@ -183,21 +202,6 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     held: set = set()
     held_nodes: set = set()
 
-    def free_of_type(t: str) -> dict[str, tuple[Gpu, ...]]:
-        """Node -> GPUs no kept job holds, the type's nodes in node order (built for a type
-        when a job first starts on it: most rounds start nothing; the kept jobs' GPUs are
-        gathered then, once)."""
-        if kept and not held:
-            held.update(chain.from_iterable(kept.values()))
-            held_nodes.update(g.node for g in held)
-        by_node: dict[str, tuple[Gpu, ...]] = {}
-        for name, all_gs in of_type.get(t, ()):
-            # only a node with a kept job's GPU loses any: the others offer all their GPUs
-            gs = tuple(g for g in all_gs if g not in held) if name in held_nodes else all_gs
-            if gs:
-                by_node[name] = gs
-        return by_node
-
     rank = snap.node_rank
     placed: dict[str, tuple[Gpu, ...]] = dict(kept)
     starts: list[StartJob] = []
@@ -208,7 +212,8 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
             continue
         pool = free.get(opt.gpu_type)
         if pool is None:
-            pool = free[opt.gpu_type] = FreeGpus(free_of_type(opt.gpu_type), rank)
+            pool = free[opt.gpu_type] = FreeGpus(
+                free_of_type(of_type, opt.gpu_type, kept, held, held_nodes), rank)
         gpus = pool.pick(opt.ngpu)  # = pick_consolidated over the type's free GPUs
         if gpus is None:
             raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}: "
