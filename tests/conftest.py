@@ -1,7 +1,8 @@
 """Shared test setup.
 
 * The repo root is importable without installing, and so are the shared job generators of
-  tests/policies (``random_jobs``) from every test.
+  tests/policies (``random_jobs``) and the benchmarks' state builders (bench/, e.g.
+  ``daemon_pass``) from every test.
 * ``GIMBAL_FAIL_ON_SKIP=1`` (set by .ci/run) turns any skipped test into a
   failed run: in CI the real Slurm, PostgreSQL and torchrun tests must run.
 """
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "tests" / "policies"):
+for _p in (ROOT, ROOT / "tests" / "policies", ROOT / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 

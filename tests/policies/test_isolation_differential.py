@@ -3,7 +3,7 @@ exactly the Plans of the code it replaces — ``Isolation.schedule_reference`` (
 ``run_round`` over a mapping per job, as on main) and the verbatim pre-#13 copy in
 reference_typed_rounds.py: the same actions in the same order, the same waiting order and
 every job's reason (code, text, numbers).  Compared at every call of simulator runs (the
-Philly trace's first jobs at 4x8, where the round pre-empts and restarts most jobs; random
+bundled Pollux workload at 4x8, where the round pre-empts and restarts most jobs; random
 jobs on a three-type cluster, with GPU counts no type or only some types hold), on
 hypothesis-random snapshots (running jobs on mixed or other-type GPUs, batch overrides,
 received time of every kind, ties of key and submit time, jobs submitted at ``now``) and on
@@ -11,7 +11,6 @@ the daemon benchmark's state."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 import policies
 import reference_typed_rounds as ref
+from daemon_pass import apply_plan, build
 from policies.isolation import Isolation
 from policies.model import Allocation, Node, JobState
 from test_similarity import APPS, M, job, snap
@@ -54,18 +54,18 @@ class Differential:
         return plan
 
 
-def test_every_call_of_a_philly_prefix_run():
+def test_every_call_of_a_pollux_workload_run():
     from gimbalctl.cluster import parse_cluster
     from gimbalctl.profiles import default_models
     from gimbalctl.sim import SimConfig, simulate
     from gimbalctl.traces import load_trace
 
-    trace = Path("/work/shared/traces/philly/philly.csv")
-    if not trace.exists():
-        pytest.skip("Philly trace not present")
+    # the bundled Pollux workload (the Philly trace lives outside the repository)
+    trace = (Path(__file__).resolve().parents[2] / "gimbalctl" / "data" / "traces" / "pollux"
+             / "workload-1.csv")
     models = default_models()
     nodes = parse_cluster("4x8")
-    jobs = load_trace(str(trace), models=models, limit=400, nodes=nodes)
+    jobs = load_trace(str(trace), models=models, nodes=nodes)
     pol = Differential()
     simulate(jobs, nodes, pol, models, SimConfig())
     # the processor-sharing regime the change is for: rounds that swap many jobs
@@ -145,11 +145,6 @@ def test_random_snapshots(nv, nk, per, specs, now, shuffle, rounds):
                                     executed_time=executed, preemptions=1)
         jobs.append(j)
     sn = snap(nodes, jobs, now=now)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import apply_plan
-    finally:
-        sys.path.pop(0)
     pol = Isolation()
     for _ in range(rounds):
         plan = check(pol, sn)
@@ -157,11 +152,6 @@ def test_random_snapshots(nv, nk, per, specs, now, shuffle, rounds):
 
 
 def test_daemon_state():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     sn, _ = build(12, 8, 40, 60, seed=3)
     plan = check(Isolation(), sn)
     assert plan.preempts() or plan.starts()
