@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_hooks import gsbatch  # the repo root is on the path (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-from slurm_hooks import gsbatch  # noqa: E402
 
 FAKE_SBATCH = """#!/usr/bin/env python3
 # FAKE sbatch for gsbatch tests: prints its argv as JSON

@@ -8,8 +8,6 @@ construction and the former AFS-P/Themis/Optimus ``schedule`` (reference_afs_spe
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 from types import MappingProxyType
 from unittest import mock
 
@@ -33,6 +31,7 @@ import reference_afs_handout as ref_handout
 import reference_afs_speed as ref_speed
 from reference_elastic import RefPeak, place as ref_place
 from test_sjf_differential import assert_same
+from daemon_pass import build
 
 MODELS = default_models()
 ELASTIC = ("afs-l", "afs-p", "max-min", "optimus", "themis")
@@ -190,11 +189,6 @@ def test_recorded_simulator_snapshots(name, cluster):
 
 @pytest.mark.parametrize("name", ELASTIC)
 def test_daemon_state(name):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     snap, _ = build(12, 8, 60, 150, seed=1)
     pol = policies.get_policy(name)
     plan = pol.schedule(snap)

@@ -11,9 +11,7 @@ benchmark's state at a small size."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
-from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -35,6 +33,7 @@ from reference_packing import REFS
 from test_sjf_differential import assert_same
 
 from random_jobs import random_jobs
+from daemon_pass import apply_plan, build
 
 MODELS = default_models()
 NAMES = sorted(REFS)
@@ -301,11 +300,6 @@ def test_random_snapshots(name, data):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_daemon_state(name):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import apply_plan, build
-    finally:
-        sys.path.pop(0)
     snap, _ = build(12, 8, 60, 150, seed=1)
     plan = policies.get_policy(name).schedule(snap)
     assert_same(plan, REFS[name]().schedule(snap))

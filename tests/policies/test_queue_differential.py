@@ -12,10 +12,8 @@ simulator's ``waiting_ids`` and a queue)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
 from contextlib import ExitStack
-from pathlib import Path
 from types import MappingProxyType
 from unittest import mock
 
@@ -31,6 +29,7 @@ from policies import base, fifo, kept_order, quiet_calls, sjf, tiresias
 from policies.model import (Allocation, ClusterSnapshot, Frozen, Gpu, Job, JobChanges, JobState,
                             Node, WaitingQueue)
 from policies.plan import Reasons
+from daemon_pass import build
 
 MODELS = default_models()
 POLICIES = [("fifo", {}), ("fifo", {"backfill": True}), ("sjf", {}), ("srtf", {}),
@@ -253,11 +252,6 @@ def test_lazy_reasons_mapping():
 
 def test_daemon_state():
     """The daemon's snapshot (built by build_snapshot, with its queue sorted once)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     snap, _ = build(12, 8, 60, 300, seed=0)
     assert snap.queue is not None and snap.queue.source is snap.jobs
     assert snap.pending() == ref.pending(snap)

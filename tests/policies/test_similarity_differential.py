@@ -7,8 +7,6 @@ small size (no similarity database: every job is its own reference)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -18,6 +16,7 @@ from policies.similarity import Similarity, _apart
 from reference_similarity import RefSimilarity
 from test_sjf_differential import assert_same
 from test_similarity import APPS, snap, job
+from daemon_pass import apply_plan, build
 
 
 def typed_cluster(nv, nk, per, mem, specs):
@@ -48,11 +47,6 @@ def test_random_rounds(nv, nk, per, mem, specs, decide, jp, cd, rounds):
     for _ in range(rounds):
         plan = Similarity(decide=decide, jp=jp, cd=cd).schedule(sn)
         assert_same(plan, RefSimilarity(decide=decide, jp=jp, cd=cd).schedule(sn))
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-        try:
-            from daemon_pass import apply_plan
-        finally:
-            sys.path.pop(0)
         sn = apply_plan(sn, plan, dt=60.0)  # the next round sees this one's placements
 
 
@@ -66,11 +60,6 @@ def test_near_ties_take_the_literal_walk():
 
 @pytest.mark.parametrize("jp", [True, False])
 def test_daemon_state(jp):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     sn, _ = build(12, 8, 60, 150, seed=1)
     plan = Similarity(jp=jp).schedule(sn)
     assert_same(plan, RefSimilarity(jp=jp).schedule(sn))

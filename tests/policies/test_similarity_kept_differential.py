@@ -12,8 +12,6 @@ type table or reference database."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -26,6 +24,7 @@ from reference_similarity import RefSimilarity
 from test_similarity import APPS, M, job, snap
 from test_similarity_differential import typed_cluster
 from test_sjf_differential import assert_same
+from daemon_pass import apply_plan
 
 
 class _Counting(dict):
@@ -196,11 +195,6 @@ def _recorded(sn, log: list):
 def test_random_rounds_with_a_record(nv, nk, per, mem, specs, decide, jp, cd, rounds, dt):
     nodes, jobs = typed_cluster(nv, nk, per, mem, specs)
     sn = snap(nodes, jobs, now=5.0)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import apply_plan
-    finally:
-        sys.path.pop(0)
     pol, log = Similarity(decide=decide, jp=jp, cd=cd), []
     for _ in range(rounds):
         sn = _recorded(sn, log)
@@ -313,11 +307,6 @@ def test_memos_follow_another_profile_table_type_table_or_reference_db(monkeypat
     paths = Paths(monkeypatch)
     nodes, jobs = typed_cluster(2, 1, 2, 16384, [(APPS[i % 4], 1 + (i % 3 == 0), 64, i % 2, i % 3)
                                                   for i in range(10)])
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import apply_plan
-    finally:
-        sys.path.pop(0)
     swapped = dict(zip(APPS, APPS[1:] + APPS[:1]))
     other_profiles = {a: M.profiles[swapped[a]] for a in M.profiles}
     other_types = GpuTypeTable(per_app={(a, t): s * (0.01 if t == "v100" else 1.0)

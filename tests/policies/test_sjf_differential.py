@@ -9,9 +9,7 @@ bounds are not used), and the daemon benchmark's state at a small size."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
-from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -30,6 +28,7 @@ from policies.throughput import InterferenceTable
 from reference_sjf_bsbf import RefSjfBsbf
 from reference_sjf_ffs import RefSjfFfs
 from sjf_share_helpers import make_snap, pending, running
+from daemon_pass import build
 
 MODELS = default_models()
 REFS = {"sjf-bsbf": RefSjfBsbf, "sjf-ffs": RefSjfFfs}
@@ -331,11 +330,6 @@ def test_random_snapshots_one_signature(monkeypatch):
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_daemon_state(name, seed):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     snap, _ = build(20, 8, 80, 200, seed=seed)
     plan = policies.get_policy(name).schedule(snap)
     assert_same(plan, REFS[name]().schedule(snap))

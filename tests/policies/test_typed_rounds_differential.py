@@ -8,9 +8,7 @@ modules that call it: at every call of simulator runs on heterogeneous clusters,
 hypothesis-random rounds, and on the daemon benchmark's state."""
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -25,6 +23,7 @@ import reference_typed_rounds as ref
 from policies.model import Node
 from test_similarity import APPS, M, job, snap
 from test_sjf_differential import assert_same
+from daemon_pass import apply_plan, build
 
 _USERS = (policies.gavel_rounds, policies.isolation, policies.gavel_mtd, policies.similarity)
 NAMES = ["isolation", "gavel-mtd", "similarity"]
@@ -109,11 +108,6 @@ def test_random_rounds(nv, nk, per, specs, name, rounds):
     jobs = [job(i, app=a, n=min(n, total), batch=b, t=float(i % 5))
             for i, (a, n, b) in enumerate(specs)]
     sn = snap(nodes, jobs)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import apply_plan
-    finally:
-        sys.path.pop(0)
     for _ in range(rounds):
         plan = policies.get_policy(name).schedule(sn)
         with old_rounds():
@@ -122,11 +116,6 @@ def test_random_rounds(nv, nk, per, specs, name, rounds):
 
 
 def test_daemon_state():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
     sn, _ = build(12, 8, 40, 60, seed=3)
     for name in NAMES:
         plan = policies.get_policy(name).schedule(sn)
@@ -156,7 +145,7 @@ def test_apply_decisions_memo_answers_like_the_plain_pass(specs, fresh_view):
     import dataclasses
 
     from policies.gavel_rounds import _Pick
-    from policies.model import Allocation, Gpu, JobState
+    from policies.model import Allocation, JobState
 
     nodes = (Node("v0", 4, "v100"), Node("v1", 4, "v100"), Node("k0", 4, "k80", 12288))
     gpus = [g for n in nodes for g in n.gpus()]
