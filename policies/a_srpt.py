@@ -53,6 +53,7 @@ from .base import Policy, exclusive_config, keep_running_segment
 from .kept_order import KeptOrder
 from .pipeline import Network
 from .model import Frozen, Joined
+from .records import job_record
 from .plan import ReasonCode, StartJob, make_plan, reason
 from .registry import register
 
@@ -168,14 +169,13 @@ class ASrpt(Policy):
         G = max(snap.total_gpus, 1)
         self._check_token(snap, G)
         new = self._new_records(snap.history)
-        rec, kept, jobs = snap.job_changes, self._kept, snap.jobs
-        if (kept is None or new is None or self._hdup or not self._win.valid or rec is None
-                or rec.source is not jobs or not isinstance(rec.log, Frozen)
-                or not rec.log.extends(kept.seen)):
+        log, kept, jobs = job_record(snap), self._kept, snap.jobs
+        if (kept is None or new is None or self._hdup or not self._win.valid or log is None
+                or not log.extends(kept.seen)):
             return self._virtual_full(snap, G)
         facts, act, subs = kept.facts, kept.act, kept.subs
         ups, left = {}, []
-        for jid in dict.fromkeys(rec.log[len(kept.seen):]):
+        for jid in dict.fromkeys(log[len(kept.seen):]):
             j = jobs.get(jid)
             if j is None:
                 if act.pop(jid, None) is not None:
@@ -210,7 +210,7 @@ class ASrpt(Policy):
                     and f.id not in removed:
                 ups[f.id] = (f.id, f.submit_time, self._fact(snap, f, G)[5])
         done = self._win.update(t0, removed, ups)
-        kept.seen, kept.t0 = rec.log, t0
+        kept.seen, kept.t0 = log, t0
         return facts, done
 
     def _virtual_full(self, snap, G):
@@ -249,9 +249,8 @@ class ASrpt(Policy):
         done = self._win.reset(items)
         if done is None:  # two items of one key (history records of one id)
             return facts, virtual_srpt(items)
-        rec = snap.job_changes
-        if (active and rec is not None and rec.source is snap.jobs
-                and isinstance(rec.log, Frozen)):
+        log = job_record(snap)
+        if active and log is not None:
             if self._hrec is None:  # the id -> record map, kept from now on
                 hrec = self._hrec = {}
                 for f in snap.history:
@@ -262,7 +261,7 @@ class ASrpt(Policy):
                 act = {x[0]: x for x in items[:nact]}
                 subs = [(x[1], x[0]) for x in items[:nact]]
                 heapq.heapify(subs)
-                self._kept = _Kept(rec.log, dict(facts), act, subs, subs[0][0])
+                self._kept = _Kept(log, dict(facts), act, subs, subs[0][0])
         return facts, done
 
     # ---------------------------------------------------------------- Alg. 1

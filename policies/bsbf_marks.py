@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .model import ClusterSnapshot, Frozen
+from .records import gpu_record
 
 
 class KeptMarks:
@@ -77,12 +78,11 @@ class KeptMarks:
         self.pending = {}
         if log is None or not (marks or bounds):
             return {}
-        rec = snap.gpu_changes
-        if (rec is None or rec.source is not snap.gpu_jobs or type(rec.log) is not Frozen
-                or not rec.log.extends(log)):
+        glog = gpu_record(snap)
+        if glog is None or not glog.extends(log):
             return {}
-        if ((len(rec.log) != len(log) or self._starts)
-                and not self._applied(snap, rec.log[len(log):])):
+        if ((len(glog) != len(log) or self._starts)
+                and not self._applied(snap, glog[len(log):])):
             return {}
         ctx = self._context(snap, valid, per_gpu)
         old = self._ctx
@@ -143,12 +143,11 @@ class KeptMarks:
         [(class, low)] made this call or the constraints carried)) for the next call of
         the same run, with the call's ``starts`` (:class:`policies.plan.StartJob`, in
         plan order)."""
-        rec = snap.gpu_changes
-        if (not (marks or bounded) or rec is None or rec.source is not snap.gpu_jobs
-                or type(rec.log) is not Frozen):
+        glog = gpu_record(snap)
+        if not (marks or bounded) or glog is None:
             self._log, self.marks, self.bounds = None, {}, {}
             return
-        self._log, self.marks = rec.log, dict(marks) if marks else {}
+        self._log, self.marks = glog, dict(marks) if marks else {}
         bounds: dict = {}
         jobs_of: dict = {}  # id of a class -> its groups' job ids (one tuple per class)
         for sid, (mark, cons) in (bounded or {}).items():

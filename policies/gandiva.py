@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .model import ClusterSnapshot, Frozen, Job
+from .model import ClusterSnapshot, Job
+from .records import gpu_record, job_record
 from .packing_host import PackingHost
 from .base import keep_running_reasons
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
@@ -90,13 +91,12 @@ class Gandiva(PackingHost):
         record (issue #13: the scan of every GPU at every call was a fifth of Gandiva's
         64x8 time): only the GPUs logged since the last call are looked at; built from
         ``gpu_jobs`` without a usable record (the daemon's snapshots)."""
-        gj, gr = snap.gpu_jobs, snap.gpu_changes
-        usable = gr is not None and gr.source is gj and isinstance(gr.log, Frozen)
+        gj, glog = snap.gpu_jobs, gpu_record(snap)
         kept = self.__dict__.get("_packed")
-        if usable and kept is not None and gr.log.extends(kept[0]):
+        if glog is not None and kept is not None and glog.extends(kept[0]):
             _, on, count = kept
             touched = set()
-            for g in set(gr.log[len(kept[0]):]):
+            for g in set(glog[len(kept[0]):]):
                 old = on.pop(g, None)
                 if old is not None:
                     touched.add(old)
@@ -115,7 +115,7 @@ class Gandiva(PackingHost):
             for ids in on.values():
                 count[ids] = count.get(ids, 0) + 1
             touched = None
-        self._packed = (gr.log, on, count) if usable else None
+        self._packed = (glog, on, count) if glog is not None else None
         return count, touched
 
     def _slow_pairs(self, snap: ClusterSnapshot, pairs: dict, touched) -> set:
@@ -129,9 +129,7 @@ class Gandiva(PackingHost):
         ctx = (snap.profiles, snap.nodes, self.gimbal_threshold if self.gimbal
                else self.threshold)
         memo = self.__dict__.get("_pairs")  # (ctx, pair -> (a, b, verdict), slow, job log)
-        jr, jobs = snap.job_changes, snap.jobs
-        jlog = jr.log if (jr is not None and jr.source is jobs
-                          and isinstance(jr.log, Frozen)) else None
+        jobs, jlog = snap.jobs, job_record(snap)
         if (memo is None or memo[0][0] is not ctx[0] or memo[0][1] is not ctx[1]
                 or memo[0][2] != ctx[2]):
             memo = (ctx, {}, {}, None)

@@ -29,15 +29,8 @@ from __future__ import annotations
 from typing import Optional
 
 from .gimbal_coord import PackingSet, _jmax, packing_violations
-from .model import ClusterSnapshot, Frozen
-
-
-def records_usable(snap: ClusterSnapshot) -> bool:
-    """Whether the snapshot carries change records of its own GPU map and job map (the
-    simulator's; the daemon's snapshots have none)."""
-    gr, jr = snap.gpu_changes, snap.job_changes
-    return (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
-            and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+from .model import ClusterSnapshot
+from .records import records_usable
 
 
 class KeptSets:

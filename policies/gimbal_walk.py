@@ -54,7 +54,8 @@ from .gimbal_coord import (
     _below_ceiling, _jmax, _restored, capped, lgrr_swell,
     start_config, step_times, utilization)
 from .gimbal_quiet import QUIET_CAP, REL, horizon
-from .gimbal_sets import KeptSets, records_usable
+from .gimbal_sets import KeptSets
+from .records import records_usable
 from .plan import ResizeJob
 
 

@@ -37,7 +37,8 @@ from .base import free_gpus_of, keep_running_segment, start_admitted
 from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 from .quiet_calls import QuietCalls, quiet_calls_of
-from .running_keys import Horizon, Rekey, RunningKeys, queue_record, running_keys_of
+from .records import queue_record
+from .running_keys import Horizon, Rekey, RunningKeys, running_keys_of
 
 _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")

@@ -38,7 +38,8 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import exclusive_config, pick_consolidated
-from .model import ClusterSnapshot, Frozen, Gpu, Job
+from .model import ClusterSnapshot, Gpu, Job
+from .records import records_usable
 from .pack_components import Components
 from .pack_hosts import HostState
 
@@ -241,8 +242,7 @@ def round_base(policy, snap: ClusterSnapshot) -> RoundBase:
     kept = policy.__dict__.get("_round_base")
     gr, jr = snap.gpu_changes, snap.job_changes
     ctx = (snap.profiles, snap.nodes, snap.memory, snap.interference)
-    usable = (gr is not None and gr.source is snap.gpu_jobs and isinstance(gr.log, Frozen)
-              and jr is not None and jr.source is snap.jobs and isinstance(jr.log, Frozen))
+    usable = records_usable(snap)
     prev, dirty, fresh = None, frozenset(), ()
     if usable and kept is not None:
         base, glog, jlog, kctx = kept

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 from .base import exclusive_config
 from .model import ClusterSnapshot, Frozen, Job
+from .records import queue_record
 
 
 def worker_mb(snap: ClusterSnapshot, job: Job) -> float:
@@ -65,10 +66,7 @@ class PackQueue:
                klass: Callable[[Job], tuple]) -> bool:
         """Bring the queue up to the waiting jobs of ``snap``; False when a key holds a NaN
         (no place in a sorted order: the caller walks the literal way)."""
-        q = snap.queue
-        log = q.changes if q is not None and q.source is snap.jobs else None
-        if not isinstance(log, Frozen):
-            log = None
+        q, log = snap.queue, queue_record(snap)
         ctx = self._ctx
         ok = False
         if (log is not None and self._seen is not None and ctx is not None

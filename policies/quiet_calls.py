@@ -46,8 +46,7 @@ from operator import attrgetter, is_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job
-from .running_keys import queue_record
-from .running_order import _job_record
+from .records import job_record, queue_record
 
 _INF = math.inf
 _ID = attrgetter("id")
@@ -77,7 +76,7 @@ class QuietCalls:
             self._log = None
             return
         self._log, self._now = log, snap.now
-        self._jlog = _job_record(snap)
+        self._jlog = job_record(snap)
         self._ctx = (snap.profiles, snap.nodes, context)
         self._running, self._started, self._preempted = running, started, preempted
         self._steady = steady
@@ -108,7 +107,7 @@ class QuietCalls:
         running = self._running
         jobs = snap.jobs
         get = jobs.get
-        jlog, jseen = _job_record(snap), self._jlog
+        jlog, jseen = job_record(snap), self._jlog
         if jlog is not None and jseen is not None and jlog.extends(jseen):
             # the running views of the last call, the very same: none of them is named by
             # the job change record since but the moved ones (the pre-empted ones are

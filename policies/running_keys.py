@@ -63,6 +63,7 @@ from operator import attrgetter, is_, not_
 from typing import Callable, Optional
 
 from .model import ClusterSnapshot, Frozen, Job, JobState
+from .records import queue_record
 from .running_order import RunningOrder, collect_sorted
 
 # (until, falling) for a key just computed at ``now``: the key is exact for every ``now``
@@ -76,14 +77,6 @@ Rekey = Callable[[Job], Optional[Callable[[float], tuple]]]
 _INF = math.inf
 _RUN = JobState.RUNNING
 _ID = attrgetter("id")
-
-
-def queue_record(snap: ClusterSnapshot) -> Optional[Frozen]:
-    """The snapshot's waiting-queue change record (``queue.changes``) when it belongs to
-    the snapshot's job map and is the simulator's append-only view, else ``None``."""
-    q = snap.queue
-    log = q.changes if q is not None and q.source is snap.jobs else None
-    return log if isinstance(log, Frozen) else None
 
 
 class RunningKeys:

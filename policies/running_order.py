@@ -48,7 +48,8 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, lt, not_
 from typing import Callable, Optional
 
-from .model import ClusterSnapshot, Frozen, JobState
+from .model import ClusterSnapshot, JobState
+from .records import job_record
 
 _INF = math.inf
 _RUN = JobState.RUNNING
@@ -126,14 +127,6 @@ class RunningOrder:
         self.view_of = dict(zip(self.ids, self.views))
 
 
-def _job_record(snap: ClusterSnapshot):
-    """The snapshot's job change record (``job_changes.log``) when it belongs to its job map
-    and is the simulator's append-only view, else ``None``."""
-    jr = snap.job_changes
-    log = jr.log if jr is not None and jr.source is snap.jobs else None
-    return log if isinstance(log, Frozen) else None
-
-
 def _entry(j, cache: dict, now: float, priority, horizon, rekey) -> tuple:
     """A running view's cache entry usable at ``now`` (as :meth:`RunningKeys._visit` uses
     one: made at or before ``now``, exact or falling), made at ``now`` when the cache has
@@ -164,7 +157,7 @@ def collect_sorted(rk, snap: ClusterSnapshot, log, nwaiting: int, first: tuple,
     # the views still the snapshot's (one C-level pass)
     cand: dict = {}
     of = order.view_of
-    jlog = _job_record(snap)
+    jlog = job_record(snap)
     if jlog is not None and order.jseen is not None and jlog.extends(order.jseen):
         # only the jobs the record names since can have another view (JobChanges)
         gone = [jid for jid in dict.fromkeys(jlog[len(order.jseen):])

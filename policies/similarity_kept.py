@@ -32,7 +32,8 @@ from typing import Optional
 
 from .base import keep_running_segment
 from .kept_order import KeptOrder
-from .model import ClusterSnapshot, Deferred, Frozen
+from .model import ClusterSnapshot, Deferred
+from .records import job_record
 from .plan import Plan, ReasonCode, make_plan, reason
 from .typed_rounds import apply_decisions, type_capacity
 
@@ -136,10 +137,7 @@ class RunningOrder:
     def update(self, snap: ClusterSnapshot) -> bool:
         """Bring the order up to ``snap``; ``False`` (cleared) when a running job's queue
         key is not a started one (the caller takes the old path)."""
-        rec = snap.job_changes
-        log = rec.log if rec is not None and rec.source is snap.jobs else None
-        if not isinstance(log, Frozen):
-            log = None
+        log = job_record(snap)
         jobs = snap.jobs
         if log is not None and self._seen is not None and log.extends(self._seen):
             keys, kjobs, key_of = self.keys, self.jobs, self.key_of
@@ -251,15 +249,13 @@ def _resume(snap: ClusterSnapshot, walk: Optional[tuple], tnames: tuple) -> tupl
     position a job changed since (named by the job change record) held or would now take;
     ``d = 0`` without a usable record.  The views taken over are checked to be the
     snapshot's (one identity test each, at C speed)."""
-    rec = snap.job_changes
-    if (walk is None or rec is None or rec.source is not snap.jobs
-            or not isinstance(rec.log, Frozen) or walk[8] != tnames
-            or not rec.log.extends(walk[0])):
+    log = job_record(snap)
+    if walk is None or log is None or walk[8] != tnames or not log.extends(walk[0]):
         return _NO_WALK
     seen, wkeys, wjobs, wids, wopts, wms, wcaps, pos_of, _ = walk
     d = len(wkeys)
     jobs = snap.jobs
-    for jid in dict.fromkeys(rec.log[len(seen):]):
+    for jid in dict.fromkeys(log[len(seen):]):
         p = pos_of.get(jid)
         if p is not None and p < d:
             d = p
@@ -356,10 +352,9 @@ def kept_schedule(pol, snap: ClusterSnapshot, state: SimilarityState) -> Optiona
         wopts.append(chosen)
         wms.append(m)
         wcaps.append(tuple(cap.values()))
-    rec = snap.job_changes
-    log = rec.log if rec is not None and rec.source is snap.jobs else None
+    log = job_record(snap)
     state.walk = (log, wkeys, walked, wids, wopts, wms, wcaps,
-                  dict(zip(wids, range(len(wids)))), tnames) if isinstance(log, Frozen) else None
+                  dict(zip(wids, range(len(wids)))), tnames) if log is not None else None
 
     started_why, kept_why = pol._why(refs)
     preempted, starts, placed, batch_of, reasons = apply_decisions(

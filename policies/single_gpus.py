@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .model import ClusterSnapshot, Frozen, identity_memo
+from .model import ClusterSnapshot, identity_memo
+from .records import gpu_record
 
 
 def _node_offsets(nodes: tuple) -> tuple[dict, dict]:
@@ -56,12 +57,10 @@ class SingleGpus:
     def update(self, snap: ClusterSnapshot) -> Optional[dict]:
         """GPU -> id of its only job for ``snap`` (not to be changed by the caller), or
         ``None`` where the snapshot has no usable record (the caller scans)."""
-        rec = snap.gpu_changes
-        gpu_jobs = snap.gpu_jobs
-        if rec is None or rec.source is not gpu_jobs or not isinstance(rec.log, Frozen):
+        log, gpu_jobs = gpu_record(snap), snap.gpu_jobs
+        if log is None:
             self._seen, self._nodes, self.one, self.by_job = None, None, {}, {}
             return None
-        log = rec.log
         if (self._nodes is snap.nodes and self._seen is not None
                 and log.extends(self._seen)):
             offset, size = _node_offsets(snap.nodes)
