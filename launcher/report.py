@@ -5,6 +5,14 @@ File: ``$GIMBAL_STATE_DIR/reports/<jobid>.jsonl``, one JSON object per line::
     {"job_id": "123", "ts": 1700000000.0, "step": 40, "samples_per_s": 812.5,
      "step_time_s": 0.0788, "gpu_util": 87.0, "mem_used_mb": 5120.0, ...}
 
+The reports directory is writable by every user (mode 1733, docs/security.md), so another
+user can create ``<jobid>.jsonl`` before the job's launcher does; the daemon reads a file
+only when its owner is the job's user.  The writer therefore opens the file without following
+a link and, where it cannot append to a file of its own there (someone else's file, a link, a
+file it may not write), writes to ``<jobid>.<16 hex digits>.jsonl`` instead, a new file it
+creates exclusively under a name nobody can guess; the daemon reads both names
+(:func:`report_job_of`).
+
 ``job_id``, ``ts`` (unix seconds) and ``step`` are always present; other
 fields are optional and extra keys may appear.  The daemon ingests them with
 :func:`read_reports` (or incrementally with :func:`read_reports_from`) into
@@ -21,6 +29,9 @@ import json
 import logging
 import os
 import queue
+import re
+import secrets
+import stat
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -34,6 +45,39 @@ _STOP = object()
 def report_path(job_id: str, root: Optional[str] = None) -> str:
     from .decision import state_dir
     return os.path.join(root or state_dir(), "reports", f"{job_id}.jsonl")
+
+
+_OWN_NAME = re.compile(r"([^.]+)(?:\.([0-9a-f]{16}))?\.jsonl")
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def report_job_of(name: str) -> Optional[str]:
+    """The job a report file name speaks for: ``<job>.jsonl`` or the writer's own
+    ``<job>.<16 hex digits>.jsonl`` (:class:`ReportWriter`); ``None`` for any other name."""
+    m = _OWN_NAME.fullmatch(name)
+    return m.group(1) if m else None
+
+
+def _open_own(path: str):
+    """A text file appending to ``path`` if that is (or now becomes) a regular file of this
+    user's, else to a new ``<stem>.<16 hex>.jsonl`` beside it (module doc): (file, path)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        fd = os.open(path, _FLAGS, 0o666)
+    except OSError as exc:  # a link (ELOOP), someone else's file we may not write (EACCES)
+        why = str(exc)
+    else:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and stat.S_ISREG(st.st_mode):
+            return os.fdopen(fd, "a", encoding="utf-8"), path
+        os.close(fd)
+        why = f"owned by uid {st.st_uid}"
+    if report_job_of(os.path.basename(path)) is None:  # not a report name: no other to take
+        raise PermissionError(f"{path}: {why}")
+    alt = f"{path[:-6]}.{secrets.token_hex(8)}.jsonl"
+    fd = os.open(alt, _FLAGS | os.O_EXCL, 0o666)
+    log.warning("gimbal: report file %s cannot be ours (%s); reporting to %s", path, why, alt)
+    return os.fdopen(fd, "a", encoding="utf-8"), alt
 
 
 class ReportWriter:
@@ -88,8 +132,7 @@ class ReportWriter:
                 batch.append(nxt)
             try:
                 if fh is None:
-                    os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                    fh = open(self.path, "a", encoding="utf-8")
+                    fh, self.path = _open_own(self.path)
                 fh.write("".join(json.dumps(r, default=str) + "\n" for r in batch))
                 fh.flush()
                 self.written += len(batch)

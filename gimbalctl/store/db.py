@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .models import (AuditRow, CycleRow, DecisionRow, JobDecisionRow, JobRow, ProfileRow,
@@ -379,18 +379,22 @@ class Store:
         are stored but not folded into a profile.  Returns the number of rows added.
 
         Attribution (the reports directory is writable by every user, docs/security.md): a
-        file ``<job>.jsonl`` speaks only for ``<job>``; records naming another job are dropped.
+        file ``<job>.jsonl``, or ``<job>.<16 hex digits>.jsonl`` (the launcher's own file where
+        someone else made ``<job>.jsonl`` first, :mod:`launcher.report`), speaks only for
+        ``<job>``; records naming another job are dropped; other names are not read.
         ``owners`` (job id -> uid of the job's user, from Slurm; the daemon passes it): a file
         is read only when its owner is that uid or this process's own, so one user cannot
         report for another's job by creating its file first.  Files of jobs not in
         ``owners`` wait unread.  ``owners=None`` (library use, tests): no owner check.
         """
+        from launcher.report import report_job_of
         if not os.path.isdir(reports_dir):
             return 0
         job_info = job_info or {}
         added = 0
         for name in sorted(os.listdir(reports_dir)):
-            if not name.endswith(".jsonl"):
+            job = report_job_of(name)
+            if job is None:
                 continue
             path = os.path.join(reports_dir, name)
             file_key = name[:-6]
@@ -400,7 +404,7 @@ class Store:
                 continue
             size = st.st_size
             if owners is not None:
-                uid = owners.get(file_key)
+                uid = owners.get(job)
                 if uid is None:
                     continue  # not a job Slurm lists now: its owner cannot be checked
                 if st.st_uid not in (uid, os.geteuid()):
@@ -408,13 +412,14 @@ class Store:
                                 " not read", path, st.st_uid, uid)
                     continue
             try:
-                added += self._ingest_file(path, file_key, size, job_info)
+                added += self._ingest_file(path, file_key, job, size, job_info)
             except (SQLAlchemyError, StoreError) as e:  # e.g. a value the DB refuses: retried next time
                 log.warning("reports: cannot ingest %s (%s); the file's offset is unchanged",
                             path, e)
         return added
 
-    def _ingest_file(self, path: str, file_key: str, size: int, job_info: Mapping) -> int:
+    def _ingest_file(self, path: str, file_key: str, job: str, size: int,
+                     job_info: Mapping) -> int:
         from launcher.report import read_reports_from
         with self.tx() as s:
             off = s.get(ReportOffsetRow, file_key)
@@ -424,7 +429,7 @@ class Store:
             if size < start:  # truncated or replaced: read again, dedup keys keep it once
                 start = 0
             recs, new_off = read_reports_from(path, start)
-            mine = [r for r in recs if str(r.get("job_id")) == file_key]
+            mine = [r for r in recs if str(r.get("job_id")) == job]
             if len(mine) < len(recs):
                 log.warning("reports: %s: %d record(s) name another job; dropped", path,
                             len(recs) - len(mine))

@@ -1,4 +1,3 @@
-import json
 import logging
 import os
 import signal
@@ -9,7 +8,7 @@ from launcher import checkpoint, config
 from launcher.envvars import ConfigError
 from launcher.mps import (MEM_VAR, THREAD_VAR, MPSConfigError, mps_env, parse_mem_limit, squeeze,
                           swell)
-from launcher.report import ReportWriter, read_reports, read_reports_from
+from launcher.report import ReportWriter, read_reports, read_reports_from, report_job_of
 
 
 # ---------------------------------------------------------------- reports
@@ -47,6 +46,74 @@ def test_report_io_error_never_raises(tmp_path, caplog):
             w.close() if s == 4 else None
     assert w.written == 0 and w.dropped == 5
     assert len([r for r in caplog.records if "cannot write" in r.message]) == 1
+
+
+def _own_files(d, job):
+    return sorted(f for f in os.listdir(d) if f != f"{job}.jsonl" and report_job_of(f) == job)
+
+
+def test_report_file_that_is_a_link_is_left_for_an_own_one(tmp_path):
+    """``<job>.jsonl`` made a link by someone else (the directory is writable by all): the
+    writer does not follow it; its records go to a new ``<job>.<16 hex>.jsonl``."""
+    d = tmp_path / "reports"
+    d.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    (d / "9.jsonl").symlink_to(target)
+    with ReportWriter(str(d / "9.jsonl"), "9") as w:
+        w.write(1, samples_per_s=10.0)
+    assert target.read_text() == "keep\n"
+    (own,) = _own_files(d, "9")
+    assert w.path == str(d / own) and [r["step"] for r in read_reports(w.path)] == [1]
+    assert w.written == 1 and w.dropped == 0
+
+
+def test_report_names():
+    assert [report_job_of(n) for n in ("7.jsonl", "7_3.0123456789abcdef.jsonl", "7.x.jsonl",
+                                       "7.0123456789ABCDEF.jsonl", "7.jsonl.tmp", ".jsonl",
+                                       "7.0123456789abcdef0.jsonl")] == \
+        ["7", "7_3", None, None, None, None, None]
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666])
+def test_report_file_of_another_user_is_left_for_an_own_one(mode):
+    """As an unprivileged uid in a 1733 directory (as ``state_dir/reports``): another
+    user's ``<job>.jsonl``, writable by the job's user or not, is left as it is; the records
+    go to a file of the job's user that the daemon reads (gimbalctl.store ``owners``)."""
+    import shutil
+    import tempfile
+    if os.geteuid() != 0:
+        pytest.skip("switching to other uids needs root (CI runs as root)")
+    top = tempfile.mkdtemp(prefix="gimbal-reports-")
+    try:
+        os.chmod(top, 0o755)
+        d = os.path.join(top, "reports")
+        os.mkdir(d)
+        os.chmod(d, 0o1733)
+        forged = os.path.join(d, "9.jsonl")
+        with open(forged, "w") as fh:
+            fh.write('{"job_id": "9", "ts": 1.0, "step": 1, "samples_per_s": 1e9}\n')
+        os.chown(forged, 54321, 54321)
+        os.chmod(forged, mode)
+        pid = os.fork()
+        if pid == 0:  # the job's user
+            code = 1
+            try:
+                os.setgid(54322)
+                os.setuid(54322)
+                with ReportWriter(forged, "9") as w:
+                    w.write(5, samples_per_s=5.0)
+                code = 0 if (w.written, w.dropped) == (1, 0) else 2
+            finally:
+                os._exit(code)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert read_reports(forged) == [{"job_id": "9", "ts": 1.0, "step": 1, "samples_per_s": 1e9}]
+        (own,) = _own_files(d, "9")
+        st = os.stat(os.path.join(d, own))
+        assert st.st_uid == 54322
+        assert [r["samples_per_s"] for r in read_reports(os.path.join(d, own))] == [5.0]
+    finally:
+        shutil.rmtree(top)
 
 
 # ---------------------------------------------------------------- MPS

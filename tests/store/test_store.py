@@ -154,3 +154,29 @@ def test_report_file_read_only_when_owned_by_the_jobs_user(store, tmp_path):
     os.chown(f, 54321, -1)
     assert store.ingest_reports(str(d), owners={"7": 12345}) == 0  # someone else's file
     assert store.ingest_reports(str(d), owners={"7": 54321}) == 1  # the job's user's file
+
+
+def test_the_launchers_own_report_file_counts_beside_a_foreign_one(store, tmp_path):
+    """Someone else made ``7.jsonl`` first, so job 7's launcher wrote ``7.<16 hex>.jsonl``
+    (launcher.report): only the file of the job's user counts, and it speaks only for job 7;
+    names that are neither form are not read."""
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root (CI runs as root)")
+    d = tmp_path / "reports"
+    d.mkdir()
+    forged, own = d / "7.jsonl", d / "7.0123456789abcdef.jsonl"
+    forged.write_text('{"job_id": "7", "ts": 1.0, "step": 10, "samples_per_s": 1e9}\n')
+    own.write_text('{"job_id": "7", "ts": 2.0, "step": 20, "samples_per_s": 5.0}\n'
+                   '{"job_id": "8", "ts": 2.0, "step": 99, "samples_per_s": 1e9}\n')
+    odd = d / "7.x.jsonl"  # not a name the launcher writes
+    odd.write_text('{"job_id": "7", "ts": 3.0, "step": 30, "samples_per_s": 1e9}\n')
+    os.chown(forged, 12345, -1)
+    for f in (own, odd):
+        os.chown(f, 54321, -1)
+    assert store.ingest_reports(str(d), owners={"7": 54321, "8": 54321}) == 1
+    rows = store.latest_reports()
+    assert set(rows) == {"7"} and (rows["7"].step, rows["7"].samples_per_s) == (20, 5.0)
+    own.write_text(own.read_text() + '{"job_id": "7", "ts": 4.0, "step": 40, "samples_per_s": 6.0}\n')
+    assert store.ingest_reports(str(d), owners={"7": 54321}) == 1  # from the file's own offset
+    assert store.latest_reports()["7"].step == 40
