@@ -11,11 +11,14 @@ alone puts it.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import time
 
 import pytest
 
+from launcher.report import ReportWriter
 from tests.slurm.cluster import REPO
 from tests.slurm.test_daemon_ordering import Gimbal, fill_cluster
 
@@ -256,7 +259,7 @@ def test_foreign_keys_and_out_of_range_gpus(cluster_2205):
     submission; ``gpus=1024`` (the maximum) makes a gate job infeasible, not early."""
     c = cluster_2205
     v = str(c.submit(["--gres=gpu:1", "-t", "10", "--hold"], user=VICTIM))
-    for comment in (f"gimbal:app=bert,job={v}", f"gimbal:app=bert,gate=1,gpus=100000",
+    for comment in (f"gimbal:app=bert,job={v}", "gimbal:app=bert,gate=1,gpus=100000",
                     f"gimbal:app=bert,gpus={v}0000"):
         with pytest.raises(subprocess.CalledProcessError) as e:
             attack(c, ["-t", "5", f"--comment={comment}"], hold=True)
@@ -395,3 +398,23 @@ def test_reports_speak_only_for_their_owners_job(cluster_2205):
     got = {j: [s for (s,) in g.rows(f"select samples_per_s from reports where job_id='{j}'")]
            for j in (v1, v2, a)}
     assert got == {v1: [], v2: [42.0], a: [7.0]}, got
+    # alice's launcher for v1 finds mallory's file there: it reports to a file of its own
+    # (launcher.report), which the daemon reads; mallory's stays unread
+    assert not c.in_chroot
+    user = pwd.getpwnam(VICTIM)
+    pid = os.fork()
+    if pid == 0:  # the launcher's writer, as alice
+        code = 1
+        try:
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            with ReportWriter(str(g.host_dir / "state" / "reports" / f"{v1}.jsonl"), v1) as w:
+                w.write(10, samples_per_s=5.0, step_time_s=0.5)
+            code = 0 if (w.written, w.dropped) == (1, 0) else 2
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    res, _ = cycle(g, "--policy", "fifo")
+    sane(g, res)
+    got = [s for (s,) in g.rows(f"select samples_per_s from reports where job_id='{v1}'")]
+    assert got == [5.0], got
