@@ -22,7 +22,7 @@ import policies  # noqa: E402
 from gimbalctl.cluster import parse_cluster  # noqa: E402
 from gimbalctl.predictor import fit_rf  # noqa: E402
 from gimbalctl.profiles import default_models  # noqa: E402
-from policies.model import ClusterSnapshot, FinishedJob, Gpu, Job, JobState, Allocation  # noqa: E402
+from policies.model import ClusterSnapshot, FinishedJob, Job, JobState, Allocation  # noqa: E402
 from policies.pipeline import MODELS, configurations  # noqa: E402
 
 

@@ -27,7 +27,6 @@ Nothing here is tuned to the paper's numbers.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor

@@ -46,7 +46,6 @@ from policies.plan import (Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, ma
 
 from .config import Config
 from .slurm.backend import FIELDS, Backend, _same
-from .slurm.errors import SlurmError, SlurmUnavailable
 from .slurm.meta import GimbalMeta
 from .slurm.types import SlurmJob, SlurmNode
 from .snapshot import SnapshotResult, build_snapshot

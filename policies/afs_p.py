@@ -25,7 +25,6 @@ Throughput, network packing, placement and the ``explain`` numbers are as in AFS
 """
 from __future__ import annotations
 
-import math
 
 from .afs_core import INF, afs_p_shares
 from .afs_l import candidates, numbers_of

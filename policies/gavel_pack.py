@@ -15,7 +15,7 @@ OSDI'20), with and without GIMBAL.
 """
 from __future__ import annotations
 
-from .model import ClusterSnapshot, Job
+from .model import ClusterSnapshot
 from .packing_host import PackingHost
 from .registry import register
 

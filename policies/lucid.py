@@ -15,7 +15,7 @@ Thresholds are chosen a priori (not fitted to the paper's results).
 """
 from __future__ import annotations
 
-from .model import ClusterSnapshot, Job
+from .model import ClusterSnapshot
 from .packing_host import PackingHost
 from .registry import register
 

@@ -26,7 +26,6 @@ from heapq import heapify, heappop, heappush
 from typing import Optional
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
-from .gimbal_coord import coordinate
 from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import heapq
 from itertools import islice
-from typing import Optional
 
 from operator import itemgetter
 

@@ -135,7 +135,7 @@ class MpsInterference:
     def xi(self, app: str, other: str, mps_pct: "int | float | None",
            other_mps_pct: "int | float | None") -> float:
         """ξ of ``app`` beside ``other`` when both are MPS clients (None = 100 %)."""
-        pa, pb = self._frac(mps_pct), self._frac(other_mps_pct)
+        pb = self._frac(other_mps_pct)
         load_b = pb ** self.gamma / self.alone(other, other_mps_pct)
         return self.alone(app, mps_pct) * math.exp(
             self.params(app)["kappa"] * self.params(other)["pi"] * load_b)

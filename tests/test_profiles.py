@@ -12,7 +12,7 @@ def test_fit_recovers_known_parameters():
     for placement in ("1", "2", "4", "22", "44", "444"):
         k, n = sum(map(int, placement)), len(placement)
         for b in (8, 16, 32, 64, 128):
-            comp, comm = true.t_comp(b), true.t_comm(k, n)
+            comm = true.t_comm(k, n)
             rows.append((placement, b, true.iter_time(b, k, n), comm if k > 1 else 0.0))
     pl = pd.DataFrame(rows, columns=["placement", "local_bsz", "step_time", "sync_time"])
     # sync_time is the non-overlapped part in Pollux's profiles; we fit t_comm on it,

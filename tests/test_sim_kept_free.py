@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import policies
-from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator

@@ -16,7 +16,7 @@ from policies.similarity import FEATURES
 @pytest.mark.parametrize("model", ["resnet18", "lm", "a3c", "efficientnetb0", "efficientnetb7",
                                    "resnet50v2", "mobilenet"])
 def test_shipped_features_match_the_torch_models(model):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from gimbalctl.zoo.features import measure
 
     got = measure(model)

@@ -66,7 +66,7 @@ from policies.plan import Plan, PreemptJob, ResizeJob, StartJob
 from ..profiles import Models
 from .kept_free import KeptFree
 from .records import plain
-from .result import JobRecord, SimResult, TimelineSample
+from .result import SimResult, TimelineSample
 
 ARRIVAL, COMPLETION, TICK, ROUND = 0, 1, 2, 3
 EPS = 1e-6

@@ -33,7 +33,7 @@ uses defaults.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 KNOWN = ("app", "batch", "iters", "est", "share", "gate", "gpus", "deadline", "stages",

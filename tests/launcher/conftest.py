@@ -1,6 +1,5 @@
 import json
 import os
-import socket
 import sys
 
 import pytest

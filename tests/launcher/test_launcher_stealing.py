@@ -1,6 +1,5 @@
 import os
 import random
-from collections import Counter
 
 import pytest
 import torch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from policies.elastic import Rates
 from policies.model import ClusterSnapshot, Gpu
 
 

@@ -32,7 +32,7 @@ def schedule(self, snap):
         if blocked or j.num_gpus > nfree:
             order.append(j.id)
             code = ReasonCode.WAIT_ORDER if blocked else ReasonCode.WAIT_RESOURCES
-            reasons[j.id] = reason(code, (f"a job ahead is waiting; " if blocked else
+            reasons[j.id] = reason(code, ("a job ahead is waiting; " if blocked else
                                           f"needs {j.num_gpus} GPUs, {nfree} free; ") + text,
                                    **nums)
             blocked = blocked or not self.work_conserving

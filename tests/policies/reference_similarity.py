@@ -190,7 +190,6 @@ class RefSimilarity(Policy):
                 ref_cache[app] = db.closest(app) if db is not None else None
             return ref_cache[app]
 
-        running = snap.running()
         if self.cd:  # everything is re-allocated: all GPUs count, queue = started then new
             started = sorted((j for j in snap.jobs.values() if j.start_time is not None),
                              key=lambda j: (j.submit_time, j.id))

@@ -67,7 +67,7 @@ from typing import Optional
 from policies.base import Policy, exclusive_config, node_order, pick_consolidated
 from policies.model import ClusterSnapshot, Gpu, Job
 from policies.plan import Plan, ReasonCode, StartJob, make_plan, reason
-from policies.sharing import ShareChoice, algorithm2, sub_batch_candidates, theorem1
+from policies.sharing import ShareChoice, algorithm2, sub_batch_candidates
 
 
 @dataclass

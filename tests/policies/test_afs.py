@@ -17,7 +17,7 @@ from policies.afs_core import Cand, afs_l_shares, ineq3, ineq3_sides, top_priori
 from policies.elastic import (MEASURED_RATES, UNPROFILED, Rates, allowed, place, regulate,
                               round_down)
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState
-from policies.plan import PreemptJob, ResizeJob, StartJob
+from policies.plan import ResizeJob, StartJob
 
 MODELS = default_models()
 ELASTIC = ("afs-l", "afs-p", "max-min", "optimus", "themis")

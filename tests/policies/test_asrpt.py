@@ -2,7 +2,6 @@
 eq. 4-7 properties, Algorithm 1 decisions, the simulator's pipeline hook."""
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
@@ -15,7 +14,7 @@ from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.asrpt_core import alpha_bounds, virtual_srpt
 from policies.heavy_edge import cut_weight, heavy_edge
-from policies.model import ClusterSnapshot, FinishedJob, Gpu, Job, Node
+from policies.model import ClusterSnapshot, FinishedJob, Gpu, Job
 from policies.pipeline import (MODELS, Network, configurations, counts_of, iter_time, job_graph,
                                pipeline_spec)
 

@@ -28,7 +28,6 @@ from policies.asrpt_window import A1Window
 from policies.model import ClusterSnapshot, FinishedJob, Frozen, Job, JobChanges, WaitingQueue
 from policies.pipeline import MODELS, configurations
 from reference_asrpt import RefASrpt, RefASrptPerfect
-from reference_asrpt import virtual_srpt as ref_virtual_srpt
 
 MODELS_ = default_models()
 REFS = {"a-srpt": RefASrpt, "a-srpt-perfect": RefASrptPerfect}

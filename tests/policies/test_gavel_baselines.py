@@ -6,7 +6,6 @@ import pytest
 from policies.gavel_mtd import GavelMinTotalDuration
 from policies.isolation import Isolation
 from policies.model import Node
-from policies.plan import ReasonCode
 from tests.policies.test_similarity import HET, _running, job, snap
 
 

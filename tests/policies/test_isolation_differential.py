@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import policies
 import reference_typed_rounds as ref
 from daemon_pass import apply_plan, build
 from policies.isolation import Isolation

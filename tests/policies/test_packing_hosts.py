@@ -12,7 +12,7 @@ from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies.gimbal_coord import packing_violations
 from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
-from policies.plan import ResizeJob, StartJob
+from policies.plan import ResizeJob
 from policies.throughput import InterferenceTable
 
 HOSTS = ("lucid", "gandiva", "gavel")

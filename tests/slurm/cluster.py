@@ -33,7 +33,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

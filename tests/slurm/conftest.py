@@ -22,7 +22,7 @@ the 22.05 fixtures always skip: those clusters live on the host.
 from __future__ import annotations
 
 import os
-from typing import Dict, Union
+from typing import Dict
 
 import pytest
 

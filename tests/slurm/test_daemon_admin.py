@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -196,4 +195,4 @@ def test_audit_shows_exactly_what_a_cycle_changed(slurm_2205, clean_slurm):
         {j: f"position {order.index(j) + 1} of 3" for j in jobs}
     assert {(x["policy"], x["status"], x["field"]) for x in ch} == {("sjf", "applied", "priority")}
     r = g("audit", "--db", g.db, "--job", jobs[1])
-    assert r.returncode == 0 and f"position 1 of 3" in r.stdout
+    assert r.returncode == 0 and "position 1 of 3" in r.stdout

@@ -6,10 +6,8 @@ through tests/slurm/in-chroot.sh), with the CLI backend and, on 26.05, pyslurm.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 

@@ -133,7 +133,7 @@ def test_batch_permission_cannot_be_forged_in_the_comment(slurm_2205_het, clean_
     c = slurm_2205_het
     ensure_user(c, ATTACKER)
     g = Gimbal(c)
-    script = _train_script(g)
+    _train_script(g)  # writes train.sh, read below
     forged = c.submit(["--hold", "--gres=gpu:1", f"--output={g.inner}/out-%j", f"--chdir={g.inner}",
                        "--comment=x gimbal:app=cifar10,batch=64,batchrange=32:512"],
                       script=(g.host_dir / "train.sh").read_text())

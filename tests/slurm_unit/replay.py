@@ -2,7 +2,6 @@
 import subprocess
 from pathlib import Path
 
-from gimbalctl.slurm.cli import CliBackend
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 RELEASES = ("22.05", "26.05")

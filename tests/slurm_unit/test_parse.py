@@ -1,5 +1,4 @@
 """Parsers and the CLI backend on recorded 22.05 / 26.05 output."""
-import json
 
 import pytest
 

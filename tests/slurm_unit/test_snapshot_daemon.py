@@ -1,6 +1,4 @@
 """Snapshot builder, plan -> Slurm targets, dry run, audit and reconcile on recorded state."""
-import dataclasses
-import json
 
 import pytest
 
@@ -121,6 +119,7 @@ def test_gate_start_sets_gres_nodes_decision_release(release, tmp_path):
     st.upgrade()
     cfg = Config(mode="gate", state_dir=str(tmp_path / "state"))
     res = run_cycle(cfg, be, st, Stub(), now=NOW)
+    assert res.status == "done", res.warnings
     muts = runner.mutations()
     gres = [c for c in muts if c[-1].startswith(("Gres=", "TresPerNode="))]
     assert gres and gres[0][-1] in ("Gres=shard:2", "TresPerNode=gres/shard:2")
