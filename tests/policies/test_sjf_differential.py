@@ -346,7 +346,7 @@ def test_one_instance_across_snapshots(name):
     running job keeps its id but not its allocation, and time moves: whatever the instance
     keeps between calls (the running jobs' iteration times) must follow."""
     pol = policies.get_policy(name)
-    seen = Counter()
+    seen, first = Counter(), None
     for k, (sub, accum, done, total) in enumerate([(64, 1, 0.0, 1e4), (16, 4, 10.0, 1e4),
                                                    (32, 2, 10.0, 1e4), (32, 2, 10.0, 300.0),
                                                    (64, 1, 10.0, 300.0)]):
@@ -355,9 +355,10 @@ def test_one_instance_across_snapshots(name):
                 pending("P0", "x", 1, total=400.0, batch=16),
                 pending("P1", "x", 2, total=3e4, batch=32, submit=1.0)]
         snap = make_snap(jobs, nodes=1, gpus_per_node=2, now=float(k))
-        if k:  # the same profile table object throughout, as in a run
-            snap = dataclasses.replace(snap, profiles=profiles, nodes=nodes)
-        profiles, nodes = snap.profiles, snap.nodes
+        if first is None:
+            first = snap
+        else:  # the same profile table object throughout, as in a run
+            snap = dataclasses.replace(snap, profiles=first.profiles, nodes=first.nodes)
         plan = pol.schedule(snap)
         assert_same(plan, REFS[name]().schedule(snap))
         seen.update(r.code.value for r in plan.reasons.values())

@@ -11,10 +11,10 @@ import socket
 from sqlalchemy import text
 
 from gimbalctl.store import Store
-from tests.store.test_store import _cycle, store  # noqa: F401 - the fixture
+from tests.store.test_store import _cycle
 
 
-def test_audit_log_keeps_reason_and_policy_and_filters(store):  # noqa: F811
+def test_audit_log_keeps_reason_and_policy_and_filters(store):
     c1 = _cycle(store)
     a = store.audit_intent(c1, "11", "priority", 5, 100010, ["scontrol"], reason="position 1 of 2")
     store.audit_result(a, "applied", 100010)
@@ -35,7 +35,7 @@ def test_audit_log_keeps_reason_and_policy_and_filters(store):  # noqa: F811
     assert len(store.audit_log(since=future - dt.timedelta(days=1))) == 3
 
 
-def test_failed_and_skipped_cycles_are_recorded(store):  # noqa: F811
+def test_failed_and_skipped_cycles_are_recorded(store):
     ok = _cycle(store)
     store.finish_cycle(ok, "done", n_changes=3)
     f = store.record_cycle(policy="sjf", mode="ordering", knob="priority", backend="cli",
