@@ -42,7 +42,7 @@ from typing import Optional
 from .base import FreeGpus, exclusive_steps, keep_running_reasons, min_gpu_mem
 from .model import ClusterSnapshot, Gpu, Job, JobState
 from .plan import PreemptJob, ReasonCode, StartJob, make_plan, reason
-from .typed_rounds import (_TYPES_OF, _all_of_type, _node_memo, free_of_type, start_on,
+from .typed_rounds import (TYPES_MEMO, all_of_type, node_memo, free_of_type, start_on,
                            type_capacity)
 
 _GPUS = attrgetter("num_gpus")
@@ -228,25 +228,25 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
         return r
 
     # apply_decisions(snap, ordered, decided, True, started, kept)
-    _, gtype_of, of_type, _ = _node_memo(snap.nodes)
+    _, gtype_of, of_type, _ = node_memo(snap.nodes)
     running.sort(key=_SUBMIT_ORDER)  # snap.running()'s order
     reasons: dict = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
-    types_of = _TYPES_OF
+    types_of = TYPES_MEMO
     for job in running:
         alloc, opt = job.allocation, decided.get(job.id)
         if opt is None or len(alloc.gpus) != opt.ngpu or (
                 (alloc.global_batch if alloc is not None else None)
                 or job.global_batch) != opt.batch:  # (the batch: typed_rounds.current_batch)
             same = False
-        else:  # typed_rounds._all_of_type, its memo hit inlined
+        else:  # typed_rounds.all_of_type, its memo hit inlined
             hit = types_of.get(id(alloc))
             if hit is not None and hit[0] is alloc and hit[1] is gtype_of:
                 ts = hit[2]
                 same = not ts or (len(ts) == 1 and opt.gpu_type in ts)
             else:
-                same = _all_of_type(alloc, gtype_of, opt.gpu_type)
+                same = all_of_type(alloc, gtype_of, opt.gpu_type)
         if same:
             kept[job.id] = alloc.gpus
             r = shared_why.get((_KEEP, job.num_gpus, opt.gpu_type))

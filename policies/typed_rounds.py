@@ -25,7 +25,7 @@ class Choice(Protocol):
 _NODE_MEMO: dict[int, tuple] = {}
 
 
-def _node_memo(nodes: tuple[Node, ...]) -> tuple:
+def node_memo(nodes: tuple[Node, ...]) -> tuple:
     """(type capacity, node name -> GPU type, GPU type -> its nodes' (name, GPUs) in node
     order, node name -> GPU memory MiB) of a node tuple, memoised by identity (the simulator
     passes the same tuple in every snapshot; a round-based policy asked these of every node
@@ -49,22 +49,23 @@ def _compute_node_memo(nodes: tuple[Node, ...]) -> tuple:
             MappingProxyType({n.name: n.gpu_mem_mb for n in nodes}))
 
 
-_TYPES_OF: dict[int, tuple] = {}  # id(allocation) -> (allocation, gtype_of, its GPU types)
+TYPES_MEMO: dict[int, tuple] = {}  # id(allocation) -> (allocation, gtype_of, its GPU types); read
+# inline by isolation_round (its hot loop tests a hit before calling all_of_type)
 
 
-def _all_of_type(alloc, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
+def all_of_type(alloc, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
     """Whether every GPU of ``alloc`` is of ``gpu_type``; the types of an allocation's GPUs are
     memoised per (allocation record, node-type map) by identity (a round-based policy asks it
     of every running job at every round)."""
-    hit = _TYPES_OF.get(id(alloc))
+    hit = TYPES_MEMO.get(id(alloc))
     if hit is None or hit[0] is not alloc or hit[1] is not gtype_of:
         try:
             ts = frozenset(gtype_of[g.node] for g in alloc.gpus)
         except KeyError:  # a GPU on a node the snapshot does not list: the plain test
             return all(gtype_of[g.node] == gpu_type for g in alloc.gpus)
-        if len(_TYPES_OF) > 65536:
-            _TYPES_OF.clear()
-        hit = _TYPES_OF[id(alloc)] = (alloc, gtype_of, ts)  # keeps both alive: ids stay unique
+        if len(TYPES_MEMO) > 65536:
+            TYPES_MEMO.clear()
+        hit = TYPES_MEMO[id(alloc)] = (alloc, gtype_of, ts)  # keeps both alive: ids stay unique
     ts = hit[2]
     return not ts or (len(ts) == 1 and gpu_type in ts)
 
@@ -72,14 +73,14 @@ def _all_of_type(alloc, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
 def node_maps(snap: ClusterSnapshot) -> tuple[Mapping[str, str], Mapping[str, int]]:
     """(node name -> GPU type, node name -> GPU memory MiB), read-only, memoised per node
     tuple."""
-    facts = _node_memo(snap.nodes)
+    facts = node_memo(snap.nodes)
     return facts[1], facts[3]
 
 
 def type_capacity(snap: ClusterSnapshot) -> dict[str, list]:
     """GPU type -> [GPUs, most GPUs on one node, smallest GPU memory MiB] (a fresh dict of
     fresh lists: callers may change them)."""
-    return {t: list(v) for t, v in _node_memo(snap.nodes)[0].items()}
+    return {t: list(v) for t, v in node_memo(snap.nodes)[0].items()}
 
 
 def start_on(snap: ClusterSnapshot, job: Job, gpus, batch: int, share_with=()) -> StartJob:
@@ -127,7 +128,7 @@ def _kept_by_memo(run, decided, memo: dict, gtype_of, kept_why):
         alloc, jid = job.allocation, ids[i]
         cur = current_batch(job)
         if (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
-                and _all_of_type(alloc, gtype_of, opt.gpu_type)):
+                and all_of_type(alloc, gtype_of, opt.gpu_type)):
             mask[i], batches[i] = True, cur
             r = reasons[jid] = kept_why(job, opt)
             memo[jid] = (job, opt, r, cur)
@@ -142,7 +143,7 @@ def _kept_by_memo(run, decided, memo: dict, gtype_of, kept_why):
 def free_of_type(of_type: Mapping[str, tuple], t: str, kept: Mapping[str, tuple],
                  held: set, held_nodes: set) -> dict[str, tuple[Gpu, ...]]:
     """Node -> GPUs no kept job holds, the nodes of GPU type ``t`` in node order (``of_type``:
-    type -> ((node, its GPUs), ...), :func:`_node_memo`).  ``held``/``held_nodes`` (the
+    type -> ((node, its GPUs), ...), :func:`node_memo`).  ``held``/``held_nodes`` (the
     caller's, empty at first) are filled from ``kept`` (job -> GPUs) the first time a job
     starts in a round: most rounds start nothing; the kept jobs' GPUs are gathered then,
     once."""
@@ -176,7 +177,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
     function of the view and the choice alone and its choices are shared objects).
     Returns ``(preempted, starts, placed, batch_of, reasons)``.
     """
-    _, gtype_of, of_type, _ = _node_memo(snap.nodes)
+    _, gtype_of, of_type, _ = node_memo(snap.nodes)
     run = snap.running() if running is None else running
     if reallocate and memo is not None:
         preempted, kept, batch_of, reasons = _kept_by_memo(run, decided, memo, gtype_of,
@@ -190,7 +191,7 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
             alloc, opt = job.allocation, decided.get(job.id)
             cur = current_batch(job)
             same = (opt is not None and len(alloc.gpus) == opt.ngpu and cur == opt.batch
-                    and _all_of_type(alloc, gtype_of, opt.gpu_type))
+                    and all_of_type(alloc, gtype_of, opt.gpu_type))
             if not reallocate or same:
                 kept[job.id] = alloc.gpus
                 batch_of[job.id] = cur
