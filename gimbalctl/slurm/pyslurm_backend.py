@@ -96,9 +96,11 @@ class PyslurmBackend(Backend):
                 jid = str(getattr(j, "id", "?"))
                 if jid in cli_jobs:
                     out.append(cli_jobs[jid])
-                else:
+                elif not _ended(j):
                     self.read_warnings.append(f"pyslurm job {jid} skipped: its text is not "
                                               f"UTF-8 and squeue does not list it")
+                # (an ended job squeue no longer lists is out of the queue: as with the CLI
+                # backend, it is left out without a warning)
             except (SlurmError, TypeError, ValueError, AttributeError, OverflowError) as e:
                 self.read_warnings.append(f"pyslurm job {getattr(j, 'id', '?')} skipped: "
                                           f"{printable(e, 200)}")
@@ -200,6 +202,19 @@ class PyslurmBackend(Backend):
         except Exception as e:
             raise _err(e, f"Job({job_id}) {field}={value!r}") from None
         return self.describe(job_id, field, value)
+
+
+_ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                    "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def _ended(j) -> bool:
+    """Whether pyslurm gives the job an ended state (read on its own: another field of the
+    job may be the one that does not decode)."""
+    try:
+        return str(j.state).upper() in _ENDED
+    except (UnicodeDecodeError, AttributeError, TypeError, ValueError):
+        return False
 
 
 def _signame(sig) -> str:
