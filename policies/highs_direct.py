@@ -41,6 +41,7 @@ class _Entry:
     """The private scipy functions and the options linprog(method="highs") passes."""
 
     def __init__(self):
+        import importlib
         import inspect
 
         import numpy as np
@@ -80,7 +81,82 @@ class _Entry:
         self.status_message = lh._highs_to_scipy_status_message
         self.check_result = _check_result
         self.np = np
-        lh._highs_wrapper  # noqa: B018 (must exist)
+        self.core = core = importlib.import_module("scipy.optimize._highspy._core")
+        hw = importlib.import_module("scipy.optimize._highspy._highs_wrapper")
+        if lh._highs_wrapper is not hw._highs_wrapper or hw._h is not core:
+            raise ImportError("linprog's HiGHS entry is not the wrapper replicated here")
+        self.optimal = core.HighsModelStatus.kOptimal
+        self.error = core.HighsStatus.kError
+        self.sets = self._options_set(hw)
+
+    def _options_set(self, hw):
+        """(name, value) that _highs_wrapper's option loop sets on its HighsOptions for
+        ``self.options``, in its order: its own loop, run once here with its own checks
+        (``check_option`` on a fresh Highs); any option it would skip with a warning makes
+        the entry unavailable (never expected: these are linprog's own defaults)."""
+        core = self.core
+        mgr = hw.hopt.HighsOptionsManager()
+        probe = core._Highs()
+        sets = []
+        for key, val in self.options.items():
+            if val is None or key in ("sense",):
+                continue
+            opt_type = mgr.get_option_type(key)
+            if opt_type == -1:
+                raise ImportError(f"HiGHS option {key} unknown")
+            if key in ("presolve", "parallel"):
+                if not isinstance(val, bool):
+                    raise ImportError(f"HiGHS option {key}: not a bool")
+                val = "on" if val else "off"
+            opt_type = core.HighsOptionType(opt_type)
+            status, msg = hw.check_option(probe, key, val)
+            if opt_type == core.HighsOptionType.kBool and not isinstance(val, bool):
+                raise ImportError(f"HiGHS option {key}: not a bool")
+            if status != 0:
+                raise ImportError(f"HiGHS option {key}: {msg}")
+            sets.append((key, val))
+        return tuple(sets)
+
+    def _run(self, c, indptr, indices, data, lhs, rhs, lb, ub):
+        """_highs_wrapper's LP path (no integrality) up to its optimal result, minus what
+        builds only the marginals (basis, per-column loop) and the per-call option checks
+        (done once in :meth:`_options_set`): the same HighsLp fields set in the same
+        order, a fresh Highs and HighsOptions with the same options, the same calls.
+        None where the wrapper would not return an optimal solution: the caller then
+        runs the wrapper itself for its exact answer."""
+        core = self.core
+        lp = core.HighsLp()
+        lp.num_col_ = c.size
+        lp.num_row_ = rhs.size
+        lp.a_matrix_.num_col_ = c.size
+        lp.a_matrix_.num_row_ = rhs.size
+        lp.a_matrix_.format_ = core.MatrixFormat.kColwise
+        lp.col_cost_ = c
+        lp.col_lower_ = lb
+        lp.col_upper_ = ub
+        lp.row_lower_ = lhs
+        lp.row_upper_ = rhs
+        lp.a_matrix_.start_ = indptr
+        lp.a_matrix_.index_ = indices
+        lp.a_matrix_.value_ = data
+        highs = core._Highs()
+        highs_options = core.HighsOptions()
+        for key, val in self.sets:
+            setattr(highs_options, key, val)
+        if highs.passOptions(highs_options) == self.error:
+            return None
+        if highs.passModel(lp) == self.error:
+            return None
+        if highs.run() == self.error:
+            return None
+        model_status = highs.getModelStatus()
+        info = highs.getInfo()
+        if model_status != self.optimal:
+            return None
+        solution = highs.getSolution()
+        return {"status": model_status, "message": highs.modelStatusToString(model_status),
+                "x": self.np.array(solution.col_value), "slack": rhs - solution.row_value,
+                "fun": info.objective_function_value}
 
     def solve(self, c, indptr, indices, data, b_ub, bounds):
         """(status, message, x) as linprog's result has them.  ``bounds``: (n, 2) float64
@@ -94,8 +170,10 @@ class _Entry:
         rhs = self.replace_inf(np.concatenate((b_ub, b_eq)))
         lb = self.replace_inf(lb)
         ub = self.replace_inf(ub)
-        res = self.module._highs_wrapper(c, indptr, indices, data, lhs, rhs, lb, ub,
-                                         np.empty(0).astype(np.uint8), dict(self.options))
+        res = self._run(c, indptr, indices, data, lhs, rhs, lb, ub)
+        if res is None:  # not optimal: the wrapper's own answer (status, message)
+            res = self.module._highs_wrapper(c, indptr, indices, data, lhs, rhs, lb, ub,
+                                             np.empty(0).astype(np.uint8), dict(self.options))
         if 'slack' in res:
             slack = res['slack']
             con = np.array(slack[len(b_ub):])
