@@ -88,6 +88,11 @@ class _Entry:
         self.optimal = core.HighsModelStatus.kOptimal
         self.error = core.HighsStatus.kError
         self.sets = self._options_set(hw)
+        self.highs_options = core.HighsOptions()  # passOptions copies it (const &)
+        for key, val in self.sets:
+            setattr(self.highs_options, key, val)
+        self.inf = float(core.kHighsInf)
+        self.tol = np.sqrt(1e-9) * 10  # _check_result's, from linprog's default tol
 
     def _options_set(self, hw):
         """(name, value) that _highs_wrapper's option loop sets on its HighsOptions for
@@ -121,7 +126,8 @@ class _Entry:
         """_highs_wrapper's LP path (no integrality) up to its optimal result, minus what
         builds only the marginals (basis, per-column loop) and the per-call option checks
         (done once in :meth:`_options_set`): the same HighsLp fields set in the same
-        order, a fresh Highs and HighsOptions with the same options, the same calls.
+        order, a fresh Highs, the HighsOptions with the same options (built once: passOptions
+        copies it), the same calls.
         None where the wrapper would not return an optimal solution: the caller then
         runs the wrapper itself for its exact answer."""
         core = self.core
@@ -140,10 +146,7 @@ class _Entry:
         lp.a_matrix_.index_ = indices
         lp.a_matrix_.value_ = data
         highs = core._Highs()
-        highs_options = core.HighsOptions()
-        for key, val in self.sets:
-            setattr(highs_options, key, val)
-        if highs.passOptions(highs_options) == self.error:
+        if highs.passOptions(self.highs_options) == self.error:
             return None
         if highs.passModel(lp) == self.error:
             return None
@@ -159,19 +162,31 @@ class _Entry:
                 "fun": info.objective_function_value}
 
     def solve(self, c, indptr, indices, data, b_ub, bounds):
-        """(status, message, x) as linprog's result has them.  ``bounds``: (n, 2) float64
-        with inf where unbounded (linprog's ``lp.bounds``); c, b_ub float64 1-D."""
+        """(status, message, x): linprog's ``res.status`` and ``res.x`` (its ``res.message``
+        where status != 0; on success HiGHS' own word).  ``bounds``: (n, 2) float64 with
+        inf where unbounded (linprog's ``lp.bounds``); c, b_ub float64 1-D, finite."""
         np = self.np
+        inf = self.inf
         lb, ub = bounds.T.copy()
-        b_eq = np.array([], dtype=float)
-        with np.errstate(invalid="ignore"):
-            lhs_ub = -np.ones_like(b_ub) * np.inf
-        lhs = self.replace_inf(np.concatenate((lhs_ub, b_eq)))
-        rhs = self.replace_inf(np.concatenate((b_ub, b_eq)))
-        lb = self.replace_inf(lb)
-        ub = self.replace_inf(ub)
+        # _linprog_highs: lhs = -inf (no A_eq), rhs = b_ub, then _replace_inf on each:
+        # ±inf -> sign · kHighsInf (written out: its errstate block costs more than this)
+        lhs = np.full(b_ub.size, -inf)
+        rhs = b_ub.copy()
+        for a in (rhs, lb, ub):
+            k = np.isinf(a)
+            if k.any():
+                a[k] = np.sign(a[k]) * inf
         res = self._run(c, indptr, indices, data, lhs, rhs, lb, ub)
-        if res is None:  # not optimal: the wrapper's own answer (status, message)
+        if res is not None:
+            # scipy's status 0 (kOptimal) and _check_result's test of it for this LP (no
+            # integrality, no A_eq: con empty), in its arithmetic; any doubt -> scipy's own
+            x, slack = res["x"], res["slack"]
+            tol = self.tol
+            if not (np.isnan(x).any() or np.isnan(res["fun"]) or np.isnan(slack).any()) \
+                    and ((x >= bounds[:, 0] - tol) & (x <= bounds[:, 1] + tol)).all() \
+                    and not (slack < -tol).any():
+                return 0, res["message"], x
+        else:  # not optimal: the wrapper's own answer
             res = self.module._highs_wrapper(c, indptr, indices, data, lhs, rhs, lb, ub,
                                              np.empty(0).astype(np.uint8), dict(self.options))
         if 'slack' in res:
