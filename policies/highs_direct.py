@@ -8,21 +8,32 @@ What ``linprog(method="highs")`` does in scipy 1.17.1 (``scipy/optimize/_linprog
   as float64 copies, A_ub (sparse) as a float COO copy, ``bounds`` as an (n, 2) float array
   with ``None`` -> ±inf.  Not done here: the caller passes arrays of that form and checks
   finiteness itself (it falls back to linprog otherwise, which raises linprog's error).
-* ``_linprog_highs``: row bounds lhs = -inf (-> ``_replace_inf``), rhs = b_ub; A_ub stacked
-  on an empty A_eq and converted to CSC (the caller passes that CSC's indptr / indices /
-  data: the differential test compares them with linprog's, dtype and byte for byte); the
-  options dict built below from ``_linprog_highs``'s own defaults (checked against its
-  signature at first use); then **the same** ``_highs_wrapper`` (looked up on the
-  ``_linprog_highs`` module at each call, so a test that records that module's calls sees
-  both paths), scipy's own ``_highs_to_scipy_status_message`` and ``_check_result`` (tol
-  1e-9, ``lp.bounds`` with inf, no integrality) for the status and message.
+* ``_linprog_highs``: row bounds lhs = -inf, rhs = b_ub, each through ``_replace_inf``
+  (±inf -> ±kHighsInf, written out here); A_ub stacked on an empty A_eq and converted to
+  CSC (the caller passes that CSC's indptr / indices / data; the differential test compares
+  them with linprog's: dtype int64, shape, bytes); the options dict, built below from
+  ``_linprog_highs``'s own defaults (checked against its signature at first use).
+* ``_highs_wrapper`` (scipy/optimize/_highspy/_highs_wrapper.py), LP path: a HighsLp with
+  the fields set in its order, a fresh ``_Highs``, a HighsOptions holding what its option
+  loop sets (that loop, with its own ``check_option``, is run once at first use instead of
+  at every call: it builds six HighsOptionsManager objects per call, about 0.4 ms, for an
+  answer that never changes), passOptions, passModel, run, getModelStatus, getInfo,
+  getSolution: ``_run`` below.  Left out: getBasis and the per-column marginals loop
+  (only for linprog's marginals).  Where HiGHS does not answer "optimal" the wrapper itself
+  is called on the same arrays and its answer used.
+* ``_highs_to_scipy_status_message`` + ``_check_result`` (tol 1e-9, ``lp.bounds`` with inf,
+  no integrality): for an optimal answer their feasibility test is written out for this
+  LP's shape (no A_eq, no integrality: x within bounds ± tol, slack ≥ −tol, no NaN);
+  scipy's own functions give the status and message whenever that test fails.
 * Left out: what only builds the rest of linprog's OptimizeResult (marginals, residuals).
 
-Exactness: HiGHS receives the same model (same arrays), the same options and the same
-``Highs`` run as under linprog, so it returns the same x; the status comes from scipy's own
-functions.  The fast entry is used only on the scipy versions in ``VERIFIED`` and when
-every private name below exists with the expected defaults; otherwise ``entry()`` is
-``None`` and callers use linprog (scipy >= 1.10 keeps working).
+Exactness: HiGHS receives the same model (same vectors), the same option values and the
+same sequence of calls on a fresh ``Highs`` as under linprog, so it returns the same x; the
+status is scipy's.  tests/policies/test_gavel_mtd_differential.py records what every
+``Highs`` is handed (model, all option values) and returns, under both paths.  The fast
+entry is used only on the scipy versions in ``VERIFIED`` and when every private name used
+exists with the expected defaults and linprog's wrapper is scipy's own; otherwise
+``entry()`` is ``None`` and callers use linprog (scipy >= 1.10 keeps working).
 """
 from __future__ import annotations
 

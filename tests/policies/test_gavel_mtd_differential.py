@@ -333,3 +333,31 @@ def test_wrapper_arguments_byte_identical(monkeypatch, nodes, seed):
     same_args(r.wrapper[0], r.wrapper[1])
     assert r.wrapper[0][2].dtype == np.int64
     same_highs(r.highs[0], r.highs[1])
+
+
+@pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
+@pytest.mark.parametrize("shift,fails", [(-1e-3, True), (-3e-4, False), (float("nan"), True),
+                                         ("slack", True)])
+def test_solution_checked_as_linprog_checks_it(monkeypatch, shift, fails):
+    """An 'optimal' answer outside linprog's tolerance (x below its bound, a violated row,
+    NaN) is linprog's status 4 with _check_result's message; inside it, accepted."""
+    run = hd._Entry._run
+
+    def bent(self, *a):
+        res = run(self, *a)
+        if shift == "slack":
+            res["slack"] = res["slack"] - 1e-3
+        else:
+            res["x"] = res["x"].copy()
+            res["x"][0] = shift
+        return res
+
+    monkeypatch.setattr(hd._Entry, "_run", bent)
+    sn = snap((Node("v0", 4, "v100"),), [job(0), job(1, n=2)])
+    got = _outcome(GavelMinTotalDuration().allocation, sn, _order(sn))
+    if fails:
+        assert got[:2] == ("raised", RuntimeError)
+        assert "does not satisfy the constraints within the required tolerance of 3.16E-04" \
+            in got[2]
+    else:
+        assert got[0] == "ok"
