@@ -361,3 +361,19 @@ def test_solution_checked_as_linprog_checks_it(monkeypatch, shift, fails):
             in got[2]
     else:
         assert got[0] == "ok"
+
+
+@pytest.mark.parametrize("status", ["kInfeasible", "kTimeLimit", "kUnbounded"])
+def test_other_highs_answers_raise_linprogs_error(monkeypatch, status):
+    """HiGHS answering other than optimal (made up here: this LP is always feasible and
+    bounded) gives the RuntimeError with linprog's message on both paths."""
+    class Highs(core._Highs):
+        def getModelStatus(self):
+            return getattr(core.HighsModelStatus, status)
+
+    monkeypatch.setattr(core, "_Highs", Highs)
+    sn = snap((Node("v0", 4, "v100"), Node("k0", 2, "k80", 12288)), [job(0), job(1, n=2)])
+    pol = GavelMinTotalDuration()
+    got = _outcome(pol.allocation, sn, _order(sn))
+    assert got[:2] == ("raised", RuntimeError)
+    assert got == _outcome(pol.allocation_reference, sn, _order(sn))
