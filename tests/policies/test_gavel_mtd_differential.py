@@ -1,21 +1,22 @@
 """gavel-mtd's LP gives exactly the allocation (and Plan) of the older builds:
 
 * the sparse-built LP against the dense build kept in reference_gavel_mtd.py;
-* ``allocation`` (numpy-built arrays handed straight to the HiGHS call linprog makes,
+* ``allocation`` (numpy-built arrays handed to HiGHS as linprog's wrapper hands them,
   policies/highs_direct.py) against ``allocation_reference`` (the same LP through
-  ``scipy.optimize.linprog``): every call of ``_highs_wrapper`` is recorded and the two
-  paths must hand it byte-identical arrays (same dtype, shape, bytes) and equal options,
-  and return the same floats under the same keys in the same order — on every call of
-  simulator runs on a three-type cluster, on hypothesis-random snapshots (jobs that fit no
-  type, applications without a profile = zero rates, one job, many jobs, unknown / done /
-  partly run lengths, a cluster without GPUs) and on the daemon benchmark's state;
-* the fallback to linprog where the fast entry is unavailable (another scipy, a missing
-  private name) or an input is not finite (linprog's own error)."""
+  ``scipy.optimize.linprog``): every ``Highs`` object is recorded, and under both paths it
+  must be handed the same model (every HighsLp field: same element types and bytes) and
+  the same value of every option, and return the same x and row values; the allocations
+  are the same floats under the same keys in the same order — on every call of simulator
+  runs on three-type clusters, on hypothesis-random snapshots (jobs that fit no type,
+  applications without a profile = zero rates, one job, many jobs, unknown / done / partly
+  run lengths, a cluster without GPUs) and on the daemon benchmark's state; where the
+  wrapper itself is called, it gets linprog's very arrays (dtype, shape, bytes) and options;
+* linprog's status and message where HiGHS answers other than optimal or an answer fails
+  linprog's check; the fallback to linprog where the fast entry is unavailable (another
+  scipy, a missing private name, a changed default) or an input is not finite."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
