@@ -34,6 +34,78 @@ class GavelMinTotalDuration(Policy):
         self.round_length = float(round_length)
 
     def allocation(self, snap: ClusterSnapshot, jobs) -> dict[str, dict[str, float]]:
+        """The LP of :meth:`allocation_reference`, its arrays built with numpy and handed to
+        the HiGHS call linprog makes (:mod:`policies.highs_direct`): the same c, CSC matrix
+        (indptr / indices / data: per column the rows in increasing order, zeros dropped as
+        ``put`` drops them), b_ub, bounds and options, so HiGHS returns the same x; the
+        same status and message from scipy's own functions.  Rates are computed once per
+        (application, GPUs, global batch) of the call: ``iter_rate`` reads nothing else of
+        a job.  Falls back to :meth:`allocation_reference` where the fast entry is
+        unavailable or an input is not finite (linprog then raises its own error)."""
+        import numpy as np  # here, not at import: listing policies stays light (start-up)
+        from .highs_direct import entry
+
+        fast = entry()
+        if fast is None:
+            return self.allocation_reference(snap, jobs)
+        types = type_capacity(snap)
+        tnames = sorted(types)
+        nj, nt = len(jobs), len(tnames)
+        if nj == 0:
+            return {}
+        caps = [(t, types[t][0], types[t][1]) for t in tnames]
+        memo: dict = {}
+        rows = []
+        for j in jobs:
+            key = (j.app, j.num_gpus, j.global_batch)
+            r = memo.get(key)
+            if r is None:
+                r = memo[key] = [iter_rate(snap, j, t, per) if j.num_gpus <= g else 0.0
+                                 for t, g, per in caps]
+            rows.append(r)
+        rate = np.array(rows).reshape(nj, nt)
+        rem = np.array([max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs])
+        gpus = np.array([float(j.num_gpus) for j in jobs])
+        nx = nj * nt
+        nv = nx + 1  # X (row-major) then z
+        c = np.zeros(nv)
+        c[-1] = -1.0
+        # column (i, k) of X: rows i (1), nj + k (n_i), nj + nt + i (−r_ik), in this order;
+        # column z: rows nj + nt + i (rem_i); zeros left out (the entries linprog keeps)
+        ridx = np.empty((nj, nt, 3), dtype=np.int64)
+        ridx[:, :, 0] = np.arange(nj, dtype=np.int64)[:, None]
+        ridx[:, :, 1] = (nj + np.arange(nt, dtype=np.int64))[None, :]
+        ridx[:, :, 2] = (nj + nt + np.arange(nj, dtype=np.int64))[:, None]
+        vals = np.empty((nj, nt, 3))
+        vals[:, :, 0] = 1.0
+        vals[:, :, 1] = gpus[:, None]
+        vals[:, :, 2] = -rate
+        keep = vals != 0.0
+        zkeep = rem != 0.0
+        indptr = np.zeros(nv + 1, dtype=np.int64)
+        indptr[1:nx + 1] = np.cumsum(keep.sum(axis=2).reshape(-1))
+        indptr[nv] = indptr[nx] + int(zkeep.sum())
+        indices = np.concatenate((ridx[keep], (nj + nt + np.arange(nj, dtype=np.int64))[zkeep]))
+        data = np.concatenate((vals[keep], rem[zkeep]))
+        b_ub = np.array([1.0] * nj + [float(types[t][0]) for t in tnames] + [0.0] * nj)
+        if not (np.isfinite(data).all() and np.isfinite(b_ub).all()):
+            return self.allocation_reference(snap, jobs)  # linprog's ValueError
+        bounds = np.zeros((nv, 2))
+        bounds[:nx, 1] = np.where(rate.reshape(-1) > 0, 1.0, 0.0)
+        bounds[nx, 1] = np.inf
+        status, message, x = fast.solve(c, indptr, indices, data, b_ub, bounds)
+        if status != 0:
+            raise RuntimeError(f"gavel-mtd: LP failed ({message})")
+        x = x[:-1].reshape(nj, nt)
+        ii, kk = np.nonzero(x > 1e-9)
+        out: list[dict[str, float]] = [{} for _ in range(nj)]
+        for i, k, v in zip(ii.tolist(), kk.tolist(), x[ii, kk].tolist()):
+            out[i][tnames[k]] = v
+        return {j.id: out[i] for i, j in enumerate(jobs)}
+
+    def allocation_reference(self, snap: ClusterSnapshot, jobs) -> dict[str, dict[str, float]]:
+        """The LP through ``scipy.optimize.linprog`` (the fallback of :meth:`allocation`
+        and its test oracle)."""
         import numpy as np  # here, not at import: listing policies stays light (start-up)
         from scipy.optimize import linprog
         from scipy.sparse import coo_array

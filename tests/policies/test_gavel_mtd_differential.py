@@ -1,26 +1,196 @@
-"""gavel-mtd's LP built as a sparse matrix gives exactly the allocation (and Plan) of the
-dense build kept in reference_gavel_mtd.py: on hypothesis-random clusters of three GPU
-types and on the daemon benchmark's state at small sizes."""
+"""gavel-mtd's LP gives exactly the allocation (and Plan) of the older builds:
+
+* the sparse-built LP against the dense build kept in reference_gavel_mtd.py;
+* ``allocation`` (numpy-built arrays handed to HiGHS as linprog's wrapper hands them,
+  policies/highs_direct.py) against ``allocation_reference`` (the same LP through
+  ``scipy.optimize.linprog``): every ``Highs`` object is recorded, and under both paths it
+  must be handed the same model (every HighsLp field: same element types and bytes) and
+  the same value of every option, and return the same x and row values; the allocations
+  are the same floats under the same keys in the same order — on every call of simulator
+  runs on three-type clusters, on hypothesis-random snapshots (jobs that fit no type,
+  applications without a profile = zero rates, one job, many jobs, unknown / done / partly
+  run lengths, a cluster without GPUs) and on the daemon benchmark's state; where the
+  wrapper itself is called, it gets linprog's very arrays (dtype, shape, bytes) and options;
+* linprog's status and message where HiGHS answers other than optimal or an answer fails
+  linprog's check; the fallback to linprog where the fast entry is unavailable (another
+  scipy, a missing private name, a changed default) or an input is not finite."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import dataclasses
 
+import numpy as np
 import pytest
+import scipy
+import scipy.optimize
+import scipy.optimize._highspy._core as core
+import scipy.optimize._linprog_highs as lh
 from hypothesis import given, settings, strategies as st
 
+import policies.highs_direct as hd
 from policies.gavel_mtd import GavelMinTotalDuration
-from policies.model import Node
+from policies.model import JobState, Node
 from reference_gavel_mtd import RefGavelMinTotalDuration
-from test_similarity import APPS, job, snap
+from test_similarity import APPS, M, job, snap
 from test_sjf_differential import assert_same
+
+FAST = scipy.__version__ in hd.VERIFIED  # the fast entry is expected to be taken
+# looked up before any test patches scipy (the entry checks that linprog's wrapper is
+# scipy's own; a recorder's stand-in would make it unavailable for the whole session)
+assert (hd.entry() is not None) == FAST
+ARGS = "c indptr indices data lhs rhs lb ub integrality options".split()
+
+
+def same_args(a, b):
+    """Two _highs_wrapper calls got the same arrays (dtype, shape, bytes) and options."""
+    for name, x, y in zip(ARGS, a, b):
+        if isinstance(y, np.ndarray):
+            assert isinstance(x, np.ndarray), name
+            assert (x.dtype, x.shape) == (y.dtype, y.shape), name
+            assert x.tobytes() == y.tobytes(), name
+        else:
+            assert list(x.items()) == list(y.items()), name
 
 
 def _order(sn):
     return sorted(sn.jobs.values(), key=lambda j: (j.submit_time, j.id))
 
 
-@settings(max_examples=60, deadline=None)
+_LP = ("num_col_", "num_row_", "col_cost_", "col_lower_", "col_upper_", "row_lower_",
+       "row_upper_", "integrality_", "offset_", "sense_")
+_MATRIX = ("format_", "num_col_", "num_row_", "start_", "index_", "value_")
+
+
+def _lp_fields(lp):
+    return ([(f, getattr(lp, f)) for f in _LP] +
+            [("a_matrix_." + f, getattr(lp.a_matrix_, f)) for f in _MATRIX])
+
+
+def _option_values(opts):
+    return {a: getattr(opts, a) for a in dir(opts)
+            if not a.startswith("_") and not callable(getattr(opts, a))}
+
+
+class Recorder:
+    """Records what HiGHS is handed (the HighsLp and HighsOptions of every Highs object's
+    passModel / passOptions) and the solution it returns, plus every _highs_wrapper and
+    linprog call; everything still runs."""
+
+    def __init__(self, monkeypatch):
+        self.wrapper, self.linprog, self.highs = [], 0, []
+        wrapper, linprog = lh._highs_wrapper, scipy.optimize.linprog
+        rec = self
+
+        class Highs(core._Highs):
+            def __init__(self):
+                super().__init__()
+                self.seen = {}
+                rec.highs.append(self.seen)
+
+            def passOptions(self, opts):
+                self.seen["options"] = _option_values(opts)
+                return super().passOptions(opts)
+
+            def passModel(self, lp):
+                self.seen["lp"] = _lp_fields(lp)
+                return super().passModel(lp)
+
+            def getSolution(self):
+                sol = super().getSolution()
+                self.seen["x"] = list(sol.col_value)
+                self.seen["row"] = list(sol.row_value)
+                return sol
+
+        def rec_wrapper(*a):
+            self.wrapper.append(tuple(x.copy() if isinstance(x, np.ndarray) else dict(x)
+                                      for x in a))
+            return wrapper(*a)
+
+        def rec_linprog(*a, **kw):
+            self.linprog += 1
+            return linprog(*a, **kw)
+
+        monkeypatch.setattr(core, "_Highs", Highs)
+        monkeypatch.setattr(lh, "_highs_wrapper", rec_wrapper)
+        monkeypatch.setattr(scipy.optimize, "linprog", rec_linprog)
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    return Recorder(monkeypatch)
+
+
+def same_highs(a, b):
+    """Two Highs runs were handed the same model and options and returned the same x."""
+    assert a["options"] == b["options"]
+    assert [f for f, _ in a["lp"]] == [f for f, _ in b["lp"]]
+    for (f, x), (_, y) in zip(a["lp"], b["lp"]):
+        assert type(x) is type(y), f
+        if isinstance(y, np.ndarray):
+            assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes()), f
+        elif isinstance(y, list):  # vectors: exact, element types included
+            assert [type(v) for v in x] == [type(v) for v in y], f
+            assert np.array(x).tobytes() == np.array(y).tobytes(), f
+        else:
+            assert x == y, f
+    assert np.array(a["x"]).tobytes() == np.array(b["x"]).tobytes()
+    assert np.array(a["row"]).tobytes() == np.array(b["row"]).tobytes()
+
+
+def same_alloc(got, want):
+    assert got == want
+    assert list(got) == list(want)
+    for k, v in want.items():
+        assert list(got[k].items()) == list(v.items())
+        assert all(type(x) is float for x in got[k].values())
+
+
+def check(sn, r: Recorder, jobs=None):
+    """allocation == allocation_reference on ``sn``; HiGHS saw the same problem."""
+    pol = GavelMinTotalDuration()
+    jobs = _order(sn) if jobs is None else jobs
+    w0, l0, h0 = len(r.wrapper), r.linprog, len(r.highs)
+    got = pol.allocation(sn, jobs)
+    fast = (len(r.wrapper) - w0, r.linprog - l0, len(r.highs) - h0)
+    want = pol.allocation_reference(sn, jobs)
+    same_alloc(got, want)
+    if not jobs:
+        return got
+    # the fast path: no linprog, no wrapper, one Highs run (linprog's where not verified)
+    assert fast == ((0, 0, 1) if FAST else (1, 1, 1))
+    assert (len(r.wrapper), r.linprog, len(r.highs)) == (w0 + fast[0] + 1, l0 + fast[1] + 1,
+                                                         h0 + 2)
+    same_highs(r.highs[-2], r.highs[-1])
+    return got
+
+
+# ------------------------------------------------------------------ random snapshots
+GPUS = [1, 1, 2, 4, 8, 16]
+
+
+@settings(max_examples=120, deadline=None)
+@given(nv=st.integers(0, 3), nk=st.integers(0, 2), np_=st.integers(0, 1),
+       per=st.sampled_from([1, 2, 4, 8]),
+       specs=st.lists(st.tuples(st.sampled_from(APPS + ("no-such-app",)), st.sampled_from(GPUS),
+                                st.sampled_from([32, 64, 128, 256]), st.floats(0, 100),
+                                st.sampled_from([None, 0.0, 1.0, 1000.0, 1e7, 123.456]),
+                                st.floats(0, 2000)),
+                      min_size=1, max_size=40))
+def test_random_snapshots(nv, nk, np_, per, specs):
+    nodes = tuple([Node(f"v{i}", per, "v100") for i in range(nv)] +
+                  [Node(f"p{i}", per, "p100") for i in range(np_)] +
+                  [Node(f"k{i}", per, "k80", 12288) for i in range(nk)]) or (Node("p0", per, "p100"),)
+    jobs = [dataclasses.replace(job(i, app=a, n=n, batch=b, t=t), total_iters=it,
+                                completed_iters=min(done, it or 0.0))
+            for i, (a, n, b, t, it, done) in enumerate(specs)]
+    sn = snap(nodes, jobs)
+    with pytest.MonkeyPatch.context() as mp:
+        got = check(sn, Recorder(mp))
+    new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
+    assert got == ref.allocation(sn, _order(sn))
+    assert_same(new.schedule(sn), ref.schedule(sn))
+
+
+@settings(max_examples=40, deadline=None)
 @given(nv=st.integers(0, 3), nk=st.integers(0, 2), per=st.sampled_from([1, 2, 4, 8]),
        specs=st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from([1, 1, 2, 4, 8, 16]),
                                 st.sampled_from([32, 64, 128, 256]), st.floats(0, 100)),
@@ -34,12 +204,177 @@ def test_random_typed_clusters(nv, nk, per, specs):
     assert_same(new.schedule(sn), ref.schedule(sn))
 
 
+@pytest.mark.parametrize("n", [1, 2, 300])
+def test_one_and_many_jobs(rec, n):
+    nodes = (Node("v0", 4, "v100"), Node("p0", 8, "p100"), Node("k0", 2, "k80", 12288))
+    # every job fits a type (one that fits none has rate 0 everywhere: z = 0, X = 0)
+    jobs = [job(i, app=APPS[i % len(APPS)], n=GPUS[i % 5], batch=64, t=float(i % 7))
+            for i in range(n)]
+    got = check(snap(nodes, jobs), rec)
+    assert len(got) == n and sum(map(bool, got.values())) >= min(n, 3)
+
+
+def test_running_jobs_and_no_gpus(rec):
+    from policies.model import Allocation
+    nodes = (Node("v0", 4, "v100"), Node("k0", 4, "k80", 12288))
+    gpus = nodes[0].gpus()
+    running = dataclasses.replace(job(0, n=2), state=JobState.RUNNING, start_time=0.0,
+                                  allocation=Allocation(gpus[:2], 64, 1, None), iter_rate=3.0,
+                                  as_of=10.0, completed_iters=100.0)
+    check(snap(nodes, [running, job(1, n=1), job(2, n=8)], now=50.0), rec)
+    check(snap((), [job(1, n=1), job(2, n=2)]), rec)  # no GPU type: only z
+    assert check(snap(nodes, []), rec) == {}
+
+
+# ------------------------------------------------------------------ simulator runs
+class Both:
+    """gavel-mtd in a simulator run; at every call the fast allocation is compared."""
+
+    def __init__(self, r):
+        self.inner, self.r, self.calls = GavelMinTotalDuration(), r, 0
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    def schedule(self, sn):
+        check(sn, self.r)
+        self.calls += 1
+        return self.inner.schedule(sn)
+
+
+@pytest.mark.parametrize("cluster,seed", [("2x2:v100,1x4:p100,2x4:k80", 1),
+                                          ("2x2:v100,1x4:p100,2x4:k80", 7),
+                                          ("1x8:v100,2x2:k80", 3)])
+def test_every_call_of_a_simulator_run(rec, cluster, seed):
+    from gimbalctl.cluster import parse_cluster
+    from gimbalctl.hetero_workload import generate, jobs_from_rows
+    from gimbalctl.sim import SimConfig, simulate
+
+    nodes = parse_cluster(cluster)
+    jobs = jobs_from_rows(generate(30, nodes, span_s=900.0, seed=seed, models=M,
+                                   duration_range=(300.0, 3600.0)))
+    pol = Both(rec)
+    res = simulate(jobs, nodes, pol, M, SimConfig(interval=180.0, seed=seed, preempt_cost=10.0))
+    assert res.jobs.end.notna().all()
+    assert pol.calls > 10
+
+
+# ------------------------------------------------------------------ daemon state
 @pytest.mark.parametrize("nodes,seed", [(12, 0), (12, 1), (30, 2)])
-def test_daemon_state(nodes, seed):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from daemon_pass import build
-    finally:
-        sys.path.pop(0)
+def test_daemon_state(rec, nodes, seed):
+    from daemon_pass import build
     sn, _ = build(nodes, 8, 5 * nodes, 10 * nodes, seed=seed)
+    check(sn, rec)
     assert_same(GavelMinTotalDuration().schedule(sn), RefGavelMinTotalDuration().schedule(sn))
+
+
+# ------------------------------------------------------------------ the fallback
+@pytest.mark.parametrize("how", ["version", "missing", "default"])
+def test_fallback_when_the_fast_entry_is_unavailable(monkeypatch, how):
+    monkeypatch.setattr(hd, "_entry", None)
+    if how == "version":
+        monkeypatch.setattr(scipy, "__version__", "1.10.0")
+    elif how == "missing":
+        import scipy.optimize._linprog_util as lu  # linprog holds its own binding
+        monkeypatch.delattr(lu, "_check_result")
+    else:  # a changed default of _linprog_highs
+        monkeypatch.setitem(hd._DEFAULTS, "presolve", False)
+    assert hd.entry() is None
+    r = Recorder(monkeypatch)
+    from daemon_pass import build
+    sn, _ = build(12, 8, 40, 120, seed=4)
+    pol = GavelMinTotalDuration()
+    got = pol.allocation(sn, _order(sn))
+    assert r.linprog == 1 and len(r.wrapper) == 1  # through linprog
+    same_alloc(got, pol.allocation_reference(sn, _order(sn)))
+    same_args(r.wrapper[0], r.wrapper[1])
+
+
+@pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
+def test_fast_entry_taken_on_the_verified_scipy():
+    assert hd.entry() is not None
+
+
+def _outcome(fn, *a):
+    try:
+        return "ok", fn(*a)
+    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
+        return "raised", type(e), str(e)
+
+
+@pytest.mark.parametrize("it,raises", [(float("inf"), True), (float("nan"), False), (-5.0, False)])
+def test_non_finite_or_odd_lengths_as_linprog(rec, it, raises):
+    """An infinite length reaches A_ub: linprog's ValueError, from linprog (fallback); a
+    NaN or negative one is a remaining 0 -> 1 iteration, solved as usual."""
+    nodes = (Node("v0", 4, "v100"),)
+    sn = snap(nodes, [job(0), dataclasses.replace(job(1), total_iters=it)])
+    pol = GavelMinTotalDuration()
+    got = _outcome(pol.allocation, sn, _order(sn))
+    assert got == _outcome(pol.allocation_reference, sn, _order(sn))
+    assert (got[0] == "raised") == raises
+    if raises:
+        assert got[1] is ValueError and rec.linprog == 2 and not rec.wrapper
+
+
+@pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
+@pytest.mark.parametrize("nodes,seed", [(12, 5), (30, 6)])
+def test_wrapper_arguments_byte_identical(monkeypatch, nodes, seed):
+    """With the replicated wrapper run switched off (what happens when HiGHS answers other
+    than optimal), the fast entry hands scipy's _highs_wrapper the very arrays linprog
+    hands it: same dtype (int64 indices), shape and bytes, equal options in order."""
+    r = Recorder(monkeypatch)
+    monkeypatch.setattr(hd._Entry, "_run", lambda self, *a: None)
+    from daemon_pass import build
+    sn, _ = build(nodes, 8, 4 * nodes, 10 * nodes, seed=seed)
+    pol = GavelMinTotalDuration()
+    got = pol.allocation(sn, _order(sn))
+    assert (len(r.wrapper), r.linprog) == (1, 0)
+    same_alloc(got, pol.allocation_reference(sn, _order(sn)))
+    assert (len(r.wrapper), r.linprog) == (2, 1)
+    same_args(r.wrapper[0], r.wrapper[1])
+    assert r.wrapper[0][2].dtype == np.int64
+    same_highs(r.highs[0], r.highs[1])
+
+
+@pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
+@pytest.mark.parametrize("shift,fails", [(-1e-3, True), (-3e-4, False), (float("nan"), True),
+                                         ("slack", True)])
+def test_solution_checked_as_linprog_checks_it(monkeypatch, shift, fails):
+    """An 'optimal' answer outside linprog's tolerance (x below its bound, a violated row,
+    NaN) is linprog's status 4 with _check_result's message; inside it, accepted."""
+    run = hd._Entry._run
+
+    def bent(self, *a):
+        res = run(self, *a)
+        if shift == "slack":
+            res["slack"] = res["slack"] - 1e-3
+        else:
+            res["x"] = res["x"].copy()
+            res["x"][0] = shift
+        return res
+
+    monkeypatch.setattr(hd._Entry, "_run", bent)
+    sn = snap((Node("v0", 4, "v100"),), [job(0), job(1, n=2)])
+    got = _outcome(GavelMinTotalDuration().allocation, sn, _order(sn))
+    if fails:
+        assert got[:2] == ("raised", RuntimeError)
+        assert "does not satisfy the constraints within the required tolerance of 3.16E-04" \
+            in got[2]
+    else:
+        assert got[0] == "ok"
+
+
+@pytest.mark.parametrize("status", ["kInfeasible", "kTimeLimit", "kUnbounded"])
+def test_other_highs_answers_raise_linprogs_error(monkeypatch, status):
+    """HiGHS answering other than optimal (made up here: this LP is always feasible and
+    bounded) gives the RuntimeError with linprog's message on both paths."""
+    class Highs(core._Highs):
+        def getModelStatus(self):
+            return getattr(core.HighsModelStatus, status)
+
+    monkeypatch.setattr(core, "_Highs", Highs)
+    sn = snap((Node("v0", 4, "v100"), Node("k0", 2, "k80", 12288)), [job(0), job(1, n=2)])
+    pol = GavelMinTotalDuration()
+    got = _outcome(pol.allocation, sn, _order(sn))
+    assert got[:2] == ("raised", RuntimeError)
+    assert got == _outcome(pol.allocation_reference, sn, _order(sn))
