@@ -37,8 +37,8 @@ class GavelMinTotalDuration(Policy):
         """The LP of :meth:`allocation_reference`, its arrays built with numpy and handed to
         the HiGHS call linprog makes (:mod:`policies.highs_direct`): the same c, CSC matrix
         (indptr / indices / data: per column the rows in increasing order, zeros dropped as
-        ``put`` drops them), b_ub, bounds and options, so HiGHS returns the same x; the
-        same status and message from scipy's own functions.  Rates are computed once per
+        ``put`` drops them), b_ub, bounds and options, so HiGHS returns the same x; where
+        that is not linprog's plain success, linprog itself is run.  Rates are computed once per
         (application, GPUs, global batch) of the call: ``iter_rate`` reads nothing else of
         a job.  Falls back to :meth:`allocation_reference` where the fast entry is
         unavailable or an input is not finite (linprog then raises its own error)."""
@@ -93,9 +93,9 @@ class GavelMinTotalDuration(Policy):
         bounds = np.zeros((nv, 2))
         bounds[:nx, 1] = np.where(rate.reshape(-1) > 0, 1.0, 0.0)
         bounds[nx, 1] = np.inf
-        status, message, x = fast.solve(c, indptr, indices, data, b_ub, bounds)
-        if status != 0:
-            raise RuntimeError(f"gavel-mtd: LP failed ({message})")
+        x = fast.solve(c, indptr, indices, data, b_ub, bounds)
+        if x is None:  # not linprog's plain success: linprog itself (its answer or error)
+            return self.allocation_reference(snap, jobs)
         x = x[:-1].reshape(nj, nt)
         ii, kk = np.nonzero(x > 1e-9)
         out: list[dict[str, float]] = [{} for _ in range(nj)]

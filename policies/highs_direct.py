@@ -19,18 +19,19 @@ What ``linprog(method="highs")`` does in scipy 1.17.1 (``scipy/optimize/_linprog
   at every call: it builds six HighsOptionsManager objects per call, about 0.4 ms, for an
   answer that never changes), passOptions, passModel, run, getModelStatus, getInfo,
   getSolution: ``_run`` below.  Left out: getBasis and the per-column marginals loop
-  (only for linprog's marginals).  Where HiGHS does not answer "optimal" the wrapper itself
-  is called on the same arrays and its answer used.
-* ``_highs_to_scipy_status_message`` + ``_check_result`` (tol 1e-9, ``lp.bounds`` with inf,
-  no integrality): for an optimal answer their feasibility test is written out for this
-  LP's shape (no A_eq, no integrality: x within bounds ± tol, slack ≥ −tol, no NaN);
-  scipy's own functions give the status and message whenever that test fails.
+  (only for linprog's marginals).
+* ``_check_result`` (tol 1e-9, ``lp.bounds`` with inf, no integrality): for an optimal
+  answer its feasibility test, for this LP's shape (no A_eq, no integrality: x within
+  bounds ± its tolerance, slack ≥ −tolerance, no NaN).
+* Anything else — HiGHS answering other than "optimal", or that test failing — makes
+  :meth:`_Entry.solve` return ``None`` and the caller runs ``linprog`` itself, whose status,
+  message and error are then scipy's own (the rare path: this LP is feasible and bounded).
 * Left out: what only builds the rest of linprog's OptimizeResult (marginals, residuals).
 
 Exactness: HiGHS receives the same model (same vectors), the same option values and the
-same sequence of calls on a fresh ``Highs`` as under linprog, so it returns the same x; the
-status is scipy's.  tests/policies/test_gavel_mtd_differential.py records what every
-``Highs`` is handed (model, all option values) and returns, under both paths.  The fast
+same sequence of calls on a fresh ``Highs`` as under linprog, so it returns the same x;
+any other outcome is linprog's own.  tests/policies/test_gavel_mtd_differential.py
+records what every ``Highs`` is handed (model, all option values) and returns, under both paths.  The fast
 entry is used only on the scipy versions in ``VERIFIED`` and when every private name used
 exists with the expected defaults and linprog's wrapper is scipy's own; otherwise
 ``entry()`` is ``None`` and callers use linprog (scipy >= 1.10 keeps working).
@@ -58,7 +59,6 @@ class _Entry:
         import numpy as np
         import scipy
         import scipy.optimize._linprog_highs as lh
-        from scipy.optimize._linprog_util import _check_result
 
         if scipy.__version__ not in VERIFIED:
             raise ImportError(f"scipy {scipy.__version__}: fast HiGHS entry not verified")
@@ -87,10 +87,6 @@ class _Entry:
             'simplex_iteration_limit': None,
             'mip_rel_gap': None,
         }
-        self.module = lh
-        self.replace_inf = lh._replace_inf
-        self.status_message = lh._highs_to_scipy_status_message
-        self.check_result = _check_result
         self.np = np
         self.core = core = importlib.import_module("scipy.optimize._highspy._core")
         hw = importlib.import_module("scipy.optimize._highspy._highs_wrapper")
@@ -168,14 +164,14 @@ class _Entry:
         if model_status != self.optimal:
             return None
         solution = highs.getSolution()
-        return {"status": model_status, "message": highs.modelStatusToString(model_status),
-                "x": self.np.array(solution.col_value), "slack": rhs - solution.row_value,
+        return {"x": self.np.array(solution.col_value), "slack": rhs - solution.row_value,
                 "fun": info.objective_function_value}
 
     def solve(self, c, indptr, indices, data, b_ub, bounds):
-        """(status, message, x): linprog's ``res.status`` and ``res.x`` (its ``res.message``
-        where status != 0; on success HiGHS' own word).  ``bounds``: (n, 2) float64 with
-        inf where unbounded (linprog's ``lp.bounds``); c, b_ub float64 1-D, finite."""
+        """linprog's ``res.x`` where linprog would succeed with it (HiGHS optimal and the
+        answer within ``_check_result``'s tolerance), else ``None`` (the caller runs
+        linprog).  ``bounds``: (n, 2) float64 with inf where unbounded (linprog's
+        ``lp.bounds``); c, b_ub float64 1-D, finite."""
         np = self.np
         inf = self.inf
         lb, ub = bounds.T.copy()
@@ -188,29 +184,16 @@ class _Entry:
             if k.any():
                 a[k] = np.sign(a[k]) * inf
         res = self._run(c, indptr, indices, data, lhs, rhs, lb, ub)
-        if res is not None:
-            # scipy's status 0 (kOptimal) and _check_result's test of it for this LP (no
-            # integrality, no A_eq: con empty), in its arithmetic; any doubt -> scipy's own
-            x, slack = res["x"], res["slack"]
-            tol = self.tol
-            if not (np.isnan(x).any() or np.isnan(res["fun"]) or np.isnan(slack).any()) \
-                    and ((x >= bounds[:, 0] - tol) & (x <= bounds[:, 1] + tol)).all() \
-                    and not (slack < -tol).any():
-                return 0, res["message"], x
-        else:  # not optimal: the wrapper's own answer
-            res = self.module._highs_wrapper(c, indptr, indices, data, lhs, rhs, lb, ub,
-                                             np.empty(0).astype(np.uint8), dict(self.options))
-        if 'slack' in res:
-            slack = res['slack']
-            con = np.array(slack[len(b_ub):])
-            slack = np.array(slack[:len(b_ub)])
-        else:
-            slack, con = None, None
-        status, message = self.status_message(res.get('status', None), res.get('message', None))
-        x = res['x']
-        status, message = self.check_result(x, res.get('fun'), status, slack, con, bounds,
-                                            1e-9, message, None)
-        return status, message, x
+        if res is None:
+            return None
+        # _check_result's test of an optimal answer for this LP (no integrality, no A_eq)
+        x, slack = res["x"], res["slack"]
+        tol = self.tol
+        if (np.isnan(x).any() or np.isnan(res["fun"]) or np.isnan(slack).any()
+                or not ((x >= bounds[:, 0] - tol) & (x <= bounds[:, 1] + tol)).all()
+                or (slack < -tol).any()):
+            return None
+        return x
 
 
 def entry():
