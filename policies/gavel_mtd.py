@@ -16,6 +16,7 @@ from __future__ import annotations
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round
 from .model import ClusterSnapshot
+from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .typed_rounds import type_capacity
 
@@ -153,5 +154,44 @@ class GavelMinTotalDuration(Policy):
                 for i, j in enumerate(jobs)}
 
     def schedule(self, snap: ClusterSnapshot):
+        """The LP over the jobs with a positive rate on some GPU type, served by
+        :func:`run_round`.  A job with rate 0 on every type (more GPUs than any type has,
+        or no throughput profile) is left out of the LP (our choice: the paper's LP
+        assumes every job can run somewhere): in it, its row ``rem_j z ≤ 0`` would force
+        z = 0, which makes every X optimal — all zero included — and idled the whole
+        cluster.  Such a job waits: INFEASIBLE (in ``plan.infeasible``) where it asks more
+        GPUs than any type has, WAIT_RESOURCES naming the missing rate otherwise."""
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
-        return run_round(snap, self.name, jobs, self.allocation(snap, jobs), "min-total-duration")
+        types = type_capacity(snap)
+        most = max((v[0] for v in types.values()), default=0)
+        memo: dict = {}
+        lp_jobs, left = [], []
+        for j in jobs:
+            key = (j.app, j.num_gpus, j.global_batch)
+            ok = memo.get(key)
+            if ok is None:
+                ok = memo[key] = any(iter_rate(snap, j, t, per) > 0.0
+                                     for t, (g, per, _) in types.items() if j.num_gpus <= g)
+            (lp_jobs if ok else left).append(j)
+        alloc = self.allocation(snap, lp_jobs)
+        if left:  # a running one stays in the round: with no share it is pre-empted there
+            served = [j for j in jobs if j.id in alloc or j.running]
+            left = [j for j in left if not j.running]
+        else:
+            served = jobs
+        plan = run_round(snap, self.name, served, alloc, "min-total-duration")
+        if not left:
+            return plan
+        reasons, infeasible, waiting = dict(plan.reasons), [], []
+        for j in left:
+            if j.num_gpus > most:
+                infeasible.append(j.id)
+                reasons[j.id] = reason(ReasonCode.INFEASIBLE,
+                                       f"asks {j.num_gpus} GPUs, the largest GPU type has {most}")
+            else:
+                waiting.append(j.id)
+                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
+                                       f"no throughput for {j.app!r} on any GPU type it fits:"
+                                       " left out of the min-total-duration LP")
+        return make_plan(self.name, list(plan.actions), list(plan.order) + waiting, reasons,
+                         list(plan.infeasible) + infeasible)

@@ -28,7 +28,10 @@ from hypothesis import given, settings, strategies as st
 
 import policies.highs_direct as hd
 from policies.gavel_mtd import GavelMinTotalDuration
+from policies.gavel_rounds import iter_rate
 from policies.model import JobState, Node
+from policies.plan import ReasonCode
+from policies.typed_rounds import type_capacity
 from reference_gavel_mtd import RefGavelMinTotalDuration
 from test_similarity import APPS, M, job, snap
 from test_sjf_differential import assert_same
@@ -167,6 +170,37 @@ def check(sn, r: Recorder, jobs=None):
 GPUS = [1, 1, 2, 4, 8, 16]
 
 
+def _runs_somewhere(sn, j) -> bool:
+    types = type_capacity(sn)
+    return any(iter_rate(sn, j, t, v[1]) > 0.0 for t, v in types.items() if j.num_gpus <= v[0])
+
+
+def same_schedule(sn, nodes, jobs):
+    """The plan equals the reference's; where some job has rate 0 on every GPU type (the
+    reference's LP then has z = 0 and may idle everything), it equals the reference's plan
+    for the other jobs, and each such job waits with its reason (INFEASIBLE, in
+    ``plan.infeasible``, where no type has its GPU count)."""
+    new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
+    plan = new.schedule(sn)
+    left = [j for j in _order(sn) if not _runs_somewhere(sn, j)]  # in submit order
+    if not left:
+        assert_same(plan, ref.schedule(sn))
+        return
+    gone = {j.id for j in left}
+    want = ref.schedule(snap(nodes, [j for j in jobs if j.id not in gone]))
+    assert plan.actions == want.actions
+    assert plan.order[:len(want.order)] == want.order
+    most = max((v[0] for v in type_capacity(sn).values()), default=0)
+    big = [j.id for j in left if j.num_gpus > most]
+    assert list(plan.infeasible) == list(want.infeasible) + big
+    assert set(plan.order[len(want.order):]) == gone - set(big)
+    for j in left:
+        assert plan.reasons[j.id].code == (ReasonCode.INFEASIBLE if j.id in big
+                                           else ReasonCode.WAIT_RESOURCES)
+    for jid, r in want.reasons.items():
+        assert plan.reasons[jid] == r
+
+
 @settings(max_examples=120, deadline=None)
 @given(nv=st.integers(0, 3), nk=st.integers(0, 2), np_=st.integers(0, 1),
        per=st.sampled_from([1, 2, 4, 8]),
@@ -185,9 +219,8 @@ def test_random_snapshots(nv, nk, np_, per, specs):
     sn = snap(nodes, jobs)
     with pytest.MonkeyPatch.context() as mp:
         got = check(sn, Recorder(mp))
-    new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
-    assert got == ref.allocation(sn, _order(sn))
-    assert_same(new.schedule(sn), ref.schedule(sn))
+    assert got == RefGavelMinTotalDuration().allocation(sn, _order(sn))
+    same_schedule(sn, nodes, jobs)
 
 
 @settings(max_examples=40, deadline=None)
@@ -198,10 +231,27 @@ def test_random_snapshots(nv, nk, np_, per, specs):
 def test_random_typed_clusters(nv, nk, per, specs):
     nodes = tuple([Node(f"v{i}", per, "v100") for i in range(nv)] +
                   [Node(f"k{i}", per, "k80", 12288) for i in range(nk)]) or (Node("p0", per, "p100"),)
-    sn = snap(nodes, [job(i, app=a, n=n, batch=b, t=t) for i, (a, n, b, t) in enumerate(specs)])
+    jobs = [job(i, app=a, n=n, batch=b, t=t) for i, (a, n, b, t) in enumerate(specs)]
+    sn = snap(nodes, jobs)
     new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
     assert new.allocation(sn, _order(sn)) == ref.allocation(sn, _order(sn))
-    assert_same(new.schedule(sn), ref.schedule(sn))
+    same_schedule(sn, nodes, jobs)
+
+
+def test_a_job_no_type_can_run_does_not_idle_the_cluster():
+    """One job with more GPUs than any type has, or with no throughput profile, has rate 0
+    everywhere; in the LP its row forced z = 0 and every job's X to 0 (no job started).
+    It is left out: the others start, it waits with its reason."""
+    nodes = (Node("v0", 4, "v100"), Node("k0", 4, "k80", 12288))
+    base = [job(0), job(1, n=2), job(2, n=1)]
+    for extra, code in ((job(3, n=16), ReasonCode.INFEASIBLE),
+                        (dataclasses.replace(job(3), app="no-such-app"), ReasonCode.WAIT_RESOURCES)):
+        sn = snap(nodes, base + [extra])
+        assert not any(RefGavelMinTotalDuration().allocation(sn, _order(sn)).values())
+        plan = GavelMinTotalDuration().schedule(sn)
+        assert sorted(a.job_id for a in plan.starts()) == ["j0", "j1", "j2"]
+        assert plan.reasons["j3"].code == code
+        assert (plan.infeasible == ("j3",)) == (code == ReasonCode.INFEASIBLE)
 
 
 @pytest.mark.parametrize("n", [1, 2, 300])
