@@ -76,7 +76,7 @@ from typing import Mapping, Optional, Sequence
 from policies.base import exclusive_steps
 from policies.model import Job, Node
 
-from .predictor import group_key
+from .groups import group_key  # not .predictor: simulate does not import it
 from .profiles import APPS, Models, default_models
 from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
 

@@ -160,7 +160,9 @@ TIRESIAS_CSV = ("job_id,num_gpu,submit_time,iterations,model_name,duration,inter
 def test_simulate_of_a_pollux_or_tiresias_csv_imports_no_numpy(tmp_path, trace, json_out):
     """Start-up (docs/scale.md §6): a plain simulate of a Pollux workload (bench/vs_pollux.py's
     command) or of a Tiresias CSV whose model names all map to applications imports no numpy
-    (nor pandas): the summary, the iteration counts and the reader are plain Python."""
+    (nor pandas): the summary, the iteration counts and the reader are plain Python.  Nor
+    what only other commands or options use: the predictor module (the readers' group key
+    lives in gimbalctl.groups), pickle (``predictor fit``), tomllib (``--option``)."""
     from gimbalctl.cli import bundled_trace
 
     if trace == "pollux":
@@ -169,8 +171,12 @@ def test_simulate_of_a_pollux_or_tiresias_csv_imports_no_numpy(tmp_path, trace, 
     else:
         (tmp_path / "t.csv").write_text(TIRESIAS_CSV)
         args = ['--trace', str(tmp_path / "t.csv"), '--policy', 'tiresias', '--policy', 'fifo']
-    heavy = ('numpy', *HEAVY)
+    # (rich's table, the non-JSON output, imports pickle itself)
+    heavy = ('numpy', 'gimbalctl.predictor', 'tomllib', *HEAVY) + ('pickle',) * json_out
     assert _simulate_imports(args + ['--json'] * json_out, heavy) == []
+    if trace == "pollux" and json_out:  # --option still reads its TOML values
+        opt = ['--trace', path, '--policy', 'similarity', '--option', 'cd=false', '--json']
+        assert _simulate_imports(opt, ('numpy', 'tomllib')) == ['tomllib']
 
 
 def test_simulate_still_uses_numpy_where_it_must(tmp_path):
