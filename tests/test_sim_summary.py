@@ -183,6 +183,10 @@ def test_summary_of_data_frames_is_the_numpy_summary():
                                ce=rng.random(3 * n), bi=rng.random(3 * n) * 4,
                                gpu_busy=rng.random(3 * n)))
         assert_same(summarize(jobs, tl, 1e5, 3e6, 64), old_summarize(jobs, tl, 1e5, 3e6, 64))
+        jobs.loc[n // 2, "end"] = np.nan  # NaN as numpy propagates it (max, then the weights)
+        new = summarize(jobs, tl, 1e5, 3e6, 64)
+        assert_same(new, old_summarize(jobs, tl, 1e5, 3e6, 64))
+        assert math.isnan(new["avg_ql"])
 
 
 @pytest.mark.parametrize("policy,trace,cluster", [
