@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from functools import reduce
+from operator import add
 
 _BLOCK = 128  # numpy's PW_BLOCKSIZE
 
@@ -39,17 +41,9 @@ def _pairwise(a: list, lo: int, n: int) -> float:
             res += a[i]
         return res
     if n <= _BLOCK:
-        r = a[lo:lo + 8]
         m = n - n % 8
-        for i in range(lo + 8, lo + m, 8):
-            r[0] += a[i]
-            r[1] += a[i + 1]
-            r[2] += a[i + 2]
-            r[3] += a[i + 3]
-            r[4] += a[i + 4]
-            r[5] += a[i + 5]
-            r[6] += a[i + 6]
-            r[7] += a[i + 7]
+        # accumulator j: a[lo+j] + a[lo+j+8] + ... left to right, as numpy's r[j] += a[i+j]
+        r = [reduce(add, a[lo + j:lo + m:8]) for j in range(8)]
         res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
         for i in range(lo + m, lo + n):
             res += a[i]
@@ -60,8 +54,9 @@ def _pairwise(a: list, lo: int, n: int) -> float:
 
 
 def pairwise_sum(values) -> float:
-    """``float(np.asarray(values, dtype=float).sum())`` for a sequence of floats."""
-    a = [float(v) for v in values]
+    """``float(np.asarray(values, dtype=float).sum())`` for a sequence of floats (a list
+    is taken as it is: it must hold floats)."""
+    a = values if isinstance(values, list) else [float(v) for v in values]
     return 0.0 + _pairwise(a, 0, len(a))
 
 

@@ -15,6 +15,7 @@ tests/test_sim_summary.py compares it with the numpy code it replaced.
 from __future__ import annotations
 
 import math
+from math import isnan
 
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
@@ -94,10 +95,11 @@ class SimResult:
         by_col = tuple(zip(*rows)) or ((),) * len(_JOB_COLUMNS)  # the columns of ``rows``
         cols = {c: _floats(by_col[i])
                 for i, c in enumerate(_JOB_COLUMNS) if c not in ("id", "app", "user")}
-        cols["jct"] = [e - b for e, b in zip(cols["end"], cols["submit"])]
-        cols["queueing"] = [a - b for a, b in zip(cols["start"], cols["submit"])]
-        cols["wait_total"] = [j - r for j, r in zip(cols["jct"], cols["run_time"])]
-        tl = {c: _floats([x[i] for x in samples]) for i, c in enumerate(TimelineSample._fields)}
+        cols["jct"] = _Floats([e - b for e, b in zip(cols["end"], cols["submit"])])
+        cols["queueing"] = _Floats([a - b for a, b in zip(cols["start"], cols["submit"])])
+        cols["wait_total"] = _Floats([j - r for j, r in zip(cols["jct"], cols["run_time"])])
+        tl_cols = tuple(zip(*samples)) or ((),) * len(TimelineSample._fields)
+        tl = {c: _floats(tl_cols[i]) for i, c in enumerate(TimelineSample._fields)}
         n = len(rows)
         first = _min(cols["submit"]) if n else 0.0
         makespan = _max(cols["end"]) - first if n else 0.0
@@ -107,30 +109,38 @@ class SimResult:
         return cls(name, rows, samples, summary)
 
 
-def _floats(values) -> list:
+class _Floats(list):
+    """A list that holds only Python floats (made by :func:`_floats`)."""
+    __slots__ = ()
+
+
+def _floats(values) -> _Floats:
     """``np.asarray(values, dtype=float)`` as a list of Python floats (None is NaN)."""
-    return [_NAN if v is None else float(v) for v in values]
+    try:
+        return _Floats(map(float, values))
+    except TypeError:  # a None (a job without a deadline)
+        return _Floats([_NAN if v is None else float(v) for v in values])
 
 
 def _arr(frame, col: str) -> list:
     v = frame[col]
-    return v if type(v) is list else _floats(v)  # build()'s columns are such lists already
+    return v if type(v) is _Floats else _floats(v)  # build()'s columns are converted already
 
 
 def _min(x: list) -> float:
     """``float(np.min(x))`` of a non-empty list: NaN if any is NaN."""
-    return _NAN if any(v != v for v in x) else min(x)
+    return _NAN if any(map(isnan, x)) else min(x)
 
 
 def _max(x: list) -> float:
     """``float(np.max(x))`` of a non-empty list: NaN if any is NaN."""
-    return _NAN if any(v != v for v in x) else max(x)
+    return _NAN if any(map(isnan, x)) else max(x)
 
 
 def _median(x) -> float:
     """``np.median`` of a non-empty sequence, the same value (the middle one, or the mean of
     the middle two, NaN if any is NaN)."""
-    if any(v != v for v in x):
+    if any(map(isnan, x)):
         return _NAN
     s = sorted(x)
     m = len(s) // 2
@@ -140,7 +150,7 @@ def _median(x) -> float:
 def _percentile(x, q: float) -> float:
     """``np.percentile(x, q)`` (method "linear") of a non-empty sequence, the same value:
     virtual index (n - 1)·q/100 and numpy's two-sided ``_lerp``."""
-    if any(v != v for v in x):
+    if any(map(isnan, x)):
         return _NAN
     s = sorted(x)
     v = (len(s) - 1) * (q / 100)
@@ -183,6 +193,6 @@ def summarize(jobs, timeline, makespan: float, busy_gpu_seconds: float, total_gp
         out[key] = (pairwise_sum([a * b for a, b in zip(_arr(timeline, col), w)]) / scl
                     if len(t) else 0.0)
     dl = _arr(jobs, "deadline") if n else []
-    met = [e <= d for e, d in zip(_arr(jobs, "end"), dl) if d == d]  # deadline not NaN
+    met = [1.0 if e <= d else 0.0 for e, d in zip(_arr(jobs, "end"), dl) if d == d]  # d not NaN
     out["deadline_met_ratio"] = mean(met) if met else None
     return out
