@@ -70,6 +70,8 @@ def _parse_options(items: tuple[str, ...]) -> dict:
     """``--option KEY=VALUE`` items as policy keyword arguments.  VALUE is read as a TOML
     value (``decide=gpu_ngpu``, ``cd=true``, ``threshold=0.9``, ``decide="gpu"``), as the
     ``[policy_options]`` table of gimbal.toml; a bare word is a string."""
+    if not items:
+        return {}  # no --option: tomllib (~4 ms of a plain simulate's start-up) not imported
     import tomllib
 
     out = {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 from pathlib import Path
 
 import click
@@ -71,6 +70,8 @@ def register(main: click.Group) -> None:
                   help="pickle of the fitted predictor")
     def fit(sacct, slurm, days, config, kind: str, seed: int, out: Path) -> None:
         """Fit on the whole history and save the predictor."""
+        import pickle  # here: ``gimbalctl simulate`` loads this module, not pickle
+
         from .predictor import FITTERS
 
         hist = _history(sacct, slurm, days, config)

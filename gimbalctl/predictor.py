@@ -22,7 +22,6 @@ says which fields each loader has.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
@@ -30,11 +29,9 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from policies.model import FinishedJob
 
+from .groups import group_key  # the trace readers use it without importing this module
 
-def group_key(user, name, num_gpus, batch) -> str:
-    """Stable 12-hex recurrence key of (user, job name or application, GPUs, batch)."""
-    text = "\x1f".join(str(x) for x in (user, name, num_gpus, batch))
-    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
 
 
 def group_of(job) -> str:

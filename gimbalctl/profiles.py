@@ -42,10 +42,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-import numpy as np
-
 from policies.throughput import (GpuTypeTable, InterferenceTable, MemoryProfile, MpsInterference,
                                  ThroughputProfile)
+
+from . import npfree
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -78,18 +78,22 @@ class Models:
     predictors: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     def iterations_for(self, app: str, global_batch: int) -> float:
-        """Iterations to reach the app's target at ``global_batch`` (log-log interpolation)."""
+        """Iterations to reach the app's target at ``global_batch`` (log-log interpolation).
+
+        numpy's ``np.log`` / ``np.interp`` values computed without numpy
+        (:mod:`gimbalctl.npfree`: same floats, tests/test_npfree.py), so a simulate of a
+        Pollux workload does not import it."""
         table = self.iters_table.get(app)
         if not table:
             raise KeyError(f"no iteration table for application {app!r}")
-        xs = np.log([b for b, _ in table])
-        ys = np.log([i for _, i in table])
+        xs = [npfree.log(b) for b, _ in table]
+        ys = [npfree.log(i) for _, i in table]
         x = math.log(max(global_batch, 1))
         if x <= xs[0] or x >= xs[-1]:  # extrapolate with the end slope
             k = (0, 1) if x <= xs[0] else (-2, -1)
-            slope = (ys[k[1]] - ys[k[0]]) / (xs[k[1]] - xs[k[0]])
+            slope = npfree.div(ys[k[1]] - ys[k[0]], xs[k[1]] - xs[k[0]])
             return float(math.exp(ys[k[0]] + slope * (x - xs[k[0]])))
-        return float(math.exp(np.interp(x, xs, ys)))
+        return float(math.exp(npfree.interp(x, xs, ys)))
 
     def with_xi(self, xi: float | None = None, default: float | None = None) -> "Models":
         t = self.interference
@@ -126,6 +130,7 @@ def _placement_shape(p: str) -> tuple[int, int]:
 
 def fit_profile(app: str, placements, scalability) -> ThroughputProfile:
     """Fit eq. 3/4/7 parameters from Pollux profile frames (pandas)."""
+    import numpy as np  # fitting only (refit): the simulator's path does not import numpy
     import pandas as pd
 
     rows = []
@@ -172,6 +177,7 @@ def fit_memory(app: str, max_local_batch: int) -> MemoryProfile:
 
 
 def fit_interference(gavel: dict, gpu: str = "v100") -> dict[tuple[str, str], float]:
+    import numpy as np
     table = gavel[gpu]
     by_model: dict[tuple[str, str], list[float]] = {}
     for key, entry in table.items():
@@ -213,6 +219,7 @@ def fit_mps(solo, pairs, alias: Mapping[str, str] = H100_MODEL) -> dict:
        MPS pair row, both directions (64 values), with the solo curves fixed.
     3. Time-slicing ξ per model: geometric mean of its no-MPS pair rows.
     Returns pure data (``apps``, ``alias``, ``gamma``, ``fit`` errors) for models.json."""
+    import numpy as np
     from scipy.optimize import least_squares
 
     base = {r.model: float(r.iter_ms) for r in solo[solo.mps_pct.isna()].itertuples()}

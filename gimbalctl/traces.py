@@ -73,12 +73,10 @@ import re
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-import numpy as np
-
 from policies.base import exclusive_steps
 from policies.model import Job, Node
 
-from .predictor import group_key
+from .groups import group_key  # not .predictor: simulate does not import it
 from .profiles import APPS, Models, default_models
 from .trace_kinds import REQUIRED, TraceError  # noqa: F401  (re-exported)
 
@@ -170,13 +168,15 @@ def _peek_kind(path: Path, sep: str, columns: Optional[Mapping[str, str]]) -> Op
 
 class _Draws:
     """``numpy.random.default_rng(seed)``, made on the first draw: a trace that names
-    every job's application draws nothing and need not import ``numpy.random``."""
+    every job's application draws nothing and need not import numpy at all."""
 
     def __init__(self, seed: int):
         self.seed, self.rng = seed, None
 
     def integers(self, *args, **kw):
         if self.rng is None:
+            import numpy as np  # the first draw: a trace that names every app never gets here
+
             self.rng = np.random.default_rng(self.seed)
         return self.rng.integers(*args, **kw)
 

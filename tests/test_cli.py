@@ -105,7 +105,7 @@ HEAVY = ('gimbalctl.daemon', 'gimbalctl.slurm', 'gimbalctl.store', 'sqlalchemy',
          'sklearn', 'scipy', 'pandas', 'gimbalctl.traces_pandas')
 
 
-def _simulate_imports(args: list[str]) -> list[str]:
+def _simulate_imports(args: list[str], heavy=HEAVY) -> list[str]:
     """The heavy modules a ``gimbalctl simulate ARGS`` process has imported when it ends."""
     import subprocess
     import sys
@@ -113,7 +113,7 @@ def _simulate_imports(args: list[str]) -> list[str]:
     code = ("import sys; from click.testing import CliRunner; from gimbalctl.cli import main; "
             f"r = CliRunner().invoke(main, ['simulate', *{args!r}]); "
             "assert r.exit_code == 0, r.output; "
-            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return ast.literal_eval(out.stdout.strip())
@@ -149,6 +149,54 @@ def test_simulate_of_a_csv_imports_no_pandas(tmp_path, header, rows):
     p = tmp_path / "t.csv"
     p.write_text("\n".join([header, *rows]) + "\n")
     assert _simulate_imports(['--trace', str(p), '--policy', 'tiresias', '--policy', 'fifo']) == []
+
+
+TIRESIAS_CSV = ("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                "0,1,0,606,vgg19,164,30\n1,8,30,133,bert,147,23\n2,2,45,90,resnet50,300,10\n")
+
+
+@pytest.mark.parametrize("trace", ["pollux", "tiresias"])
+@pytest.mark.parametrize("json_out", [True, False])
+def test_simulate_of_a_pollux_or_tiresias_csv_imports_no_numpy(tmp_path, trace, json_out):
+    """Start-up (docs/scale.md §6): a plain simulate of a Pollux workload (bench/vs_pollux.py's
+    command) or of a Tiresias CSV whose model names all map to applications imports no numpy
+    (nor pandas): the summary, the iteration counts and the reader are plain Python.  Nor
+    what only other commands or options use: the predictor module (the readers' group key
+    lives in gimbalctl.groups), pickle (``predictor fit``), tomllib (``--option``)."""
+    from gimbalctl.cli import bundled_trace
+
+    if trace == "pollux":
+        path = str(bundled_trace("pollux/workload-3.csv"))
+        args = ['--trace', path, '--policy', 'tiresias', '--cluster', '16x4', '--interval', '60']
+    else:
+        (tmp_path / "t.csv").write_text(TIRESIAS_CSV)
+        args = ['--trace', str(tmp_path / "t.csv"), '--policy', 'tiresias', '--policy', 'fifo']
+    # (rich's table, the non-JSON output, imports pickle itself)
+    heavy = ('numpy', 'gimbalctl.predictor', 'tomllib', *HEAVY) + ('pickle',) * json_out
+    assert _simulate_imports(args + ['--json'] * json_out, heavy) == []
+    if trace == "pollux" and json_out:  # --option still reads its TOML values
+        opt = ['--trace', path, '--policy', 'similarity', '--option', 'cd=false', '--json']
+        assert _simulate_imports(opt, ('numpy', 'tomllib')) == ['tomllib']
+
+
+def test_simulate_still_uses_numpy_where_it_must(tmp_path):
+    """What needs numpy still works and imports it then: ``--out`` (per-job CSV, plots) and
+    a trace whose model names do not name an application (numpy's seeded draw picks one)."""
+    from gimbalctl.cli import bundled_trace
+
+    out = tmp_path / "out"
+    args = ['--trace', str(bundled_trace("pollux/workload-3.csv")), '--policy', 'fifo',
+            '--cluster', '16x4', '--out', str(out)]
+    assert 'numpy' in _simulate_imports(args, ('numpy',))
+    assert any(out.glob("*.csv")) and any(out.glob("*.png"))
+    (tmp_path / "u.csv").write_text(TIRESIAS_CSV.replace("vgg19", "mystery-net"))
+    args = ['--trace', str(tmp_path / "u.csv"), '--policy', 'fifo', '--json']
+    assert _simulate_imports(args, ('numpy',)) == ['numpy']
+    r1, r2 = run("simulate", *args), run("simulate", *args)
+    assert r1.exit_code == 0 and json.loads(r1.output)["jobs"] == 3
+    s1, s2 = (json.loads(r.output)["results"]["fifo"] for r in (r1, r2))
+    assert {k: v for k, v in s1.items() if k != "wall_s"} == \
+        {k: v for k, v in s2.items() if k != "wall_s"}
 
 
 def test_policy_options_reach_the_policy():
