@@ -16,8 +16,10 @@ module computes the same float64 values in the same order:
 * :func:`mean` is ``ndarray.mean``: that sum divided by the count (exact as a double).
 * :func:`log` is ``np.log`` of one float64 where numpy's loop calls the C library's
   ``log`` (as ``math.log`` does): numpy dispatches its own SIMD log only on AVX512F CPUs.
-  tests/test_npfree.py compares it with ``np.log`` wherever the tests run, on the bundled
-  iteration tables and on random inputs, so a CPU where they differ fails there.
+  tests/test_npfree.py compares it with ``np.log`` bit for bit where numpy's log is the C
+  library's (this project's dev and CI machines: the same simulation results as before);
+  on a CPU where numpy has its own log the two may differ in the last bit, and so may a
+  trace's iteration counts from the numpy-based code of before (the tests allow 1e-12 there).
 * :func:`div` is a float64 division that, as numpy's, gives ±inf / NaN at zero.
 * :func:`interp` is ``np.interp`` (numpy's ``arr_interp``) for a non-decreasing ``xp``
   without NaN: the same interval (the last ``j`` with ``xp[j] <= x``), the same end and

@@ -24,6 +24,26 @@ def same(a: float, b: float) -> bool:
                                                  math.copysign(1, b))
 
 
+def _numpy_log_is_libm() -> bool:
+    """Whether this numpy's float64 log is the C library's (it is on CPUs without AVX512F,
+    as this project's dev and CI machines; with AVX512F numpy dispatches its own SIMD log,
+    within an ulp of it but not always the same bits)."""
+    xs = np.random.default_rng(1).uniform(-300, 300, 20000)
+    xs = np.exp(xs)
+    return np.log(xs).tolist() == [math.log(v) for v in xs.tolist()]
+
+
+LIBM_LOG = _numpy_log_is_libm()
+
+
+def same_log(a: float, b: float) -> bool:
+    """``same`` where numpy's log is the C library's; elsewhere a last-bit difference of a
+    log (and what is computed from it) is allowed: relative 1e-12."""
+    if same(a, b) or LIBM_LOG:
+        return same(a, b)
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.data(), LENGTHS)
 def test_pairwise_sum_and_mean_are_numpys(data, n):
@@ -52,7 +72,7 @@ def test_pairwise_sum_grouping_shows():
 @given(st.one_of(st.integers(0, 2**40), st.floats(0, 1e300), ANY))
 def test_log_is_numpys(v):
     with np.errstate(all="ignore"):
-        assert same(npfree.log(v), float(np.log(np.array([v], dtype=float))[0]))
+        assert same_log(npfree.log(v), float(np.log(np.array([v], dtype=float))[0]))
 
 
 def test_log_of_the_bundled_tables_is_numpys():
@@ -60,7 +80,7 @@ def test_log_of_the_bundled_tables_is_numpys():
     there is ``np.log``'s array loop (as the old iterations_for computed it), bit for bit."""
     for table in default_models().iters_table.values():
         for col in zip(*table):
-            assert [npfree.log(v) for v in col] == np.log(list(col)).tolist()
+            assert all(map(same_log, [npfree.log(v) for v in col], np.log(list(col)).tolist()))
 
 
 sorted_nodes = st.lists(FINITE, min_size=2, max_size=12).map(sorted)
@@ -94,7 +114,7 @@ def outcome(f, *args):
 
 
 def same_outcome(a, b) -> bool:
-    return a is b if isinstance(a, type) or isinstance(b, type) else same(a, b)
+    return a is b if isinstance(a, type) or isinstance(b, type) else same_log(a, b)
 
 
 def _iterations_with_numpy(models, app, global_batch):
@@ -116,7 +136,7 @@ def test_iterations_for_is_the_numpy_value_on_every_batch():
     m = default_models()
     for app, table in m.iters_table.items():
         for b in [*range(0, 40001), *(b for b, _ in table)]:
-            assert m.iterations_for(app, b) == _iterations_with_numpy(m, app, b), (app, b)
+            assert same_log(m.iterations_for(app, b), _iterations_with_numpy(m, app, b)), (app, b)
 
 
 @settings(max_examples=300, deadline=None)
