@@ -13,12 +13,26 @@ counts as one remaining iteration.  Solved with scipy's HiGHS.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round
 from .model import ClusterSnapshot
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .typed_rounds import type_capacity
+
+
+def _caps(types: dict) -> list:
+    """(type, GPUs, most GPUs on one node) per GPU type, in type-name order (the LP's
+    column order)."""
+    return [(t, types[t][0], types[t][1]) for t in sorted(types)]
+
+
+def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
+    """``job``'s iterations/s on each type of ``caps`` (0 where it asks more GPUs than
+    the type has): a row of the LP's ``r``."""
+    return [iter_rate(snap, job, t, per) if job.num_gpus <= g else 0.0 for t, g, per in caps]
 
 
 @register("gavel-mtd")
@@ -34,15 +48,19 @@ class GavelMinTotalDuration(Policy):
             raise ValueError(f"gavel-mtd: round_length must be > 0 seconds, not {round_length!r}")
         self.round_length = float(round_length)
 
-    def allocation(self, snap: ClusterSnapshot, jobs) -> dict[str, dict[str, float]]:
+    def allocation(self, snap: ClusterSnapshot, jobs,
+                   rate_rows: Optional[dict] = None) -> dict[str, dict[str, float]]:
         """The LP of :meth:`allocation_reference`, its arrays built with numpy and handed to
         the HiGHS call linprog makes (:mod:`policies.highs_direct`): the same c, CSC matrix
         (indptr / indices / data: per column the rows in increasing order, zeros dropped as
         ``put`` drops them), b_ub, bounds and options, so HiGHS returns the same x; where
         that is not linprog's plain success, linprog itself is run.  Rates are computed once per
         (application, GPUs, global batch) of the call: ``iter_rate`` reads nothing else of
-        a job.  Falls back to :meth:`allocation_reference` where the fast entry is
-        unavailable or an input is not finite (linprog then raises its own error)."""
+        a job.  ``rate_rows``: (application, GPUs, global batch) -> that row (as
+        :func:`_rate_row` makes it), rows :meth:`schedule` has already made this call; the
+        missing ones are made and added.  Falls back to :meth:`allocation_reference` where
+        the fast entry is unavailable or an input is not finite (linprog then raises its
+        own error)."""
         import numpy as np  # here, not at import: listing policies stays light (start-up)
         from .highs_direct import entry
 
@@ -54,15 +72,14 @@ class GavelMinTotalDuration(Policy):
         nj, nt = len(jobs), len(tnames)
         if nj == 0:
             return {}
-        caps = [(t, types[t][0], types[t][1]) for t in tnames]
-        memo: dict = {}
+        caps = _caps(types)
+        memo: dict = {} if rate_rows is None else rate_rows
         rows = []
         for j in jobs:
             key = (j.app, j.num_gpus, j.global_batch)
             r = memo.get(key)
             if r is None:
-                r = memo[key] = [iter_rate(snap, j, t, per) if j.num_gpus <= g else 0.0
-                                 for t, g, per in caps]
+                r = memo[key] = _rate_row(snap, j, caps)
             rows.append(r)
         rate = np.array(rows).reshape(nj, nt)
         rem = np.array([max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs])
@@ -164,16 +181,18 @@ class GavelMinTotalDuration(Policy):
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         types = type_capacity(snap)
         most = max((v[0] for v in types.values()), default=0)
-        memo: dict = {}
+        caps = _caps(types)
+        rows: dict = {}  # (app, GPUs, batch) -> rate row, handed on to allocation
+        ok_of: dict = {}
         lp_jobs, left = [], []
         for j in jobs:
             key = (j.app, j.num_gpus, j.global_batch)
-            ok = memo.get(key)
+            ok = ok_of.get(key)
             if ok is None:
-                ok = memo[key] = any(iter_rate(snap, j, t, per) > 0.0
-                                     for t, (g, per, _) in types.items() if j.num_gpus <= g)
+                row = rows[key] = _rate_row(snap, j, caps)
+                ok = ok_of[key] = any(r > 0.0 for r in row)
             (lp_jobs if ok else left).append(j)
-        alloc = self.allocation(snap, lp_jobs)
+        alloc = self.allocation(snap, lp_jobs, rows)
         if left:  # a running one stays in the round: with no share it is pre-empted there
             served = [j for j in jobs if j.id in alloc or j.running]
             left = [j for j in left if not j.running]

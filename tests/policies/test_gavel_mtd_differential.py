@@ -254,6 +254,37 @@ def test_a_job_no_type_can_run_does_not_idle_the_cluster():
         assert (plan.infeasible == ("j3",)) == (code == ReasonCode.INFEASIBLE)
 
 
+def test_rates_made_once_per_call_and_handed_to_allocation(monkeypatch):
+    """``schedule`` makes each (application, GPUs, batch) rate row once and hands the rows
+    to ``allocation``, which makes none again: one ``iter_rate`` per signature and type
+    that fits (the same Plan); ``allocation`` not handed rows makes its own."""
+    import policies.gavel_mtd as gm
+    nodes = (Node("v0", 4, "v100"), Node("p0", 8, "p100"), Node("k0", 2, "k80", 12288))
+    jobs = [job(i, app=APPS[i % len(APPS)], n=GPUS[i % 5], batch=64, t=float(i % 7))
+            for i in range(60)] + [job(60, n=16)]  # one that fits no type: its row too
+    sn = snap(nodes, jobs)
+    want = GavelMinTotalDuration().schedule(sn)
+    same_schedule(sn, nodes, jobs)  # that Plan is the reference's
+    calls = []
+
+    def counted(s, j, t, per):
+        calls.append((j.app, j.num_gpus, j.global_batch, t))
+        return iter_rate(s, j, t, per)
+
+    monkeypatch.setattr(gm, "iter_rate", counted)
+    got = GavelMinTotalDuration().schedule(sn)
+    assert len(calls) == len(set(calls))
+    caps = type_capacity(sn)
+    assert set(calls) == {(j.app, j.num_gpus, j.global_batch, t) for j in jobs
+                          for t, (g, _, _) in caps.items() if j.num_gpus <= g}
+    assert_same(got, want)
+    calls.clear()  # allocation alone makes the rows it is not handed
+    lp_jobs = [j for j in _order(sn) if j.num_gpus <= 8]
+    assert GavelMinTotalDuration().allocation(sn, lp_jobs) == \
+        RefGavelMinTotalDuration().allocation(sn, lp_jobs)
+    assert calls and len(calls) == len(set(calls))
+
+
 @pytest.mark.parametrize("n", [1, 2, 300])
 def test_one_and_many_jobs(rec, n):
     nodes = (Node("v0", 4, "v100"), Node("p0", 8, "p100"), Node("k0", 2, "k80", 12288))
