@@ -66,45 +66,59 @@ def list_policies(as_json: bool) -> None:
     Console().print(table)
 
 
-def _parse_options(items: tuple[str, ...]) -> dict:
-    """``--option KEY=VALUE`` items as policy keyword arguments.  VALUE is read as a TOML
-    value (``decide=gpu_ngpu``, ``cd=true``, ``threshold=0.9``, ``decide="gpu"``), as the
+def _parse_options(items: tuple[str, ...]) -> tuple[dict, dict[str, dict]]:
+    """``--option [POLICY:]KEY=VALUE`` items as policy keyword arguments: ``(for every
+    policy, {policy name: for that policy only})``.  VALUE is read as a TOML value
+    (``decide=gpu_ngpu``, ``cd=true``, ``threshold=0.9``, ``decide="gpu"``), as the
     ``[policy_options]`` table of gimbal.toml; a bare word is a string."""
     if not items:
-        return {}  # no --option: tomllib (~4 ms of a plain simulate's start-up) not imported
+        return {}, {}  # no --option: tomllib (~4 ms of a plain simulate's start-up) not imported
     import tomllib
 
-    out = {}
+    common: dict = {}
+    scoped: dict[str, dict] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if not sep or not key.isidentifier() or not raw:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (KEY a Python name)",
+        scope, colon, key = key.partition(":")
+        if not colon:
+            scope, key = "", scope
+        key, raw, scope = key.strip(), raw.strip(), scope.strip()
+        if not sep or not key.isidentifier() or not raw or (colon and not scope):
+            raise click.BadParameter(f"{item!r} is not [POLICY:]KEY=VALUE (KEY a Python name)",
                                      param_hint="--option")
+        out = scoped.setdefault(scope, {}) if scope else common
         if key in out:
-            raise click.BadParameter(f"{key!r} given twice", param_hint="--option")
+            raise click.BadParameter(f"{key!r} given twice" + (f" for {scope}" if scope else ""),
+                                     param_hint="--option")
         try:
             out[key] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             out[key] = raw
-    return out
+    return common, scoped
 
 
 def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
-                    options: dict | None = None) -> list:
+                    options: dict | None = None, scoped: dict | None = None) -> list:
+    """The named policies (else the demo set), each made with ``options`` and, over them,
+    its own ``scoped[name]`` options (``--option NAME:KEY=VALUE``: the narrower wins)."""
     # policies.names() imports every policy module: only when none is named
     chosen = list(names) if names else [p for p in DEMO_POLICIES if p in policies.names()]
+    stray = sorted(set(scoped or {}) - set(chosen))
+    if stray:
+        raise click.BadParameter(f"{', '.join(stray)}: not among the --policy names "
+                                 f"({', '.join(chosen)})", param_hint="--option")
     out = []
     for n in chosen:
+        opts = {**(options or {}), **(scoped or {}).get(n, {})}
         try:
-            pol = policies.get_policy(n, **(options or {}))
+            pol = policies.get_policy(n, **opts)
             if min_run_s and getattr(pol, "accepts_min_run", False):
-                pol = policies.get_policy(n, min_run_s=min_run_s, **(options or {}))
+                pol = policies.get_policy(n, min_run_s=min_run_s, **opts)
             out.append(pol)
         except UnknownPolicyError as e:
             raise click.BadParameter(str(e), param_hint="--policy") from None
         except (TypeError, ValueError) as e:
-            raise click.BadParameter(f"policy {n!r} with {options}: {e}",
+            raise click.BadParameter(f"policy {n!r} with {opts}: {e}",
                                      param_hint="--option") from None
     return out
 
@@ -150,9 +164,10 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
               show_default=True,
               help="table1: give each recurrence group a seed 003 Table I model-parallel job "
                    "type (§V-B 1-b; docs/asrpt.md), iterations from the trace durations")
-@click.option("--option", "policy_option", multiple=True, metavar="KEY=VALUE",
-              help="policy option for every --policy (repeatable; as [policy_options] in "
-                   "gimbal.toml), e.g. --option decide=gpu_ngpu --option cd=true")
+@click.option("--option", "policy_option", multiple=True, metavar="[POLICY:]KEY=VALUE",
+              help="policy option (repeatable; as [policy_options] in gimbal.toml) for every "
+                   "--policy, or with POLICY: for that one only (it wins over an option for "
+                   "every policy), e.g. --option decide=gpu_ngpu --option similarity:cd=true")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
 def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
              interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
@@ -162,11 +177,17 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
     from .sim import SimConfig, simulate as run_sim
     from .traces import load_trace
 
-    options = _parse_options(policy_option)
-    if options and not policy_names:
+    options, scoped = _parse_options(policy_option)
+    if (options or scoped) and not policy_names:
         raise click.BadParameter("name the policies the options are for (--policy)",
                                  param_hint="--option")
-    pols = _parse_policies(policy_names, min_run_s, options)
+    net_scoped = sorted(f"{p}:{k}" for p, o in scoped.items() for k in o
+                        if k in ("intra_gbytes", "inter_gbits"))
+    if net_scoped:
+        raise click.BadParameter(f"{', '.join(net_scoped)}: the network is the simulated "
+                                 "cluster's, the same for every policy (give it without POLICY:)",
+                                 param_hint="--option")
+    pols = _parse_policies(policy_names, min_run_s, options, scoped)
     models = default_models()
     if gpu_types_file is not None:
         from .config import ConfigError, load as load_config

@@ -202,11 +202,44 @@ def test_simulate_still_uses_numpy_where_it_must(tmp_path):
 def test_policy_options_reach_the_policy():
     from gimbalctl.cli import _parse_options, _parse_policies
 
-    opts = _parse_options(("decide=gpu", "cd=false", "round_length=360", 'jp="yes"'))
+    opts, scoped = _parse_options(("decide=gpu", "cd=false", "round_length=360", 'jp="yes"'))
     assert opts == {"decide": "gpu", "cd": False, "round_length": 360, "jp": "yes"}
-    (pol,) = _parse_policies(("similarity",), 0.0, _parse_options(("decide=gpu", "cd=false",
-                                                                    "round_length=360.5")))
+    assert scoped == {}
+    (pol,) = _parse_policies(("similarity",), 0.0, *_parse_options(("decide=gpu", "cd=false",
+                                                                     "round_length=360.5")))
     assert (pol.decide, pol.cd, pol.jp, pol.round_length) == ("gpu", False, True, 360.5)
+
+
+def test_policy_scoped_options_reach_that_policy_only():
+    """``--option POLICY:KEY=VALUE`` goes to that policy only, over an option for every
+    policy; a value may hold a colon."""
+    from gimbalctl.cli import _parse_options, _parse_policies
+
+    opts, scoped = _parse_options(("round_length=360", "similarity:cd=false",
+                                   "similarity:round_length=90", 'similarity:decide="gpu"',
+                                   "gavel:round_length=30"))
+    assert opts == {"round_length": 360}
+    assert scoped == {"similarity": {"cd": False, "round_length": 90, "decide": "gpu"},
+                      "gavel": {"round_length": 30}}
+    sim, gavel, iso = _parse_policies(("similarity", "gavel", "isolation"), 0.0, opts, scoped)
+    assert (sim.cd, sim.round_length, sim.decide) == (False, 90.0, "gpu")
+    assert gavel.round_length == 30.0 and iso.round_length == 360.0
+    assert _parse_options(('x:k="a:b"',)) == ({}, {"x": {"k": "a:b"}})
+
+
+def test_simulate_with_an_option_one_policy_lacks_scoped_to_the_other():
+    """``cd`` is similarity's own: for every policy it is an error for fifo, scoped to
+    similarity both run, and similarity runs the variant it runs alone."""
+    base = ["simulate", "--limit", "30", "--cluster", "4x8:v100,4x8:k80", "--json"]
+    r = CliRunner().invoke(main, [*base, "--policy", "fifo", "--policy", "similarity",
+                                  "--option", "cd=false"])
+    assert r.exit_code == 2 and "'fifo'" in r.output, r.output
+    r = run(*base, "--policy", "fifo", "--policy", "similarity", "--option", "similarity:cd=false")
+    assert r.exit_code == 0, r.output
+    both = json.loads(r.output)["results"]
+    alone = json.loads(run(*base, "--policy", "similarity", "--option", "cd=false").output)
+    assert both["similarity"]["avg_jct"] == alone["results"]["similarity"]["avg_jct"]
+    assert set(both) == {"fifo", "similarity"}
 
 
 def test_simulate_with_policy_options_runs_that_variant():
@@ -220,8 +253,15 @@ def test_simulate_with_policy_options_runs_that_variant():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--policy", "similarity", "--option", "decide"], "not KEY=VALUE"),
-    (["--policy", "similarity", "--option", "1x=2"], "not KEY=VALUE"),
+    (["--policy", "similarity", "--option", "decide"], "not [POLICY:]KEY=VALUE"),
+    (["--policy", "similarity", "--option", "1x=2"], "not [POLICY:]KEY=VALUE"),
+    (["--policy", "similarity", "--option", ":cd=true"], "not [POLICY:]KEY=VALUE"),
+    (["--policy", "similarity", "--option", "similarity:cd=true", "--option",
+      "similarity:cd=false"], "given twice for similarity"),
+    (["--policy", "similarity", "--option", "gavel:round_length=30"],
+     "gavel: not among the --policy names (similarity)"),
+    (["--policy", "similarity", "--option", "similarity:inter_gbits=1"], "the same for every"),
+    (["--option", "similarity:cd=true"], "name the policies"),
     (["--policy", "similarity", "--option", "cd=true", "--option", "cd=false"], "given twice"),
     (["--policy", "similarity", "--option", "nope=1"], "nope"),
     (["--policy", "similarity", "--option", "decide=fastest"], "decide must be one of"),
