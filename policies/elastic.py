@@ -69,10 +69,13 @@ class Rates:
                min((n.gpu_mem_mb for n in snap.nodes), default=0))
         hit = _MEMO.get("rates")
         if hit is None or hit[0] != key or hit[1] is not snap.profiles or hit[2] is not snap.memory:
-            hit = (key, snap.profiles, snap.memory, {}, {})
+            hit = (key, snap.profiles, snap.memory, {}, {}, {})
             _MEMO["rates"] = hit
         self._accum: dict[tuple, tuple[int, int]] = hit[3]
         self._rate: dict[tuple, float] = hit[4]
+        # (app, global batch) -> [k, done]: one more GPU helps a profiled job of them at
+        # every count below k; done: it does not at k (policies.max_min's demands)
+        self.useful_upto: dict[tuple, list] = hit[5]
 
     def config(self, job: Job, k: int) -> tuple[int, int]:
         """(sub_batch, accum_steps) of ``job`` on ``k`` GPUs."""

@@ -10,11 +10,85 @@ Shares are regulated by network packing and placed as in :mod:`policies.elastic`
 """
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_right
+from itertools import accumulate
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, useful_share
 from .registry import register
+
+
+def _demand(rates: Rates, job, cap: int, bound: int) -> int:
+    """min(D, ``bound``), D the count at which the one-GPU-at-a-time water-filling drops
+    ``job``: the first count ``c ≥ 1`` with ``c ≥ cap`` or one more GPU not helping
+    (:func:`~policies.elastic.useful_share`).  For a profiled job that test depends only on
+    (application, global batch, c) (``Rates.rate``), so what is learnt is kept in
+    ``rates.useful_upto`` across calls while the rates' memo is valid."""
+    top = min(max(cap, 1), bound)
+    if rates.profiled(job):
+        key = (job.app, job.global_batch)
+        m = rates.useful_upto.get(key)
+        if m is None:
+            m = rates.useful_upto[key] = [1, False]
+        k, done = m
+        if done or k >= top:
+            return min(k, top)
+        while k < top:
+            if not useful_share(rates, job, k):
+                m[0], m[1] = k, True
+                return k
+            k += 1
+        m[0] = k
+        return k
+    c = 1
+    while c < top and useful_share(rates, job, c):
+        c += 1
+    return c
+
+
+def water_fill(rates: Rates, jobs: list, cap: dict, left: int) -> dict[str, int]:
+    """Shares of ``jobs`` (each holding 1 GPU, in priority order) after handing out ``left``
+    GPUs one at a time to the job holding the fewest (ties: that order), a job dropping
+    out at its demand D (:func:`_demand`) — computed by levels instead of per GPU: with
+    ``S(L) = Σ (min(D, L) − 1)`` the GPUs needed to lift every job to level L, each job
+    gets min(D, L) for the largest L with S(L) ≤ left, and the ``left − S(L)`` GPUs still
+    left go, one each, to the first jobs in order with D > L — what the per-GPU heap
+    walk hands out (it serves level L's jobs in order before any of level L + 1's;
+    tests/policies/test_elastic_differential.py against it).  The demands are found up to
+    a bound doubled until the level lies below it, so no job is probed far above the
+    level the walk would reach."""
+    n = len(jobs)
+    bound = left // max(n, 1) + 2
+    while True:
+        d = [_demand(rates, j, cap[j.id], bound) for j in jobs]
+        srt = sorted(d)
+        pre = list(accumulate(srt, initial=0))
+        # S(L) = Σ_{d < L} d + L·#{d ≥ L} − n, non-decreasing in L
+        if pre[n] - n <= left:  # every job reaches its (bounded) demand
+            level = srt[-1] if n else 0
+        else:
+            lo, hi = 1, srt[-1]  # S(lo) ≤ left < S(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                i = bisect_right(srt, mid - 1)
+                if pre[i] + mid * (n - i) - n <= left:
+                    lo = mid
+                else:
+                    hi = mid
+            level = lo
+        if level + 1 < bound or all(x < bound for x in d):
+            break
+        bound *= 2
+    out = {}
+    i = bisect_right(srt, level - 1)
+    rest = left - (pre[i] + level * (n - i) - n)
+    for j, dj in zip(jobs, d):
+        s = min(dj, level)
+        if rest > 0 and dj > level:
+            s += 1
+            rest -= 1
+        out[j.id] = s
+    return out
 
 
 @register("max-min")
@@ -35,13 +109,7 @@ class MaxMin(Policy):
         cap = {j.id: rates.cap(j, n) for j in jobs}
         shares = {j.id: (1 if i < M else 0) for i, j in enumerate(jobs)}
         left = M - min(n, M)
-        heap = [(1, i, j) for i, j in enumerate(jobs[:M])]
-        while left > 0 and heap:
-            cnt, i, j = heapq.heappop(heap)
-            if cnt >= cap[j.id] or not useful_share(rates, j, cnt):
-                continue  # demand met: drops out of the water-filling
-            shares[j.id] = cnt + 1
-            left -= 1
-            heapq.heappush(heap, (cnt + 1, i, j))
+        if left > 0:
+            shares.update(water_fill(rates, jobs[:M], cap, left))
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
                             packing=self.packing)

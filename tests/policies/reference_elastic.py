@@ -95,3 +95,31 @@ class RefPeak:
             if r > best * (1 + 1e-9):
                 best, best_k = r, k
         return best_k
+
+
+def max_min_schedule(self, snap):
+    """MaxMin.schedule as it was before the water-filling by levels (policies/max_min.py):
+    one GPU at a time from a heap (the Plan through ``policies.max_min.elastic_plan``, looked up
+    at the call: the differential test patches it with its reference)."""
+    import heapq
+
+    import policies.max_min
+    from policies.elastic import useful_share
+
+    rates = Rates(snap)
+    jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+    M = snap.total_gpus
+    n = len(jobs)
+    cap = {j.id: rates.cap(j, n) for j in jobs}
+    shares = {j.id: (1 if i < M else 0) for i, j in enumerate(jobs)}
+    left = M - min(n, M)
+    heap = [(1, i, j) for i, j in enumerate(jobs[:M])]
+    while left > 0 and heap:
+        cnt, i, j = heapq.heappop(heap)
+        if cnt >= cap[j.id] or not useful_share(rates, j, cnt):
+            continue  # demand met: drops out of the water-filling
+        shares[j.id] = cnt + 1
+        left -= 1
+        heapq.heappush(heap, (cnt + 1, i, j))
+    return policies.max_min.elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
+                                         packing=self.packing)

@@ -29,14 +29,14 @@ import policies.afs_p
 import policies.max_min
 import reference_afs_handout as ref_handout
 import reference_afs_speed as ref_speed
-from reference_elastic import RefPeak, place as ref_place
+from reference_elastic import RefPeak, max_min_schedule as ref_max_min, place as ref_place
 from test_sjf_differential import assert_same
 from daemon_pass import build
 
 MODELS = default_models()
 ELASTIC = ("afs-l", "afs-p", "max-min", "optimus", "themis")
 REF_SCHEDULE = {"afs-p": ref_speed.RefAfsP.schedule, "themis": ref_speed.RefThemis.schedule,
-                "optimus": ref_speed.RefOptimus.schedule}
+                "optimus": ref_speed.RefOptimus.schedule, "max-min": ref_max_min}
 
 
 @st.composite
@@ -78,6 +78,73 @@ def test_place_matches_reference(case):
     assert elastic.place(snap, shares) == ref_place(snap, shares)
     # list order of the result too (the plan walks the policy's order, but be strict)
     assert list(elastic.place(snap, shares)) == list(ref_place(snap, shares))
+
+
+def _heap_fill(rates, jobs, cap, left):
+    """max-min's hand-out as it was: one GPU at a time from a heap (reference_elastic)."""
+    import heapq
+
+    shares = {j.id: 1 for j in jobs}
+    heap = [(1, i, j) for i, j in enumerate(jobs)]
+    while left > 0 and heap:
+        cnt, i, j = heapq.heappop(heap)
+        if cnt >= cap[j.id] or not elastic.useful_share(rates, j, cnt):
+            continue
+        shares[j.id] = cnt + 1
+        left -= 1
+        heapq.heappush(heap, (cnt + 1, i, j))
+    return shares
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(st.tuples(st.sampled_from(APPS + ("no-such-app",)),
+                                st.sampled_from([1, 8, 16, 64, 256, 1024, 4096]),
+                                st.integers(0, 300), st.booleans(),
+                                st.dictionaries(st.integers(1, 16), st.floats(0.0, 50.0),
+                                                max_size=3)),
+                      min_size=0, max_size=12),
+       left=st.integers(0, 2400), per=st.sampled_from([1, 4, 8]), twice=st.booleans())
+def test_max_min_water_fill_matches_the_heap(specs, left, per, twice):
+    """Levels against the per-GPU heap: profiled and unprofiled jobs (measured rates or
+    none, linear so never sated), caps from 0 up, plateaus at 1 GPU, many GPUs left; the
+    demand memo carried to later calls with smaller, then larger caps (the same rates'
+    memo)."""
+    from policies.elastic import MEASURED_RATES, UNPROFILED
+    from policies.max_min import water_fill
+
+    elastic._MEMO.clear()
+    jobs = [Job(f"j{i}", float(i), 1, app, b) for i, (app, b, _, _, _) in enumerate(specs)]
+    unprof = tuple(j.id for j, sp in zip(jobs, specs) if sp[3] or sp[0] == "no-such-app")
+    measured = {j.id: sp[4] for j, sp in zip(jobs, specs) if sp[4]}
+    nodes = (Node("n0", per),)
+    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({j.id: j for j in jobs}),
+                           MappingProxyType({}), nodes[0].gpus(), profiles=MODELS.profiles,
+                           memory=MODELS.memory,
+                           predictors={UNPROFILED: unprof, MEASURED_RATES: measured})
+    cap = {j.id: sp[2] for j, sp in zip(jobs, specs)}
+    caps = [cap, {k: v // 3 + 1 for k, v in cap.items()}, {k: 2 * v + 1 for k, v in cap.items()}]
+    for cap in caps if twice else caps[:1]:  # smaller caps, then larger: the memo extended
+        got = water_fill(Rates(snap), jobs, cap, left)
+        assert got == _heap_fill(Rates(snap), jobs, cap, left)
+        assert list(got) == [j.id for j in jobs]
+
+
+def test_max_min_demand_memo_stops_at_the_cap_it_was_asked_for():
+    """A profiled job's demand is first probed up to a cap below its plateau, then with no
+    cap: the memo must not claim the count it stopped at (bert at batch 64 stops helping
+    at 8 GPUs)."""
+    from policies.max_min import water_fill
+
+    elastic._MEMO.clear()
+    nodes = (Node("n0", 8),)
+    jobs = [Job("a", 0.0, 1, "bert", 64)]
+    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({"a": jobs[0]}), MappingProxyType({}),
+                           nodes[0].gpus(), profiles=MODELS.profiles, memory=MODELS.memory)
+    plateau = next(k for k in range(1, 100) if not elastic.useful_share(Rates(snap), jobs[0], k))
+    assert plateau > 2
+    for cap in (plateau, 1000):
+        assert water_fill(Rates(snap), jobs, {"a": cap}, 50) == {"a": plateau}
+        assert _heap_fill(Rates(snap), jobs, {"a": cap}, 50) == {"a": plateau}
 
 
 def _job(app, batch, k=1, jid="j"):
