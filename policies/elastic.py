@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config, keep_running_reasons
-from .model import ClusterSnapshot, Gpu, Job, JobState
+from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
 
 MEASURED_RATES = "measured_rates"  # predictors key: job id -> {gpus: iterations/s}
@@ -217,20 +217,19 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
 class _FreeNodes:
     """Free GPU indexes per node, with the nodes kept in buckets by free count (each bucket
     sorted by node rank, then position), so that :func:`place` finds its node without
-    scanning the cluster per share."""
+    scanning the cluster per share.
+
+    Starts from the empty cluster, built once per node tuple (memoised by identity, as
+    the simulator hands in the same tuple every call) and copied: the per-node index lists
+    are shared with that template and never changed in place (:meth:`set` replaces a
+    node's list), the buckets are copied."""
 
     def __init__(self, snap: ClusterSnapshot):
-        rank = snap.node_rank
-        self.free: dict[str, list[int]] = {n.name: list(range(n.num_gpus)) for n in snap.nodes}
-        self.key = {x: (rank.get(x, 0), i) for i, x in enumerate(self.free)}
-        self.buckets: dict[int, list] = {}
-        self.total = 0
-        for x, idx in self.free.items():
-            self.total += len(idx)
-            if idx:
-                self.buckets.setdefault(len(idx), []).append((self.key[x], x))
-        for b in self.buckets.values():  # each bucket sorted by (rank, position), name
-            b.sort()
+        free, key, buckets, total = identity_memo(_EMPTY, snap.nodes, _empty_cluster, 8)
+        self.free: dict[str, list[int]] = dict(free)
+        self.key = key
+        self.buckets: dict[int, list] = {c: list(b) for c, b in buckets.items()}
+        self.total = total
 
     def set(self, x: str, idx: list[int]) -> None:
         old, new = len(self.free[x]), len(idx)
@@ -254,6 +253,26 @@ class _FreeNodes:
         """The node with the fewest free GPUs that still holds ``k``, then rank."""
         cs = [c for c, b in self.buckets.items() if b and c >= k]
         return self.buckets[min(cs)][0][1] if cs else None
+
+
+_EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
+
+
+def _empty_cluster(nodes) -> tuple:
+    """(free index lists, node key, buckets, total) of ``nodes`` with every GPU free: the
+    node key is (rank, position), each bucket sorted by (key, name)."""
+    rank = {n.name: i for i, n in enumerate(nodes)}  # ClusterSnapshot.node_rank
+    free = {n.name: list(range(n.num_gpus)) for n in nodes}
+    key = {x: (rank.get(x, 0), i) for i, x in enumerate(free)}
+    buckets: dict[int, list] = {}
+    total = 0
+    for x, idx in free.items():
+        total += len(idx)
+        if idx:
+            buckets.setdefault(len(idx), []).append((key[x], x))
+    for b in buckets.values():
+        b.sort()
+    return free, MappingProxyType(key), buckets, total
 
 
 def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
@@ -292,9 +311,13 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
 
     def take(jid: str, node: str, n: int) -> list[Gpu]:
         idx = free[node]
-        mine = cur.get(jid, set())
-        # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without building one
-        idx.sort(key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
+        if n < len(idx):
+            mine = cur.get(jid, set())
+            # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
+            # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
+            idx = sorted(idx, key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
+        # all of a node's free GPUs: which ones needs no order (every caller sorts the
+        # GPUs it gathers, and a node's list order is never read: keys are unique)
         got = idx[:n]
         fn.set(node, idx[n:])
         return [Gpu(node, i) for i in got]
@@ -339,6 +362,20 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         k = shares[jid]
         if k >= per_node or k <= 0:
             continue
+        held = cur.get(jid)
+        if held is not None and len(held) == k:
+            # the job keeps all of its GPUs where they are one node's and still free: that
+            # node is its only one in ``mine``, so ``fits``' choice, and ``take`` hands it
+            # its own GPUs first (the general path below gives the same)
+            g0 = next(iter(held))
+            node = g0.node
+            idx = free.get(node)
+            if idx is not None and all(g.node == node for g in held):
+                have = set(idx)
+                if all(g.index in have for g in held):
+                    fn.set(node, [i for i in idx if (node, i) not in held])
+                    out[jid] = tuple(sorted(held))
+                    continue
         mine = mine_by_node(jid)
         fits = [x for x in mine if len(free[x]) >= k]
         x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits
@@ -440,13 +477,22 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
             reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
     missing = jobs.keys() - reasons.keys()
     if missing:
+        # (id of a numbers mapping, share, decided share) -> (that mapping, its reason): one
+        # immutable KEEP_RUNNING reason for the kept jobs with the same three
+        kept: dict = {}
         for jid in jobs:  # in the snapshot's order
             if jid in missing and jobs[jid].running:
                 job = jobs[jid]
-                reasons[jid] = reason(ReasonCode.KEEP_RUNNING,
-                                      f"keeps its share of {len(job.allocation.gpus)} GPUs",
-                                      **numbers(job), share=float(len(job.allocation.gpus)),
-                                      decided_share=float(shares.get(jid, 0)))
+                base = numbers(job)
+                n = len(job.allocation.gpus)
+                decided = float(shares.get(jid, 0))
+                key = (id(base), n, decided)
+                hit = kept.get(key)
+                if hit is None or hit[0] is not base:
+                    hit = kept[key] = (base, reason(
+                        ReasonCode.KEEP_RUNNING, f"keeps its share of {n} GPUs",
+                        **base, share=float(n), decided_share=decided))
+                reasons[jid] = hit[1]
     keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, waiting, reasons)
 

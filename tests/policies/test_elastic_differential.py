@@ -20,7 +20,7 @@ from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import elastic
 from policies.elastic import Rates
-from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
+from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.themis import Themis
 from policies.throughput import ThroughputProfile
 import policies.afs_core
@@ -78,6 +78,48 @@ def test_place_matches_reference(case):
     assert elastic.place(snap, shares) == ref_place(snap, shares)
     # list order of the result too (the plan walks the policy's order, but be strict)
     assert list(elastic.place(snap, shares)) == list(ref_place(snap, shares))
+
+
+def test_place_keeps_gpus_only_where_they_are_one_nodes():
+    """A job holding as many GPUs as its share, all free, keeps them only where they lie on
+    one node; GPUs on two nodes (with indexes that the first node has free too) are placed
+    as the literal scan places them."""
+    nodes = (Node("n0", 4), Node("n1", 4))
+    split = Job("s", 0.0, 2, "cifar10", 64, state=JobState.RUNNING,
+                allocation=Allocation((Gpu("n0", 1), Gpu("n1", 3)), 64))
+    whole = Job("w", 1.0, 2, "cifar10", 64, state=JobState.RUNNING,
+                allocation=Allocation((Gpu("n1", 0), Gpu("n1", 1)), 64))
+    gj = {g: (j.id,) for j in (split, whole) for g in j.allocation.gpus}
+    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({"s": split, "w": whole}),
+                           MappingProxyType(gj), tuple(g for n in nodes for g in n.gpus()
+                                                       if g not in gj))
+    for shares in ({"s": 2, "w": 2}, {"w": 2, "s": 2}, {"s": 2}):
+        got = elastic.place(snap, shares)
+        assert got == ref_place(snap, shares)
+        assert len({g.node for g in got["s"]}) == 1
+    assert elastic.place(snap, {"w": 2})["w"] == whole.allocation.gpus
+
+
+def test_kept_jobs_reasons_keep_their_own_decided_share():
+    """Two kept jobs on 2 GPUs each, one decided 2 and one 3 (regulated back to 2): each
+    KEEP_RUNNING reason says its own decided share (they share no Reason object)."""
+    nodes = (Node("n0", 4), Node("n1", 4))
+    a = Job("a", 0.0, 2, "cifar10", 64, state=JobState.RUNNING,
+            allocation=Allocation((Gpu("n0", 0), Gpu("n0", 1)), 32))
+    b = Job("b", 1.0, 2, "cifar10", 64, state=JobState.RUNNING,
+            allocation=Allocation((Gpu("n1", 0), Gpu("n1", 1)), 32))
+    gj = {g: (j.id,) for j in (a, b) for g in j.allocation.gpus}
+    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({"a": a, "b": b}), MappingProxyType(gj),
+                           tuple(g for n in nodes for g in n.gpus() if g not in gj),
+                           profiles=MODELS.profiles, memory=MODELS.memory)
+    plan = elastic.elastic_plan(snap, "t", {"a": 2, "b": 3}, Rates(snap), ["a", "b"])
+    assert not plan.actions
+    got = {j: (r.code, r.numbers["share"], r.numbers["decided_share"])
+           for j, r in plan.reasons.items()}
+    assert got == {"a": (elastic.ReasonCode.KEEP_RUNNING, 2.0, 2.0),
+                   "b": (elastic.ReasonCode.KEEP_RUNNING, 2.0, 3.0)}
+    assert_same(plan, ref_speed.elastic_plan(snap, "t", {"a": 2, "b": 3}, Rates(snap),
+                                             ["a", "b"]))
 
 
 def _heap_fill(rates, jobs, cap, left):
