@@ -56,11 +56,12 @@ def water_fill(rates: Rates, jobs: list, cap: dict, left: int) -> dict[str, int]
     walk hands out (it serves level L's jobs in order before any of level L + 1's;
     tests/policies/test_elastic_differential.py against it).  The demands are found up to
     a bound doubled until the level lies below it, so no job is probed far above the
-    level the walk would reach."""
+    level the walk would reach (a demand below the bound is final: only those cut at it
+    are asked again)."""
     n = len(jobs)
     bound = left // max(n, 1) + 2
+    d = [_demand(rates, j, cap[j.id], bound) for j in jobs]
     while True:
-        d = [_demand(rates, j, cap[j.id], bound) for j in jobs]
         srt = sorted(d)
         pre = list(accumulate(srt, initial=0))
         # S(L) = Σ_{d < L} d + L·#{d ≥ L} − n, non-decreasing in L
@@ -76,9 +77,10 @@ def water_fill(rates: Rates, jobs: list, cap: dict, left: int) -> dict[str, int]
                 else:
                     hi = mid
             level = lo
-        if level + 1 < bound or all(x < bound for x in d):
+        if level + 1 < bound or not n or srt[-1] < bound:
             break
-        bound *= 2
+        old, bound = bound, bound * 2  # only the demands cut at the old bound can grow
+        d = [_demand(rates, j, cap[j.id], bound) if x == old else x for j, x in zip(jobs, d)]
     out = {}
     i = bisect_right(srt, level - 1)
     rest = left - (pre[i] + level * (n - i) - n)
