@@ -45,16 +45,16 @@ same (submit time, id) key the plain path sorts by.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Iterable, Optional
 
 from .model import ClusterSnapshot, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
-    _below_ceiling, _jmax, _restored, capped, lgrr_swell,
-    start_config, step_times, utilization)
+    _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
+    start_config, utilization)
 from .gimbal_quiet import QUIET_CAP, REL, horizon
 from .gimbal_sets import KeptSets
+from .gimbal_steps import TimedSteps
 from .records import records_usable
 from .plan import ResizeJob
 
@@ -67,25 +67,34 @@ class Walk:
     no new configuration after the last step.  Step times are tuples in ``order`` (the jobs'
     order of the search's ``infos``, the order :func:`local_objective` sums in)."""
 
-    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end")
+    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end",
+                 "timed", "last")
 
-    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool):
+    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool,
+                 start_times: Optional[dict] = None):
+        """``start_times``: ``search.model.times(search.infos, start)`` when the caller has
+        it (:class:`KeptSearch` does), else computed here."""
         self.search, self.subset1, self.subset2 = search, subset1, subset2
         self.order = tuple(search.infos)
+        self.timed = timed = TimedSteps(search, start)
+        ct = timed.times(start) if start_times is None else start_times
         cur = dict(start)
         self.swell = None
         if lgrr:  # line 5, as coordination_search applies it
             cur = search.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))],
                                  lgrr_swell)
             if cur != start:
-                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._times(cur))
+                ct = timed.retime(cur, start, ct)
+                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._st(ct))
+            # else: the same values as start's, the same times
         self.head = cur
         self.steps: list = []
         self.end = False
+        self.last = ct  # the per-worker times of the walk's last configuration
 
-    def _times(self, cfg) -> tuple:
-        st = step_times(self.search.model, self.search.infos, cfg)
-        return tuple(st[j] for j in self.order)
+    def _st(self, ct) -> tuple:
+        """Step times (each job's slowest worker, step_times) in ``order``."""
+        return tuple([max(ct[j]) for j in self.order])
 
     def step(self, i: int):
         """The ``i``-th generated configuration (0-based) or None past the walk's end."""
@@ -94,11 +103,12 @@ class Walk:
             if self.end:
                 return None
             cur = steps[-1][0] if steps else self.head
-            new, what = self.search.generate(cur, self.subset1)  # line 7
+            new, what, nt = self.timed.generate(cur, self.last, self.subset1)  # line 7
             if new is None or new == cur:
                 self.end = True
                 return None
-            steps.append((new, what, self._times(new)))
+            steps.append((new, what, self._st(nt)))
+            self.last = nt
         return steps[i]
 
 
@@ -198,7 +208,8 @@ class KeptSearch:
     nothing else of them; later rounds list the same jobs in the same order), ``start``: the
     start configuration."""
 
-    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo")
+    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo",
+                 "t0")
 
     def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
                  straggler_tol: float = 0.05):
@@ -208,8 +219,8 @@ class KeptSearch:
         self.jm = jm = _jmax(infos, world, since)  # line 1
         self.search = _Search(None, infos, model, jm, straggler_tol, lgrr, liss)
         self.order = order = tuple(infos)
-        st = step_times(model, infos, start)
-        self.st0 = tuple(st[j] for j in order)
+        self.t0 = t0 = model.times(infos, start)  # step_times' per-worker times
+        self.st0 = tuple([max(t0[j]) for j in order])
         # line 2, as positions in ``order``: subset1 = [J_max], subset2 = the rest by id
         self.subsets = ([order.index(jm)],
                         [order.index(j) for j in sorted(j for j in order if j != jm)])
@@ -244,7 +255,8 @@ class KeptSearch:
             subset1, subset2 = [jm], sorted(j for j in self.order if j != jm)
             if swap:
                 subset1, subset2 = subset2, subset1
-            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr)
+            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr,
+                                                self.t0)
         return walk
 
     def run_values(self, objective: str, rems, dls, utils) -> tuple[SearchResult, dict]:
@@ -286,7 +298,7 @@ class _SetRec:
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling), as coordinate's plain path starts
         start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
-                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                            else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
         self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
         self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
