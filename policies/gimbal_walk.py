@@ -208,8 +208,7 @@ class KeptSearch:
     nothing else of them; later rounds list the same jobs in the same order), ``start``: the
     start configuration."""
 
-    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo",
-                 "t0")
+    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "t0")
 
     def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
                  straggler_tol: float = 0.05):
@@ -226,7 +225,6 @@ class KeptSearch:
                         [order.index(j) for j in sorted(j for j in order if j != jm)])
         self.lgrr = lgrr
         self.walks: dict = {}  # the split (subsets swapped?) -> its Walk
-        self.memo: dict = {}  # id(best configuration) -> (configuration, caller's value)
 
     def split(self, objective: str, rems, dls, utils) -> bool:
         """Lines 3-4: whether the subsets swap (subset2's priority below subset1's), by
@@ -272,13 +270,28 @@ class KeptSearch:
                                [infos[j].utilization for j in order])[0]
 
 
+SEARCHES_CAP = 1 << 13  # kept searches of a CoordKept; emptied past it (a memo: only its size)
+
+
+def search_key(static, start, lgrr: bool, liss: bool) -> tuple:
+    """Everything a :class:`KeptSearch` (and its walks) reads besides the rate model: each
+    job's id, application, GPU count, start time (J_max's tie break) and node count, in the
+    set's order, the start configuration's worker records (every field: the walk's
+    configurations carry them), and the ablations.  Two records with equal keys get equal
+    walks, step times and splits (pure functions of these and of the model)."""
+    return (tuple([(j.id, j.app, j.num_gpus, j.start_time, n) for j, _, n in static]),
+            tuple(start.values()), lgrr, liss)
+
+
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
-                 lgrr: bool, liss: bool):
+                 lgrr: bool, liss: bool, searches: Optional[dict] = None):
+        """``searches``: KeptSearch objects by :func:`search_key` (the caller's, kept across
+        records with ``model``), or None."""
         self.jobs, self.lens = tuple(jobs), lens
         infos = {}
         static = []
@@ -300,7 +313,17 @@ class _SetRec:
         start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
                             else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
-        self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+        if searches is None:
+            self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+        else:
+            key = search_key(static, start, lgrr, liss)
+            kept = searches.get(key)
+            if kept is None:
+                if len(searches) >= SEARCHES_CAP:
+                    searches.clear()
+                kept = searches[key] = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+            self.kept = kept
+        self.memo: dict = {}  # id(best configuration) -> (configuration, its resizes)
         self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
 
     def _rems(self, snap: ClusterSnapshot) -> list:
@@ -324,8 +347,8 @@ class _SetRec:
     def _resizes(self, best, res: Optional[SearchResult]) -> tuple:
         """The resizes of a result whose best configuration is ``best`` (kept per
         configuration: they are a function of it and of the record)."""
-        kept = self.kept
-        hit = kept.memo.get(id(best))
+        memo = self.memo
+        hit = memo.get(id(best))
         if hit is None or hit[0] is not best:
             resizes = []
             jobs = {j.id: j for j in self.jobs}
@@ -338,7 +361,7 @@ class _SetRec:
                                          max(w.micro_batch for w in ws),
                                          max(w.accum_steps for w in ws), mps, ws,
                                          jobs[jid].allocation.global_batch))
-            hit = kept.memo[id(best)] = (best, tuple(resizes))
+            hit = memo[id(best)] = (best, tuple(resizes))
         return hit[1]
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
@@ -386,6 +409,7 @@ class CoordKept:
         self.model: Optional[RateModel] = None
         self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
+        self.searches: dict = {}  # search_key -> KeptSearch, for self.model (search_key)
         self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
         #                     those jobs by (submit time, id))
         self.cands = None  # the last call's jobs to restore (before ``skip``)
@@ -436,7 +460,8 @@ class CoordKept:
             return None
         gj = snap.gpu_jobs
         lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
-        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss)
+        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss,
+                                           self.searches)
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
@@ -456,6 +481,7 @@ class CoordKept:
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+            self.searches = {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
         usable = records_usable(snap)
         skip = set(skip)

@@ -1,0 +1,156 @@
+"""The kept per-worker times of GIMBAL's coordination (policies/gimbal_steps.py, the one-level
+memo of policies.gimbal_coord.RateModel, the times each kept Walk carries) against a fresh
+computation: the times of the reference oracle (tests/policies/reference_gimbal_coord.py: the
+module as it was before any memo, and before MPS ceilings) under the package's plain
+``_Search`` / ``coordination_search`` (whose ``generate`` the kept walks replace).
+
+Hypothesis: a packing set (test_gimbal_walk_differential.packed_set), then
+
+* the memoised RateModel (one instance over all examples, and one emptied every few entries)
+  gives the reference's times for the start, for random MPS/share perturbations of it and for
+  every configuration of both walks (``times`` and every job's ``job_times``);
+* each step of a kept Walk (configuration, attempt text, step times) is what the reference's
+  ``generate`` and ``step_times`` give from the previous configuration, and the times a walk
+  carries (``Walk.last``) are the fresh times of its last configuration;
+* ``TimedSteps.generate`` from a perturbed configuration and its fresh times gives the
+  reference generate's configuration and text, and the fresh times of it;
+* the whole search (plain with the memo, kept) equals the plain search on fresh times, and
+  the reference's coordination_search where no worker has a ceiling.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import reference_gimbal_coord as ref
+from gimbalctl.profiles import default_models
+from policies.gimbal_coord import RateModel, coordination_search, _Search
+from policies.gimbal_steps import TimedSteps
+from policies.gimbal_walk import KeptSearch
+
+from test_gimbal_walk_differential import packed_set
+
+MODELS = default_models()
+SHARED = RateModel(MODELS.profiles, MODELS.interference)  # memo hits across examples
+
+
+class RefModel(ref.RateModel):
+    """The reference's times (no memo) with the job_times the package's _Search asks."""
+
+    def job_times(self, infos, cfg, jid):
+        return self.times(infos, cfg)[jid]
+
+
+def _ref_model():
+    return RefModel(MODELS.profiles, MODELS.interference)
+
+
+def _tiny():
+    m = RateModel(MODELS.profiles, MODELS.interference)
+    m.W_CAP = 3  # emptied every few entries: misses and hits mixed
+    return m
+
+
+def _fresh_times(infos, cfg):
+    return _ref_model().times(infos, cfg)
+
+
+def _perturb(data, start):
+    """Another configuration on the same GPUs: some MPS shares and sample shares moved."""
+    cfg = {}
+    for jid, ws in start.items():
+        out = []
+        for w in ws:
+            if data.draw(st.booleans()):
+                w = dataclasses.replace(w, mps_pct=data.draw(st.sampled_from([10, 20, 60, 100])))
+            if data.draw(st.booleans()):
+                sh = max(1, w.share + data.draw(st.integers(-3, 3)))
+                w = dataclasses.replace(w, share=sh, accum_steps=max(1, -(-sh // w.micro_batch)))
+            if data.draw(st.booleans()):  # more or fewer micro-steps than the share needs
+                w = dataclasses.replace(w, accum_steps=data.draw(
+                    st.integers(1, w.accum_steps + 3)), micro_batch=data.draw(
+                    st.sampled_from([w.micro_batch, max(1, w.micro_batch // 2)])))
+            out.append(w)
+        cfg[jid] = tuple(out)
+    return cfg
+
+
+def _check_model(model, infos, cfg):
+    want = _fresh_times(infos, cfg)
+    assert model.times(infos, cfg) == want
+    for jid in cfg:
+        assert model.job_times(infos, cfg, jid) == want[jid]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_kept_times_equal_fresh_times(data):
+    infos, start = data.draw(packed_set())
+    lgrr, liss = data.draw(st.sampled_from([(True, True), (True, True), (False, True),
+                                            (True, False)]))
+    tiny = _tiny()
+    for model in (SHARED, tiny):
+        _check_model(model, infos, start)
+    # the walks of both splits, step by step against the reference's generate
+    kept = KeptSearch(infos, start, SHARED if data.draw(st.booleans()) else tiny, lgrr=lgrr,
+                      liss=liss)
+    rs = _Search("jct", infos, _ref_model(), kept.jm, 0.05, lgrr, liss)  # the plain path
+    for swap in (False, True):
+        walk = kept.walk(swap)
+        order = walk.order
+        if walk.swell is not None:
+            st_ = ref.step_times(rs.model, infos, walk.head)
+            assert walk.swell[1] == tuple(st_[j] for j in order)
+        assert walk.last == _fresh_times(infos, walk.head)
+        cur = walk.head
+        for i in range(12):
+            step = walk.step(i)
+            new, what = rs.generate(cur, walk.subset1)
+            if new is None or new == cur:
+                assert step is None
+                break
+            assert step[0] == new and step[1] == what
+            st_ = ref.step_times(rs.model, infos, new)
+            assert step[2] == tuple(st_[j] for j in order)
+            if len(walk.steps) == i + 1:
+                assert walk.last == _fresh_times(infos, new)
+            for model in (SHARED, tiny):
+                _check_model(model, infos, new)
+            cur = new
+    # one generate from a perturbed configuration
+    cfg = _perturb(data, start)
+    for model in (SHARED, tiny):
+        _check_model(model, infos, cfg)
+    s = _Search("jct", infos, tiny, kept.jm, 0.05, lgrr, liss)
+    ts = TimedSteps(s, start)
+    subset1 = data.draw(st.sampled_from([[kept.jm], sorted(j for j in infos if j != kept.jm)]))
+    new, what, nt = ts.generate(cfg, _fresh_times(infos, cfg), subset1)
+    want, wwhat = rs.generate(cfg, subset1)
+    assert (new, what) == (want, wwhat)
+    if new is not None:
+        assert nt == _fresh_times(infos, new)
+
+
+def _plain(res):
+    return (dict(res.config), res.objective_before, res.objective_after,
+            [(a.primitive, a.objective, a.gain) for a in res.attempts], res.high, res.low,
+            res.exit)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_search_equals_reference_search(data):
+    infos0, start = data.draw(packed_set())
+    objective = data.draw(st.sampled_from(["jct", "deadline", "makespan"]))
+    lgrr, liss = data.draw(st.sampled_from([(True, True), (False, True), (True, False)]))
+    infos = {j: dataclasses.replace(i, remaining_steps=data.draw(st.floats(0.0, 1e5)))
+             for j, i in infos0.items()}
+    want = coordination_search(objective, infos, start, _ref_model(), lgrr=lgrr, liss=liss)
+    if all(w.mps_cap is None for ws in start.values() for w in ws):  # the reference has none
+        assert _plain(ref.coordination_search(objective, infos, start, ref.RateModel(
+            MODELS.profiles, MODELS.interference), lgrr=lgrr, liss=liss)) == _plain(want)
+    got = coordination_search(objective, infos, start, SHARED, lgrr=lgrr, liss=liss)
+    assert _plain(got) == _plain(want)
+    kept = KeptSearch(infos, start, _tiny(), lgrr=lgrr, liss=liss)
+    assert _plain(kept.run(objective, infos)) == _plain(want)
