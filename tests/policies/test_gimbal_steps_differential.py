@@ -154,3 +154,72 @@ def test_search_equals_reference_search(data):
     assert _plain(got) == _plain(want)
     kept = KeptSearch(infos, start, _tiny(), lgrr=lgrr, liss=liss)
     assert _plain(kept.run(objective, infos)) == _plain(want)
+
+
+# ---------------------------------------------------------------- searches shared by content
+def _signature(kept):
+    """Everything a kept search answers with: J_max, subsets, start step times, both walks."""
+    out = [kept.jm, kept.subsets, kept.st0]
+    for swap in (False, True):
+        walk = kept.walk(swap)
+        i = 0
+        while walk.step(i) is not None and i < 40:
+            i += 1
+        out.append((walk.head, walk.swell, [(dict(c), w, t) for c, w, t in walk.steps]))
+    return out
+
+
+def _key_and_search(infos, start, lgrr, liss, model):
+    from policies.gimbal_walk import search_key
+
+    static = [(i.job, i.utilization, i.num_nodes) for i in infos.values()]
+    return (search_key(static, start, lgrr, liss),
+            KeptSearch(infos, start, model, lgrr=lgrr, liss=liss))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_equal_search_keys_give_equal_searches(data):
+    """A set and a variant of it (one thing a search may read changed, or something it does
+    not read: utilisation, remaining steps): whenever their search_key is equal, their kept
+    searches answer the same (so sharing a search by key is exact); the key tells the
+    variants that change what the search reads apart."""
+    infos, start = data.draw(packed_set())
+    lgrr, liss = data.draw(st.sampled_from([(True, True), (False, True), (True, False)]))
+    jid = data.draw(st.sampled_from(sorted(infos)))
+    what = data.draw(st.sampled_from(["start_time", "nodes", "app", "worker", "mem", "stage",
+                                      "util", "rem", "ablation", "order"]))
+    infos2, start2, lgrr2, liss2 = dict(infos), dict(start), lgrr, liss
+    info = infos[jid]
+    job = info.job
+    if what == "start_time":
+        infos2[jid] = dataclasses.replace(info, job=dataclasses.replace(
+            job, start_time=(job.start_time or 0.0) + 5.0))
+    elif what == "nodes":
+        infos2[jid] = dataclasses.replace(info, num_nodes=info.num_nodes % 2 + 1)
+    elif what == "app":
+        from gimbalctl.profiles import APPS
+        infos2[jid] = dataclasses.replace(info, job=dataclasses.replace(
+            job, app=data.draw(st.sampled_from([a for a in APPS if a != job.app]))))
+    elif what in ("worker", "mem", "stage"):
+        ws = list(start[jid])
+        w = ws[0]
+        ws[0] = (dataclasses.replace(w, mps_pct=10 if w.mps_pct != 10 else 20)
+                 if what == "worker" else dataclasses.replace(w, mem_limit_mb=1000)
+                 if what == "mem" else dataclasses.replace(w, stage=1))
+        start2[jid] = tuple(ws)
+    elif what == "util":
+        infos2[jid] = dataclasses.replace(info, utilization=info.utilization / 2)
+    elif what == "rem":
+        infos2[jid] = dataclasses.replace(info, remaining_steps=123.0)
+    elif what == "ablation":
+        lgrr2, liss2 = (not lgrr, liss) if liss else (lgrr, not liss)
+    elif what == "order":  # the same jobs listed in another order
+        keys = list(infos)[::-1]
+        infos2 = {j: infos[j] for j in keys}
+        start2 = {j: start[j] for j in keys}
+    k1, s1 = _key_and_search(infos, start, lgrr, liss, _tiny())
+    k2, s2 = _key_and_search(infos2, start2, lgrr2, liss2, _tiny())
+    if k1 == k2:
+        assert _signature(s1) == _signature(s2)
+    assert (k1 == k2) == (what in ("util", "rem") or what == "order" and len(infos) == 1)
