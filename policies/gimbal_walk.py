@@ -283,22 +283,49 @@ def search_key(static, start, lgrr: bool, liss: bool) -> tuple:
             tuple(start.values()), lgrr, liss)
 
 
+PER_ALLOC_CAP = 1 << 16
+
+
+def job_static(memo: dict, snap: ClusterSnapshot, job) -> tuple:
+    """(:func:`~policies.gimbal_coord.utilization`, :func:`~policies.gimbal_coord.start_config`)
+    of a running job, memoised by its allocation's identity (``memo``: id -> (allocation,
+    (application, GPU count, global batch), utilisation, start configuration)).  Both read
+    only the allocation (a frozen record; kept alive by the memo, so its id is not reused),
+    the job's application, GPU count and global batch, and the snapshot's profiles and
+    predictors (the caller keeps ``memo`` only while those are the same objects)."""
+    a = job.allocation
+    jk = (job.app, job.num_gpus, job.global_batch)
+    hit = memo.get(id(a))
+    if hit is not None and hit[0] is a and hit[1] == jk:
+        return hit[2], hit[3]
+    util, act = utilization(snap, job), start_config(job)
+    if len(memo) >= PER_ALLOC_CAP:
+        memo.clear()
+    memo[id(a)] = (a, jk, util, act)
+    return util, act
+
+
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
     __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
-                 lgrr: bool, liss: bool, searches: Optional[dict] = None):
-        """``searches``: KeptSearch objects by :func:`search_key` (the caller's, kept across
-        records with ``model``), or None."""
+                 lgrr: bool, liss: bool, searches: Optional[dict] = None,
+                 per_alloc: Optional[dict] = None):
+        """``searches``: KeptSearch objects by :func:`search_key`, ``per_alloc``: each job's
+        utilisation and start configuration by :func:`job_static` (the caller's, kept across
+        records with ``model`` and the snapshot's profiles and predictors), or None."""
         self.jobs, self.lens = tuple(jobs), lens
-        infos = {}
         static = []
+        actual = {}
         for j in jobs:
-            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
-            static.append((j, util, nodes))
-            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
+            if per_alloc is None:
+                util, act = utilization(snap, j), start_config(j)
+            else:
+                util, act = job_static(per_alloc, snap, j)
+            static.append((j, util, j.allocation.num_nodes if j.allocation else 1))
+            actual[j.id] = act
         self.static = tuple(static)
         self.utils = tuple(u for _, u, _ in static)
         # ClusterSnapshot.remaining_iters' inputs of each (running, known length) job: the
@@ -306,23 +333,26 @@ class _SetRec:
         self.prog = (tuple((j.total_iters, j.completed_iters, j.as_of, j.restore_left,
                             j.iter_rate) for j in jobs)
                      if all(j.running and j.total_iters is not None for j in jobs) else None)
-        self.actual = actual = {j.id: start_config(j) for j in jobs}
+        self.actual = actual
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling), as coordinate's plain path starts
         start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
                             else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
-        if searches is None:
-            self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
-        else:
+        kept = key = None
+        if searches is not None:
             key = search_key(static, start, lgrr, liss)
             kept = searches.get(key)
-            if kept is None:
+        if kept is None:
+            infos = {j.id: JobInfo(j, 0.0, math.inf, u, n)  # walk fields only
+                     for j, u, n in static}
+            kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+            if searches is not None:
                 if len(searches) >= SEARCHES_CAP:
                     searches.clear()
-                kept = searches[key] = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
-            self.kept = kept
+                searches[key] = kept
+        self.kept = kept
         self.memo: dict = {}  # id(best configuration) -> (configuration, its resizes)
         self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
 
@@ -410,6 +440,7 @@ class CoordKept:
         self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
         self.searches: dict = {}  # search_key -> KeptSearch, for self.model (search_key)
+        self.per_alloc: dict = {}  # job_static's memo, for the context's profiles/predictors
         self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
         #                     those jobs by (submit time, id))
         self.cands = None  # the last call's jobs to restore (before ``skip``)
@@ -461,7 +492,7 @@ class CoordKept:
         gj = snap.gpu_jobs
         lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
         rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss,
-                                           self.searches)
+                                           self.searches, self.per_alloc)
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
@@ -481,7 +512,7 @@ class CoordKept:
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
-            self.searches = {}
+            self.searches, self.per_alloc = {}, {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
         usable = records_usable(snap)
         skip = set(skip)

@@ -223,3 +223,33 @@ def test_equal_search_keys_give_equal_searches(data):
     if k1 == k2:
         assert _signature(s1) == _signature(s2)
     assert (k1 == k2) == (what in ("util", "rem") or what == "order" and len(infos) == 1)
+
+
+def test_job_static_memo_equals_fresh():
+    """job_static's memo by allocation identity answers what utilization / start_config
+    answer now: the same allocation under another global batch, GPU count or application is
+    computed again, as is an equal allocation that is another object."""
+    from types import SimpleNamespace
+
+    from gimbalctl.profiles import APPS
+    from policies.gimbal_coord import start_config, utilization
+    from policies.gimbal_walk import job_static
+    from policies.model import Allocation, Gpu, Job, JobState, WorkerAlloc
+
+    snap = SimpleNamespace(profiles=MODELS.profiles, predictors=None)
+    gpus = (Gpu("n0", 0), Gpu("n0", 1))
+    micro = MODELS.iters_table[APPS[0]][0][0]
+    ws = tuple(WorkerAlloc(g, micro, micro, 1, 50) for g in gpus)
+    alloc = Allocation(gpus, micro, workers=ws)  # no global batch: the job's is read
+    memo: dict = {}
+    seen = set()
+    for app, k, batch, a in [(APPS[0], 2, 2 * micro, alloc), (APPS[0], 2, 2 * micro, alloc),
+                             (APPS[0], 2, 4 * micro, alloc), (APPS[1], 2, 4 * micro, alloc),
+                             (APPS[1], 1, 4 * micro, alloc),
+                             (APPS[1], 1, 4 * micro, dataclasses.replace(alloc, sub_batch=1))]:
+        job = Job("j", 0.0, k, app, batch, total_iters=1e6, state=JobState.RUNNING,
+                  allocation=a, start_time=0.0)
+        got = job_static(memo, snap, job)
+        assert got == (utilization(snap, job), start_config(job))
+        seen.add(got)
+    assert len(seen) >= 4
