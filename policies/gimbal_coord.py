@@ -442,7 +442,8 @@ class _Search:
             ws = list(cfg[jid])
             w = ws[i]
             # never past the worker's ceiling (Slurm's gres/mps units; module doc)
-            ws[i] = _with_mps(w, capped(w, fn(w.mps_pct)))
+            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps,
+                                capped(w, fn(w.mps_pct)), w.mem_limit_mb, w.stage, w.mps_cap)
             cfg[jid] = tuple(ws)
         return cfg
 
