@@ -285,8 +285,9 @@ class KeptSearch:
                                [infos[j].utilization for j in order])[0]
 
 
-SEARCHES_CAP = 1 << 11  # kept searches of a CoordKept; emptied past it (a memo: only its size;
-# gavel+gimbal 10k Philly jobs at 64x8: 65.6 CPU-s and 216 MB peak with 2048, 65.9 and 293 MB with 8192)
+# kept searches of a CoordKept; emptied past it (a memo: only its size changes).  gavel+gimbal,
+# 10k Philly jobs at 64x8: 65.6 CPU-s, 216 MB peak with 2048; 65.9 CPU-s, 293 MB with 8192
+SEARCHES_CAP = 1 << 11
 
 
 def search_key(static, start, lgrr: bool, liss: bool) -> tuple:
