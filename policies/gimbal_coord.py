@@ -66,7 +66,7 @@ ceiling, not at 100 %.  Without ceilings (``None``, the simulator) nothing chang
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc, identity_memo
@@ -222,16 +222,24 @@ Config = Mapping[str, tuple[WorkerAlloc, ...]]
 class RateModel:
     """Per-worker iteration times from the snapshot's fitted models (see module doc).  The
     model's answers are pure functions of their arguments and are memoised per instance
-    (one :func:`coordinate` call)."""
+    (one :func:`coordinate` call, or a host's whole run through
+    :class:`policies.gimbal_walk.CoordKept`): ``_t`` and ``_xi`` hold the iteration time and
+    the interference factor, ``_w`` their product per worker, keyed by every field the product
+    reads (the job's application, GPU count and node count; the worker's share, micro-batch,
+    accumulation steps and MPS share; the partner): a hit is the float a miss computes.
+    ``_w`` is emptied when it passes ``W_CAP`` entries (a memo: nothing but its size changes)."""
+
+    W_CAP = 1 << 18
 
     def __init__(self, profiles, interference):
         self.profiles = profiles
         self.interference = interference
         self._t: dict = {}
         self._xi: dict = {}
+        self._w: dict = {}
 
-    def worker_time(self, info: JobInfo, w: WorkerAlloc,
-                    partner: Optional[tuple[str, Optional[int]]]) -> float:
+    def _product(self, info: JobInfo, w: WorkerAlloc,
+                 partner: Optional[tuple[str, Optional[int]]]) -> float:
         app = info.job.app
         k = info.job.num_gpus
         accum = max(w.accum_steps, -(-w.share // max(w.micro_batch, 1)))
@@ -248,26 +256,53 @@ class RateModel:
                                                               partner[1]))
         return t * xi
 
+    def _miss(self, key, info, w, partner) -> float:
+        memo = self._w
+        if len(memo) >= self.W_CAP:
+            memo.clear()
+        t = memo[key] = self._product(info, w, partner)
+        return t
+
+    def worker_time(self, info: JobInfo, w: WorkerAlloc,
+                    partner: Optional[tuple[str, Optional[int]]]) -> float:
+        job = info.job
+        key = (job.app, job.num_gpus, info.num_nodes, w.share, w.micro_batch, w.accum_steps,
+               w.mps_pct, partner)
+        t = self._w.get(key)
+        return self._miss(key, info, w, partner) if t is None else t
+
+    def _job(self, info: JobInfo, ws, first) -> tuple[float, ...]:
+        """The times of a job's workers ``ws``, ``first``: GPU -> its partner (or absent)."""
+        job = info.job
+        app, k, n = job.app, job.num_gpus, info.num_nodes
+        get = self._w.get
+        out = []
+        for w in ws:
+            p = first.get(w.gpu)
+            key = (app, k, n, w.share, w.micro_batch, w.accum_steps, w.mps_pct, p)
+            t = get(key)
+            out.append(self._miss(key, info, w, p) if t is None else t)
+        return tuple(out)
+
     def times(self, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, tuple[float, ...]]:
         on_gpu: dict[Gpu, list[tuple[str, Optional[int]]]] = {}
         for jid, ws in cfg.items():
             for w in ws:
-                on_gpu.setdefault(w.gpu, []).append((jid, w.mps_pct))
+                lst = on_gpu.get(w.gpu)
+                if lst is None:
+                    on_gpu[w.gpu] = [(jid, w.mps_pct)]
+                else:
+                    lst.append((jid, w.mps_pct))
         out = {}
-        wt = self.worker_time
         for jid, ws in cfg.items():
-            info = infos[jid]
-            ts = []
+            first = {}
             for w in ws:
-                partner = None
                 for o, p in on_gpu[w.gpu]:  # the first other job's worker on this GPU
                     if o != jid:
-                        partner = (infos[o].job.app, p)
+                        first[w.gpu] = (infos[o].job.app, p)
                         break
-                ts.append(wt(info, w, partner))
-            out[jid] = tuple(ts)
+            out[jid] = self._job(infos[jid], ws, first)
         return out
-
 
     def job_times(self, infos: Mapping[str, JobInfo], cfg: Config, jid: str) -> tuple[float, ...]:
         """``times(infos, cfg)[jid]`` without the other jobs' times."""
@@ -280,8 +315,7 @@ class RateModel:
             for w in ows:
                 if w.gpu in mine and w.gpu not in first:
                     first[w.gpu] = (infos[o].job.app, w.mps_pct)
-        info = infos[jid]
-        return tuple(self.worker_time(info, w, first.get(w.gpu)) for w in ws)
+        return self._job(infos[jid], ws, first)
 
 
 def step_times(model: RateModel, infos: Mapping[str, JobInfo], cfg: Config) -> dict[str, float]:
@@ -361,6 +395,12 @@ def _shares_by_rate(ws: tuple[WorkerAlloc, ...], times: tuple[float, ...]) -> tu
     for i in order[:left]:
         base[i] += 1
     return tuple(b + 1 for b in base)
+
+
+def _with_mps(w: WorkerAlloc, pct) -> WorkerAlloc:
+    """``dataclasses.replace(w, mps_pct=pct)`` by the constructor (the same record)."""
+    return WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps, pct, w.mem_limit_mb,
+                       w.stage, w.mps_cap)
 
 
 def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
@@ -526,7 +566,7 @@ class Coordination:
 def _restored(ws: tuple[WorkerAlloc, ...], batch: int) -> tuple[WorkerAlloc, ...]:
     """Workers of a job that shares no GPU any more: MPS back to 100 % (its ceiling), even split."""
     base, extra = divmod(int(batch), len(ws))
-    return tuple(replace(_with_share(w, base + (1 if i < extra else 0)), mps_pct=capped(w, 100))
+    return tuple(_with_mps(_with_share(w, base + (1 if i < extra else 0)), capped(w, 100))
                  for i, w in enumerate(ws))
 
 
@@ -541,7 +581,7 @@ def start_config(job: Job) -> tuple[WorkerAlloc, ...]:
     if sum(w.share for w in ws) != batch:
         base, extra = divmod(int(batch), len(ws))
         ws = tuple(_with_share(w, base + (1 if i < extra else 0)) for i, w in enumerate(ws))
-    return tuple(replace(w, mps_pct=capped(w, 100 if w.mps_pct is None else w.mps_pct))
+    return tuple(_with_mps(w, capped(w, 100 if w.mps_pct is None else w.mps_pct))
                  for w in ws)
 
 
@@ -607,7 +647,7 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling)
         start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
-                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                            else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
         res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
         resizes = []

@@ -38,6 +38,21 @@ trail (:func:`walk_best`), and without searching again a set that is sure to fin
   views are the very same objects on GPUs holding as many jobs.  Only the remaining steps
   and the deadline distance are read at each round.
 
+* **Searches shared by content** (issue #13, second pass: at ``gavel+gimbal`` on the first
+  10,000 Philly jobs at 64x8, 250,208 set records were made and 97 % of them built a
+  :class:`KeptSearch` equal to one built before: resized sets go back and forth between a
+  few configurations).  A KeptSearch and its walks read, besides the rate model, only what
+  :func:`search_key` holds (each job's id, application, GPU count, start time and node count
+  in the set's order, the start's worker records, the ablations), so :class:`CoordKept` keeps
+  them by that key (``searches``, emptied past ``SEARCHES_CAP``; a new rate model, i.e. a new
+  context, empties it) and a new record takes the kept one: the same walks, extended where
+  they ended.  The resizes memo (per best configuration) is the record's, since resizes read
+  the record's actual configuration.  Each job's utilisation and start configuration are
+  memoised by its allocation's identity (:func:`job_static`).
+* **The walks' times** (:mod:`policies.gimbal_steps`): each walk carries its last
+  configuration's per-worker times and computes a step's times only for the jobs that can
+  have changed.
+
 The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
 the job change record (a job's allocation and state are in its view), sorted each call by the
 same (submit time, id) key the plain path sorts by.
@@ -45,16 +60,16 @@ same (submit time, id) key the plain path sorts by.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Iterable, Optional
 
 from .model import ClusterSnapshot, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
-    _below_ceiling, _jmax, _restored, capped, lgrr_swell,
-    start_config, step_times, utilization)
+    _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
+    start_config, utilization)
 from .gimbal_quiet import QUIET_CAP, REL, horizon
 from .gimbal_sets import KeptSets
+from .gimbal_steps import TimedSteps
 from .records import records_usable
 from .plan import ResizeJob
 
@@ -67,25 +82,34 @@ class Walk:
     no new configuration after the last step.  Step times are tuples in ``order`` (the jobs'
     order of the search's ``infos``, the order :func:`local_objective` sums in)."""
 
-    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end")
+    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end",
+                 "timed", "last")
 
-    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool):
+    def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool,
+                 start_times: Optional[dict] = None):
+        """``start_times``: ``search.model.times(search.infos, start)`` when the caller has
+        it (:class:`KeptSearch` does), else computed here."""
         self.search, self.subset1, self.subset2 = search, subset1, subset2
         self.order = tuple(search.infos)
+        self.timed = timed = TimedSteps(search, start)
+        ct = timed.times(start) if start_times is None else start_times
         cur = dict(start)
         self.swell = None
         if lgrr:  # line 5, as coordination_search applies it
             cur = search.set_mps(cur, [(j, i) for j in subset2 for i in range(len(cur[j]))],
                                  lgrr_swell)
             if cur != start:
-                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._times(cur))
+                ct = timed.retime(cur, start, ct)
+                self.swell = (f"swell({','.join(subset2)}) by LGRR", self._st(ct))
+            # else: the same values as start's, the same times
         self.head = cur
         self.steps: list = []
         self.end = False
+        self.last = ct  # the per-worker times of the walk's last configuration
 
-    def _times(self, cfg) -> tuple:
-        st = step_times(self.search.model, self.search.infos, cfg)
-        return tuple(st[j] for j in self.order)
+    def _st(self, ct) -> tuple:
+        """Step times (each job's slowest worker, step_times) in ``order``."""
+        return tuple([max(ct[j]) for j in self.order])
 
     def step(self, i: int):
         """The ``i``-th generated configuration (0-based) or None past the walk's end."""
@@ -94,11 +118,12 @@ class Walk:
             if self.end:
                 return None
             cur = steps[-1][0] if steps else self.head
-            new, what = self.search.generate(cur, self.subset1)  # line 7
+            new, what, nt = self.timed.generate(cur, self.last, self.subset1)  # line 7
             if new is None or new == cur:
                 self.end = True
                 return None
-            steps.append((new, what, self._times(new)))
+            steps.append((new, what, self._st(nt)))
+            self.last = nt
         return steps[i]
 
 
@@ -198,7 +223,7 @@ class KeptSearch:
     nothing else of them; later rounds list the same jobs in the same order), ``start``: the
     start configuration."""
 
-    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "memo")
+    __slots__ = ("start", "jm", "order", "st0", "search", "lgrr", "walks", "subsets", "t0")
 
     def __init__(self, infos, start, model: RateModel, *, lgrr: bool = True, liss: bool = True,
                  straggler_tol: float = 0.05):
@@ -208,14 +233,13 @@ class KeptSearch:
         self.jm = jm = _jmax(infos, world, since)  # line 1
         self.search = _Search(None, infos, model, jm, straggler_tol, lgrr, liss)
         self.order = order = tuple(infos)
-        st = step_times(model, infos, start)
-        self.st0 = tuple(st[j] for j in order)
+        self.t0 = t0 = model.times(infos, start)  # step_times' per-worker times
+        self.st0 = tuple([max(t0[j]) for j in order])
         # line 2, as positions in ``order``: subset1 = [J_max], subset2 = the rest by id
         self.subsets = ([order.index(jm)],
                         [order.index(j) for j in sorted(j for j in order if j != jm)])
         self.lgrr = lgrr
         self.walks: dict = {}  # the split (subsets swapped?) -> its Walk
-        self.memo: dict = {}  # id(best configuration) -> (configuration, caller's value)
 
     def split(self, objective: str, rems, dls, utils) -> bool:
         """Lines 3-4: whether the subsets swap (subset2's priority below subset1's), by
@@ -244,7 +268,8 @@ class KeptSearch:
             subset1, subset2 = [jm], sorted(j for j in self.order if j != jm)
             if swap:
                 subset1, subset2 = subset2, subset1
-            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr)
+            walk = self.walks[swap] = Walk(self.search, self.start, subset1, subset2, self.lgrr,
+                                                self.t0)
         return walk
 
     def run_values(self, objective: str, rems, dls, utils) -> tuple[SearchResult, dict]:
@@ -260,20 +285,64 @@ class KeptSearch:
                                [infos[j].utilization for j in order])[0]
 
 
+# kept searches of a CoordKept; emptied past it (a memo: only its size changes).  gavel+gimbal,
+# 10k Philly jobs at 64x8: 65.6 CPU-s, 216 MB peak with 2048; 65.9 CPU-s, 293 MB with 8192
+SEARCHES_CAP = 1 << 11
+
+
+def search_key(static, start, lgrr: bool, liss: bool) -> tuple:
+    """Everything a :class:`KeptSearch` (and its walks) reads besides the rate model: each
+    job's id, application, GPU count, start time (J_max's tie break) and node count, in the
+    set's order, the start configuration's worker records (every field: the walk's
+    configurations carry them), and the ablations.  Two records with equal keys get equal
+    walks, step times and splits (pure functions of these and of the model)."""
+    return (tuple([(j.id, j.app, j.num_gpus, j.start_time, n) for j, _, n in static]),
+            tuple(start.values()), lgrr, liss)
+
+
+PER_ALLOC_CAP = 1 << 16
+
+
+def job_static(memo: dict, snap: ClusterSnapshot, job) -> tuple:
+    """(:func:`~policies.gimbal_coord.utilization`, :func:`~policies.gimbal_coord.start_config`)
+    of a running job, memoised by its allocation's identity (``memo``: id -> (allocation,
+    (application, GPU count, global batch), utilisation, start configuration)).  Both read
+    only the allocation (a frozen record; kept alive by the memo, so its id is not reused),
+    the job's application, GPU count and global batch, and the snapshot's profiles and
+    predictors (the caller keeps ``memo`` only while those are the same objects)."""
+    a = job.allocation
+    jk = (job.app, job.num_gpus, job.global_batch)
+    hit = memo.get(id(a))
+    if hit is not None and hit[0] is a and hit[1] == jk:
+        return hit[2], hit[3]
+    util, act = utilization(snap, job), start_config(job)
+    if len(memo) >= PER_ALLOC_CAP:
+        memo.clear()
+    memo[id(a)] = (a, jk, util, act)
+    return util, act
+
+
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
-                 lgrr: bool, liss: bool):
+                 lgrr: bool, liss: bool, searches: Optional[dict] = None,
+                 per_alloc: Optional[dict] = None):
+        """``searches``: KeptSearch objects by :func:`search_key`, ``per_alloc``: each job's
+        utilisation and start configuration by :func:`job_static` (the caller's, kept across
+        records with ``model`` and the snapshot's profiles and predictors), or None."""
         self.jobs, self.lens = tuple(jobs), lens
-        infos = {}
         static = []
+        actual = {}
         for j in jobs:
-            util, nodes = utilization(snap, j), (j.allocation.num_nodes if j.allocation else 1)
-            static.append((j, util, nodes))
-            infos[j.id] = JobInfo(j, 0.0, math.inf, util, nodes)  # walk fields only
+            if per_alloc is None:
+                util, act = utilization(snap, j), start_config(j)
+            else:
+                util, act = job_static(per_alloc, snap, j)
+            static.append((j, util, j.allocation.num_nodes if j.allocation else 1))
+            actual[j.id] = act
         self.static = tuple(static)
         self.utils = tuple(u for _, u, _ in static)
         # ClusterSnapshot.remaining_iters' inputs of each (running, known length) job: the
@@ -281,14 +350,27 @@ class _SetRec:
         self.prog = (tuple((j.total_iters, j.completed_iters, j.as_of, j.restore_left,
                             j.iter_rate) for j in jobs)
                      if all(j.running and j.total_iters is not None for j in jobs) else None)
-        self.actual = actual = {j.id: start_config(j) for j in jobs}
+        self.actual = actual
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling), as coordinate's plain path starts
         start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
-                            else replace(w, mps_pct=capped(w, 100)) for w in ws)
+                            else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
-        self.kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+        kept = key = None
+        if searches is not None:
+            key = search_key(static, start, lgrr, liss)
+            kept = searches.get(key)
+        if kept is None:
+            infos = {j.id: JobInfo(j, 0.0, math.inf, u, n)  # walk fields only
+                     for j, u, n in static}
+            kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+            if searches is not None:
+                if len(searches) >= SEARCHES_CAP:
+                    searches.clear()
+                searches[key] = kept
+        self.kept = kept
+        self.memo: dict = {}  # id(best configuration) -> (configuration, its resizes)
         self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
 
     def _rems(self, snap: ClusterSnapshot) -> list:
@@ -312,8 +394,8 @@ class _SetRec:
     def _resizes(self, best, res: Optional[SearchResult]) -> tuple:
         """The resizes of a result whose best configuration is ``best`` (kept per
         configuration: they are a function of it and of the record)."""
-        kept = self.kept
-        hit = kept.memo.get(id(best))
+        memo = self.memo
+        hit = memo.get(id(best))
         if hit is None or hit[0] is not best:
             resizes = []
             jobs = {j.id: j for j in self.jobs}
@@ -326,7 +408,7 @@ class _SetRec:
                                          max(w.micro_batch for w in ws),
                                          max(w.accum_steps for w in ws), mps, ws,
                                          jobs[jid].allocation.global_batch))
-            hit = kept.memo[id(best)] = (best, tuple(resizes))
+            hit = memo[id(best)] = (best, tuple(resizes))
         return hit[1]
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
@@ -374,6 +456,8 @@ class CoordKept:
         self.model: Optional[RateModel] = None
         self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
+        self.searches: dict = {}  # search_key -> KeptSearch, for self.model (search_key)
+        self.per_alloc: dict = {}  # job_static's memo, for the context's profiles/predictors
         self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
         #                     those jobs by (submit time, id))
         self.cands = None  # the last call's jobs to restore (before ``skip``)
@@ -424,7 +508,8 @@ class CoordKept:
             return None
         gj = snap.gpu_jobs
         lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
-        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss)
+        rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss,
+                                           self.searches, self.per_alloc)
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
@@ -444,6 +529,7 @@ class CoordKept:
         if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
                 or ctx[3:] != self.ctx[3:]:
             self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+            self.searches, self.per_alloc = {}, {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
         usable = records_usable(snap)
         skip = set(skip)
