@@ -80,19 +80,28 @@ def test_place_matches_reference(case):
     assert list(elastic.place(snap, shares)) == list(ref_place(snap, shares))
 
 
+def _running(jid, submit, gpus, sub_batch):
+    return Job(jid, submit, len(gpus), "cifar10", 64, state=JobState.RUNNING,
+               allocation=Allocation(gpus, sub_batch))
+
+
+def _two_nodes_snap(*jobs):
+    """Two 4-GPU nodes with ``jobs`` running on them (the default models)."""
+    nodes = (Node("n0", 4), Node("n1", 4))
+    gj = {g: (j.id,) for j in jobs for g in j.allocation.gpus}
+    return ClusterSnapshot(0.0, nodes, MappingProxyType({j.id: j for j in jobs}),
+                           MappingProxyType(gj),
+                           tuple(g for n in nodes for g in n.gpus() if g not in gj),
+                           profiles=MODELS.profiles, memory=MODELS.memory)
+
+
 def test_place_keeps_gpus_only_where_they_are_one_nodes():
     """A job holding as many GPUs as its share, all free, keeps them only where they lie on
     one node; GPUs on two nodes (with indexes that the first node has free too) are placed
     as the literal scan places them."""
-    nodes = (Node("n0", 4), Node("n1", 4))
-    split = Job("s", 0.0, 2, "cifar10", 64, state=JobState.RUNNING,
-                allocation=Allocation((Gpu("n0", 1), Gpu("n1", 3)), 64))
-    whole = Job("w", 1.0, 2, "cifar10", 64, state=JobState.RUNNING,
-                allocation=Allocation((Gpu("n1", 0), Gpu("n1", 1)), 64))
-    gj = {g: (j.id,) for j in (split, whole) for g in j.allocation.gpus}
-    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({"s": split, "w": whole}),
-                           MappingProxyType(gj), tuple(g for n in nodes for g in n.gpus()
-                                                       if g not in gj))
+    split = _running("s", 0.0, (Gpu("n0", 1), Gpu("n1", 3)), 64)
+    whole = _running("w", 1.0, (Gpu("n1", 0), Gpu("n1", 1)), 64)
+    snap = _two_nodes_snap(split, whole)
     for shares in ({"s": 2, "w": 2}, {"w": 2, "s": 2}, {"s": 2}):
         got = elastic.place(snap, shares)
         assert got == ref_place(snap, shares)
@@ -103,15 +112,8 @@ def test_place_keeps_gpus_only_where_they_are_one_nodes():
 def test_kept_jobs_reasons_keep_their_own_decided_share():
     """Two kept jobs on 2 GPUs each, one decided 2 and one 3 (regulated back to 2): each
     KEEP_RUNNING reason says its own decided share (they share no Reason object)."""
-    nodes = (Node("n0", 4), Node("n1", 4))
-    a = Job("a", 0.0, 2, "cifar10", 64, state=JobState.RUNNING,
-            allocation=Allocation((Gpu("n0", 0), Gpu("n0", 1)), 32))
-    b = Job("b", 1.0, 2, "cifar10", 64, state=JobState.RUNNING,
-            allocation=Allocation((Gpu("n1", 0), Gpu("n1", 1)), 32))
-    gj = {g: (j.id,) for j in (a, b) for g in j.allocation.gpus}
-    snap = ClusterSnapshot(0.0, nodes, MappingProxyType({"a": a, "b": b}), MappingProxyType(gj),
-                           tuple(g for n in nodes for g in n.gpus() if g not in gj),
-                           profiles=MODELS.profiles, memory=MODELS.memory)
+    snap = _two_nodes_snap(_running("a", 0.0, (Gpu("n0", 0), Gpu("n0", 1)), 32),
+                           _running("b", 1.0, (Gpu("n1", 0), Gpu("n1", 1)), 32))
     plan = elastic.elastic_plan(snap, "t", {"a": 2, "b": 3}, Rates(snap), ["a", "b"])
     assert not plan.actions
     got = {j: (r.code, r.numbers["share"], r.numbers["decided_share"])
