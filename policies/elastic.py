@@ -63,6 +63,8 @@ class Rates:
         self.per_node = snap.max_gpus_per_node or 1
         self.measured: Mapping[str, Mapping[int, float]] = snap.predictors.get(MEASURED_RATES, {})
         self.unprofiled = frozenset(snap.predictors.get(UNPROFILED, ()))
+        self.profiles = snap.profiles
+        self.total_gpus = snap.total_gpus
         # model rates are pure functions of (profiles, memory, node size): reuse them across
         # calls while the snapshot carries the same objects (the simulator's do)
         key = (id(snap.profiles), id(snap.memory), self.per_node,
@@ -86,16 +88,16 @@ class Rates:
         return c
 
     def profiled(self, job: Job) -> bool:
-        return job.id not in self.unprofiled and job.app in self.snap.profiles
+        return job.id not in self.unprofiled and job.app in self.profiles
 
     def rate(self, job: Job, k: int) -> float:
         if k <= 0:
             return 0.0
-        if self.profiled(job):
+        if job.id not in self.unprofiled and job.app in self.profiles:  # profiled(job)
             key = (job.app, job.global_batch, k)
             r = self._rate.get(key)
             if r is None:
-                r = self._rate[key] = _model_rate(self.snap.profiles[job.app], job.global_batch,
+                r = self._rate[key] = _model_rate(self.profiles[job.app], job.global_batch,
                                                   k, self.per_node, self.config(job, k)[1])
             return r
         return self.optimistic(job, k)
@@ -132,7 +134,7 @@ class Rates:
         """Largest share a job may get: the top of its ``gpu_range`` (else the cluster);
         for a job with neither a profile nor a measured rate, at most its fair share
         ``max(1, M // n)`` (§4.5 "initial share within 1/n")."""
-        M = self.snap.total_gpus
+        M = self.total_gpus
         top = min(M, job.gpu_range[1]) if job.gpu_range is not None else M
         if self.profiled(job) or self.measured.get(job.id) or (job.running and job.iter_rate > 0):
             return top
@@ -292,19 +294,35 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     per_node = snap.max_gpus_per_node or 1
     fn = _FreeNodes(snap)
     free, nkey = fn.free, fn.key
+    jobs = snap.jobs
+    # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
+    # snapshot (never changed here), so built when first asked for
+    cur: dict[str, Optional[frozenset]] = {}
     held_now: dict[Gpu, str] = {}
-    cur: dict[str, set[Gpu]] = {}
-    for jid in shares:
-        job = snap.jobs[jid]
-        if job.running and job.allocation is not None:
-            cur[jid] = set(job.allocation.gpus)
-            for g in job.allocation.gpus:
-                held_now[g] = jid
+    held_built = []
+
+    def held(jid: str) -> Optional[frozenset]:
+        h = cur.get(jid, False)
+        if h is False:
+            job = jobs[jid]
+            h = cur[jid] = (frozenset(job.allocation.gpus)
+                            if job.running and job.allocation is not None else None)
+        return h
+
+    def held_by_any() -> dict[Gpu, str]:
+        if not held_built:
+            held_built.append(True)
+            for jid in shares:
+                job = jobs[jid]
+                if job.running and job.allocation is not None:
+                    for g in job.allocation.gpus:
+                        held_now[g] = jid
+        return held_now
     out: dict[str, tuple[Gpu, ...]] = {}
 
     def mine_by_node(jid: str) -> dict[str, int]:
         m: dict[str, int] = {}
-        for g in cur.get(jid, ()):
+        for g in held(jid) or ():
             if g.node in free:
                 m[g.node] = m.get(g.node, 0) + 1
         return m
@@ -312,7 +330,8 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     def take(jid: str, node: str, n: int) -> list[Gpu]:
         idx = free[node]
         if n < len(idx):
-            mine = cur.get(jid, set())
+            mine = held(jid) or frozenset()
+            held_now = held_by_any()
             # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
             # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
             idx = sorted(idx, key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
@@ -340,8 +359,16 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         k = shares[jid]
         if k < per_node:
             continue
-        full = fn.buckets.get(per_node, [])
         mine = mine_by_node(jid)
+        if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
+                                           for x, c in mine.items()):
+            # the job keeps whole nodes, all still free: ``first`` holds exactly them and
+            # the loop below takes each whole (the general path gives the same)
+            for x in mine:
+                fn.set(x, [])
+            out[jid] = tuple(sorted(held(jid)))
+            continue
+        full = fn.buckets.get(per_node, [])
         first = sorted((x for x, c in mine.items() if len(free[x]) == per_node),
                        key=lambda x: (-mine[x], nkey[x]))
         lead = set(first)
@@ -362,19 +389,20 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         k = shares[jid]
         if k >= per_node or k <= 0:
             continue
-        held = cur.get(jid)
-        if held is not None and len(held) == k:
+        job = jobs[jid]
+        now = job.allocation.gpus if job.running and job.allocation is not None else ()
+        if len(now) == k:
             # the job keeps all of its GPUs where they are one node's and still free: that
             # node is its only one in ``mine``, so ``fits``' choice, and ``take`` hands it
             # its own GPUs first (the general path below gives the same)
-            g0 = next(iter(held))
-            node = g0.node
+            node = now[0].node
             idx = free.get(node)
-            if idx is not None and all(g.node == node for g in held):
-                have = set(idx)
-                if all(g.index in have for g in held):
-                    fn.set(node, [i for i in idx if (node, i) not in held])
-                    out[jid] = tuple(sorted(held))
+            if idx is not None:
+                # k distinct indexes on ``node`` <=> its k GPUs are all that node's
+                mine_idx = {g.index for g in now if g.node == node}
+                if len(mine_idx) == k and mine_idx.issubset(idx):
+                    fn.set(node, [i for i in idx if i not in mine_idx])
+                    out[jid] = tuple(sorted(now))
                     continue
         mine = mine_by_node(jid)
         fits = [x for x in mine if len(free[x]) >= k]
@@ -453,18 +481,23 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                                                 **dict(base, share=0.0, decided_share=decided)))
             reasons[jid] = hit[1]
             continue
-        nums = dict(numbers(job), share=float(len(gpus) if gpus else 0),
-                    decided_share=float(shares.get(jid, 0)))
         if not gpus:
             actions.append(PreemptJob(jid))
-            reasons[jid] = reason(ReasonCode.PREEMPTED, "its share is 0 GPUs", **nums)
+            reasons[jid] = reason(ReasonCode.PREEMPTED, "its share is 0 GPUs",
+                                  **dict(numbers(job), share=0.0,
+                                         decided_share=float(shares.get(jid, 0))))
             continue
         b, s = rates.config(job, len(gpus))
         if job.running:
             old = job.allocation.gpus
             if (old == gpus or set(old) == set(gpus)) \
                     and (job.allocation.sub_batch, job.allocation.accum_steps) == (b, s):
-                continue  # KEEP_RUNNING below
+                # KEEP_RUNNING below: its numbers are asked for there, once (every
+                # ``numbers`` is pure, so when it is asked does not matter)
+                continue
+        nums = dict(numbers(job), share=float(len(gpus)),
+                    decided_share=float(shares.get(jid, 0)))
+        if job.running:
             moved = not (set(old) & set(gpus))
             actions.append(ResizeJob(jid, gpus, b, s))
             reasons[jid] = reason(ReasonCode.RESIZED,

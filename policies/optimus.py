@@ -43,11 +43,17 @@ class Optimus(Policy):
             r = rates.remaining_iters(j)
             rem[j.id] = r if r is not None else 1.0  # unknown length: gain in relative time
 
+        cap = {j.id: rates.cap(j, n) for j in jobs[:M]}  # gain() is asked of these only
+        rate = rates.rate
+
         def gain(j, k):
-            if k >= rates.cap(j, n):
+            if k >= cap[j.id]:
                 return 0.0
-            p, p1 = rates.rate(j, k), rates.rate(j, k + 1)
-            return rem[j.id] / p - rem[j.id] / p1 if p1 > p else 0.0
+            p, p1 = rate(j, k), rate(j, k + 1)
+            if p1 > p:
+                r = rem[j.id]
+                return r / p - r / p1
+            return 0.0
 
         heap = [(-gain(j, 1), i, j) for i, j in enumerate(jobs[:M])]
         heapq.heapify(heap)
