@@ -55,7 +55,9 @@ class Optimus(Policy):
                 return r / p - r / p1
             return 0.0
 
-        heap = [(-gain(j, 1), i, j) for i, j in enumerate(jobs[:M])]
+        # now[id]: gain(job, its share) at every point (the explain number at the end)
+        now = {j.id: gain(j, 1) for j in jobs[:M]}
+        heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]
         heapq.heapify(heap)
         left = M - min(n, M)
         while left > 0 and heap:
@@ -65,11 +67,11 @@ class Optimus(Policy):
             k = shares[j.id] + 1
             shares[j.id] = k
             left -= 1
-            heapq.heappush(heap, (-gain(j, k), i, j))
+            g = now[j.id] = gain(j, k)
+            heapq.heappush(heap, (-g, i, j))
 
         def numbers(j):
-            k = shares.get(j.id, 0)
             # no numbers: one shared empty mapping (waiting jobs then share a Reason)
-            return {"marginal_gain_s": gain(j, k)} if j.id in rem and k > 0 else no_numbers(j)
+            return {"marginal_gain_s": now[j.id]} if j.id in now else no_numbers(j)
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
                             packing=self.packing)
