@@ -71,13 +71,18 @@ class Rates:
                min((n.gpu_mem_mb for n in snap.nodes), default=0))
         hit = _MEMO.get("rates")
         if hit is None or hit[0] != key or hit[1] is not snap.profiles or hit[2] is not snap.memory:
-            hit = (key, snap.profiles, snap.memory, {}, {}, {})
+            hit = (key, snap.profiles, snap.memory, {}, {}, {}, {}, {})
             _MEMO["rates"] = hit
         self._accum: dict[tuple, tuple[int, int]] = hit[3]
         self._rate: dict[tuple, float] = hit[4]
         # (app, global batch) -> [k, done]: one more GPU helps a profiled job of them at
         # every count below k; done: it does not at k (policies.max_min's demands)
         self.useful_upto: dict[tuple, list] = hit[5]
+        # (app, global batch, k) -> useful_share of a profiled job of them at k
+        self._useful: dict[tuple, bool] = hit[6]
+        # a policy's own memos of pure functions of the model rates (e.g. Themis' peak
+        # count), kept as long as the rates are: name -> that policy's dict
+        self.kept: dict[str, dict] = hit[7]
 
     def config(self, job: Job, k: int) -> tuple[int, int]:
         """(sub_batch, accum_steps) of ``job`` on ``k`` GPUs."""
@@ -532,7 +537,14 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
 
 def useful_share(rates: Rates, job: Job, k: int) -> bool:
     """True when one more GPU raises ``job``'s throughput (Appendix B: the regime where
-    an extra GPU helps); a job never gets a GPU that adds nothing."""
+    an extra GPU helps); a job never gets a GPU that adds nothing.  For a profiled job
+    the answer depends on (application, global batch, k) only: memoised with the rates."""
+    if job.id not in rates.unprofiled and job.app in rates.profiles:  # rates.profiled(job)
+        key = (job.app, job.global_batch, k)
+        u = rates._useful.get(key)
+        if u is None:
+            u = rates._useful[key] = rates.rate(job, k + 1) > rates.rate(job, k) * (1 + 1e-9)
+        return u
     return rates.rate(job, k + 1) > rates.rate(job, k) * (1 + 1e-9)
 
 

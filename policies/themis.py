@@ -71,7 +71,8 @@ class Themis(Policy):
     def peak(self, rates: Rates, job, limit: int, memo: Optional[dict] = None) -> int:
         """``m``: the GPU count up to ``limit`` with the highest modelled throughput.  A
         profiled job's rates depend only on (application, global batch), so with ``memo``
-        the walk is done once per (application, batch, limit) in a call."""
+        the walk is done once per (application, batch, limit) while the rates' memo holds
+        (``Rates.kept``: across calls on the same models)."""
         key = (job.app, job.global_batch, limit)
         if memo is not None and rates.profiled(job):
             hit = memo.get(key)
@@ -98,7 +99,8 @@ class Themis(Policy):
         n = len(jobs)
         shares = {j.id: 0 for j in jobs}
         front = jobs[:M]  # with more jobs than GPUs only the oldest M can get one
-        target, one, memo = {}, {}, {}
+        target, one = {}, {}
+        memo = rates.kept.setdefault("themis-peak", {})
         for j in front:
             m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
             target[j.id] = m / n
@@ -130,12 +132,19 @@ class Themis(Policy):
         # minimum of the scan over all of them (tests/policies/
         # test_afs_handout_differential.py against reference_afs_handout.ThemisBefore).
         seed = snap.seed
+        caps: dict = {}  # a leftover job's cap, once per call
+
+        def cap(j):
+            c = caps.get(j.id)
+            if c is None:
+                c = caps[j.id] = rates.cap(j, n)
+            return c
         drawn = [(_draw(seed, j.id, shares[j.id]), i, shares[j.id], j)
                  for i, j in enumerate(leftover)]
         heapq.heapify(drawn)
         while left > 0 and drawn:
             _, i, k, j = drawn[0]
-            if shares[j.id] != k or not (0 < k < rates.cap(j, n) and useful_share(rates, j, k)):
+            if shares[j.id] != k or not (0 < k < cap(j) and useful_share(rates, j, k)):
                 heapq.heappop(drawn)  # stale (a duplicate entry) or may not grow
                 continue
             shares[j.id] = k + 1
