@@ -229,37 +229,61 @@ class _FreeNodes:
     Starts from the empty cluster, built once per node tuple (memoised by identity, as
     the simulator hands in the same tuple every call) and copied: the per-node index lists
     are shared with that template and never changed in place (:meth:`set` replaces a
-    node's list), the buckets are copied."""
+    node's list).  The buckets are brought up to date only when read (:meth:`bucket`,
+    :meth:`by_count_desc`, :meth:`best_fit`): :meth:`set` notes the node's count as the
+    buckets hold it, and the first read after it moves each noted node to the bucket of its
+    count now, the same buckets as moving it at every :meth:`set`.  Until the first read
+    they are the template's (copied then), so a call whose jobs all keep their GPUs never
+    touches them."""
 
     def __init__(self, snap: ClusterSnapshot):
         free, key, buckets, total = identity_memo(_EMPTY, snap.nodes, _empty_cluster, 8)
         self.free: dict[str, list[int]] = dict(free)
         self.key = key
-        self.buckets: dict[int, list] = {c: list(b) for c, b in buckets.items()}
+        self._template = buckets
+        self._buckets: Optional[dict[int, list]] = None
+        self._noted: dict[str, int] = {}  # node -> its free count as the buckets hold it
         self.total = total
 
     def set(self, x: str, idx: list[int]) -> None:
-        old, new = len(self.free[x]), len(idx)
+        old = self.free[x]
         self.free[x] = idx
-        self.total += new - old
-        if old != new:
-            k = (self.key[x], x)
-            if old:
-                b = self.buckets[old]
-                del b[bisect_left(b, k)]
-            if new:
-                insort(self.buckets.setdefault(new, []), k)
+        self.total += len(idx) - len(old)
+        if x not in self._noted:
+            self._noted[x] = len(old)
+
+    @property
+    def buckets(self) -> dict[int, list]:
+        """The buckets, up to date."""
+        b = self._buckets
+        if b is None:
+            b = self._buckets = {c: list(v) for c, v in self._template.items()}
+        if self._noted:
+            free, key = self.free, self.key
+            for x, old in self._noted.items():
+                new = len(free[x])
+                if old != new:
+                    k = (key[x], x)
+                    if old:
+                        v = b[old]
+                        del v[bisect_left(v, k)]
+                    if new:
+                        insort(b.setdefault(new, []), k)
+            self._noted.clear()
+        return b
 
     def by_count_desc(self):
         """Nodes with free GPUs, most free first, then rank (read-only walk)."""
-        for c in sorted((c for c, b in self.buckets.items() if b), reverse=True):
-            for _, x in self.buckets[c]:
+        buckets = self.buckets
+        for c in sorted((c for c, b in buckets.items() if b), reverse=True):
+            for _, x in buckets[c]:
                 yield x
 
     def best_fit(self, k: int) -> Optional[str]:
         """The node with the fewest free GPUs that still holds ``k``, then rank."""
-        cs = [c for c, b in self.buckets.items() if b and c >= k]
-        return self.buckets[min(cs)][0][1] if cs else None
+        buckets = self.buckets
+        cs = [c for c, b in buckets.items() if b and c >= k]
+        return buckets[min(cs)][0][1] if cs else None
 
 
 _EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
@@ -303,7 +327,7 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
     # snapshot (never changed here), so built when first asked for
     cur: dict[str, Optional[frozenset]] = {}
-    held_now: dict[Gpu, str] = {}
+    held_now: set[Gpu] = set()
     held_built = []
 
     def held(jid: str) -> Optional[frozenset]:
@@ -314,14 +338,13 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
                             if job.running and job.allocation is not None else None)
         return h
 
-    def held_by_any() -> dict[Gpu, str]:
+    def held_by_any() -> set[Gpu]:
         if not held_built:
             held_built.append(True)
             for jid in shares:
                 job = jobs[jid]
                 if job.running and job.allocation is not None:
-                    for g in job.allocation.gpus:
-                        held_now[g] = jid
+                    held_now.update(job.allocation.gpus)
         return held_now
     out: dict[str, tuple[Gpu, ...]] = {}
 
