@@ -423,9 +423,16 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             # the job keeps all of its GPUs where they are one node's and still free: that
             # node is its only one in ``mine``, so ``fits``' choice, and ``take`` hands it
             # its own GPUs first (the general path below gives the same)
-            node = now[0].node
+            g0 = now[0]
+            node = g0.node
             idx = free.get(node)
-            if idx is not None:
+            if k == 1:  # the same test and take for one GPU, without the sets
+                if idx is not None and g0.index in idx:
+                    i0 = g0.index
+                    fn.set(node, [i for i in idx if i != i0])
+                    out[jid] = tuple(now)
+                    continue
+            elif idx is not None:
                 # k distinct indexes on ``node`` <=> its k GPUs are all that node's
                 mine_idx = {g.index for g in now if g.node == node}
                 if len(mine_idx) == k and mine_idx.issubset(idx):
