@@ -325,7 +325,8 @@ def job_static(memo: dict, snap: ClusterSnapshot, job) -> tuple:
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo",
+                 "nodl")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool, searches: Optional[dict] = None,
@@ -351,6 +352,8 @@ class _SetRec:
                             j.iter_rate) for j in jobs)
                      if all(j.running and j.total_iters is not None for j in jobs) else None)
         self.actual = actual
+        # no member has a deadline: the "deadline" search's values are all 0.0 (no_deadline)
+        self.nodl = all(j.deadline is None for j in jobs)
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling), as coordinate's plain path starts
@@ -413,6 +416,8 @@ class _SetRec:
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
         """``full``: (SearchResult, resizes); else (resizes, objective before, after)."""
+        if not full and objective == "deadline" and self.nodl:
+            return self._no_deadline(snap.now)
         rems = self._rems(snap)
         dls = None
         if objective == "deadline":
@@ -440,6 +445,21 @@ class _SetRec:
             if h > 0.0:
                 self.quiet = (objective, now, now + h)
         return resizes, before, after
+
+    def _no_deadline(self, now: float) -> tuple:
+        """The lean "deadline" search of a set none of whose members has a deadline, without
+        its arithmetic: every deadline distance is inf, so every term max(0.0, r x t - inf) of
+        :func:`objective_value` is 0.0 whatever r x t is (-inf, or nan from inf - inf, and
+        max(0.0, nan) is 0.0), every value is 0.0 and no step gains (0.0 < 0.0 x (1 - 1e-9) is
+        False): :func:`walk_best` returns (the walk's head, 0.0, 0.0).  The split is False
+        (each importance -(inf - r x t) is -inf or nan, and neither -inf < -inf nor a nan
+        comparison holds).  Nothing here reads the clock or the remaining steps, and the
+        members' deadlines are in their views (kept with the record): a set with no resizes
+        is quiet for as long as its record lives."""
+        resizes = self._resizes(self.kept.walk(False).head, None)
+        if not resizes:
+            self.quiet = ("deadline", now, math.inf)
+        return resizes, 0.0, 0.0
 
     def quiet_at(self, objective: str, now: float) -> bool:
         """Whether the lean search is sure to find no resizes at ``now`` (gimbal_quiet)."""
