@@ -70,6 +70,7 @@ from .gimbal_coord import (
 from .gimbal_quiet import QUIET_CAP, REL, horizon
 from .gimbal_sets import KeptSets
 from .gimbal_steps import TimedSteps
+from .gimbal_still import Still, plan_window
 from .records import records_usable
 from .plan import ResizeJob
 
@@ -482,6 +483,7 @@ class CoordKept:
         #                     those jobs by (submit time, id))
         self.cands = None  # the last call's jobs to restore (before ``skip``)
         self.plan = None  # the last call's (set, record) pairs
+        self.still = Still()  # the last pass's change logs and quiet window (gimbal_still)
 
     def _below(self, snap: ClusterSnapshot, usable: bool) -> tuple[list, bool]:
         """(The running jobs with a worker below its ceiling by (submit time, id), whether it
@@ -545,15 +547,64 @@ class CoordKept:
         return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
 
     def _run(self, snap, objective, lgrr, liss, skip, full):
-        ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
-        if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
-                or ctx[3:] != self.ctx[3:]:
-            self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+        c = self.ctx
+        if c is None or c[0] is not snap.profiles or c[1] is not snap.interference \
+                or c[2] is not snap.predictors or c[3:] != (objective, lgrr, liss):
+            self.ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
+            self.model, self.recs = RateModel(snap.profiles, snap.interference), {}
             self.searches, self.per_alloc = {}, {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
+            self.still = Still()
         usable = records_usable(snap)
         skip = set(skip)
         out = []
+        now = snap.now
+        still = self.still
+        if still.unchanged(snap, usable):
+            # nothing changed since the last full pass: its candidates and plan
+            # (policies.gimbal_still); every record quiet now: the plan is passed over
+            cands = self.cands
+            plan = None if not full and still.quiet(now) else self.plan
+        else:
+            cands, plan = self._pass(snap, lgrr, liss, usable)
+            still.logs = (snap.gpu_changes.log, snap.job_changes.log) if usable else None
+        for job in cands:
+            if job.id in skip:
+                continue
+            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
+            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                            job.allocation.global_batch),)
+            if full:
+                none = Attempt("restore: no partner left", 0.0, True)
+                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
+                                   "no-primitive")
+                out.append(Coordination(job.id, (job.id,), res, rz))
+            else:
+                out.append((job.id, 0.0, 0.0, rz))
+        if plan is None:
+            return out
+        for ps, rec in plan:
+            if rec is None:
+                continue
+            if skip and not skip.isdisjoint(ps.members):
+                continue
+            if full:
+                res, resizes = rec.coordinate(snap, objective)
+                out.append(Coordination(ps.jmax, ps.members, res, resizes))
+            else:
+                q = rec.quiet
+                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
+                    continue  # no resizes: nothing the host reads (rec.quiet_at)
+                resizes, before, after = rec.coordinate(snap, objective, False)
+                out.append((ps.jmax, before, after, resizes))
+        # a record's quiet window changes only in a pass over the plan
+        still.window = None if full else plan_window(plan, objective)
+        return out
+
+    def _pass(self, snap, lgrr, liss, usable) -> tuple[list, list]:
+        """(The jobs to restore, the (set, record) pairs), brought up to date from the
+        change records (or built without them)."""
         sets, same = self.sets.update(snap)
         if not same:  # a record is kept only for a set still there, made for what it sees now
             # (one no member of which the sets looked at again is: module doc)
@@ -570,38 +621,9 @@ class CoordKept:
             cands = [job for job in below if job.id not in in_sets and all(
                 gj.get(g, ()) == (job.id,) for g in job.allocation.gpus)]
         self.cands = cands if usable else None
-        for job in cands:
-            if job.id in skip:
-                continue
-            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
-            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
-                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
-                            job.allocation.global_batch),)
-            if full:
-                none = Attempt("restore: no partner left", 0.0, True)
-                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
-                                   "no-primitive")
-                out.append(Coordination(job.id, (job.id,), res, rz))
-            else:
-                out.append((job.id, 0.0, 0.0, rz))
         if same and self.plan is not None:
             plan = self.plan
         else:
             plan = [(ps, self._record(snap, ps.members, lgrr, liss)) for ps in sets]
         self.plan = plan if usable else None
-        now = snap.now
-        for ps, rec in plan:
-            if rec is None:
-                continue
-            if skip and not skip.isdisjoint(ps.members):
-                continue
-            if full:
-                res, resizes = rec.coordinate(snap, objective)
-                out.append(Coordination(ps.jmax, ps.members, res, resizes))
-            else:
-                q = rec.quiet
-                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
-                    continue  # no resizes: nothing the host reads (rec.quiet_at)
-                resizes, before, after = rec.coordinate(snap, objective, False)
-                out.append((ps.jmax, before, after, resizes))
-        return out
+        return cands, plan
