@@ -31,6 +31,7 @@ clock passes t + H; a set with resizes is searched at every round (its values ar
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from .gimbal_coord import MAX_ATTEMPTS, MAX_FAILS
 
@@ -70,9 +71,46 @@ def _room(q: float, a: float, e: float) -> float:
     return math.inf if a <= 0.0 else room / a
 
 
-def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) -> float:
+def affine_slopes(prog, now: float, rems, errs) -> tuple[list, float]:
+    """(For each job an interval (lo, hi) holding the slope of its remaining steps in the
+    clock, a time ``cap``) valid over [now, now + cap].  A job whose restore is over by more
+    than a second (or that has none), with nonnegative ``rate`` and remaining steps clear of
+    their error bound, loses exactly ``rate`` steps a second (r = total - (done + rate x
+    (tau - as_of - restore)), the max(0, .) of the elapsed time inactive from now on) until
+    its remaining steps could reach 0 (``cap``, from below: r(now) - 2 x err over the rate);
+    any other job's slope lies in [-rate, 0] (the module doc's bound)."""
+    per = []
+    cap = math.inf
+    for (total, done, as_of, restore, rate), r, err in zip(prog, rems, errs):
+        if rate >= 0.0 and (not restore or (now - as_of) - restore > 1.0) and r > 2.0 * err:
+            per.append((-rate, -rate))
+            if rate > 0.0:
+                c = (r - 2.0 * err) / rate * (1.0 - 1e-9)
+                if c < cap:
+                    cap = c
+        else:
+            per.append((min(0.0, -rate), max(0.0, -rate)))
+    return per, cap
+
+
+def _room_between(q: float, lo: float, hi: float, e: float) -> float:
+    """Seconds the sign of a quantity of computed value ``q`` (error bound ``e``) whose exact
+    value moves at a slope in [lo, hi] is sure to keep: its distance from 0 less twice the
+    error, over its worst speed towards 0."""
+    room = abs(q) - 2.0 * e
+    if not room > 0.0:
+        return 0.0
+    speed = -lo if q > 0.0 else hi
+    return math.inf if speed <= 0.0 else room / speed
+
+
+def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0,
+               slopes: Optional[tuple] = None) -> float:
     """Seconds from now for which the split (lines 3-4) is sure to stay (inf for "jct": the
-    utilisations do not move)."""
+    utilisations do not move).  ``slopes``: :func:`affine_slopes`' answer: then also the
+    room from the priorities' slope interval (a difference of means of r_j x t_j, or of
+    r_j x t_j - d_j whose d_j falls at exactly 1 a second) up to ``cap``; the larger of the
+    two rooms (each is sure)."""
     if objective == "jct":
         return math.inf
     st0 = kept.st0
@@ -99,16 +137,38 @@ def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) 
     p1, p2 = prio(s1), prio(s2)
     if p1 is None or p2 is None:
         return math.inf
-    return _room(p2[0] - p1[0], p2[1] + p1[1], p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0])))
+    q = p2[0] - p1[0]
+    e = p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0]))
+    h = _room(q, p2[1] + p1[1], e)
+    if slopes is None:
+        return h
+    per, cap = slopes
+    one = 1.0 if objective == "deadline" else 0.0  # d(-(d_j - x_j))/dt = slope of x_j + 1
+
+    def slope(sub):  # the interval of the subset's mean priority's slope, and its magnitude
+        lo = hi = mag = 0.0
+        for i in sub:
+            a, b = per[i]
+            lo += st0[i] * a + one
+            hi += st0[i] * b + one
+            mag += abs(st0[i] * a) + abs(st0[i] * b) + one
+        return lo / len(sub), hi / len(sub), mag
+
+    l1, h1, m1 = slope(s1)
+    l2, h2, m2 = slope(s2)
+    eps = REL * (m1 + m2 + 1.0)  # the float error of the slope bounds, generously
+    return max(h, min(_room_between(q, l2 - h1 - eps, h2 - l1 + eps, e), cap))
 
 
 def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
-            max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS) -> float:
+            max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS,
+            slopes: Optional[tuple] = None) -> float:
     """Seconds from now for which :func:`policies.gimbal_walk.walk_best` of this set on
     ``kept``'s ``walk`` takes the same decisions (module doc).  ``rates``: each job's
     iterations per second, ``errs``: the error bound of each job's remaining steps; ``dls``:
-    deadline distances (None unless "deadline"), ``derr`` their error bound."""
-    h = split_room(objective, rems, dls, rates, errs, kept, derr)
+    deadline distances (None unless "deadline"), ``derr`` their error bound; ``slopes``:
+    :func:`affine_slopes` for the split's room."""
+    h = split_room(objective, rems, dls, rates, errs, kept, derr, slopes)
     if h <= 0.0:
         return 0.0
     f = 1 - 1e-9

@@ -67,7 +67,7 @@ from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
     start_config, utilization)
-from .gimbal_quiet import QUIET_CAP, REL, horizon
+from .gimbal_quiet import QUIET_CAP, REL, affine_slopes, horizon
 from .gimbal_sets import KeptSets
 from .gimbal_steps import TimedSteps
 from .gimbal_still import Still, plan_window
@@ -442,7 +442,8 @@ class _SetRec:
                 # deadline - τ for τ up to now + QUIET_CAP
                 derr = REL * (abs(now) + QUIET_CAP + max(
                     (abs(j.deadline) for j in self.jobs if j.deadline is not None), default=0.0))
-            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr), QUIET_CAP)
+            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr,
+                            slopes=affine_slopes(self.prog, now, rems, errs)), QUIET_CAP)
             if h > 0.0:
                 self.quiet = (objective, now, now + h)
         return resizes, before, after
