@@ -15,8 +15,10 @@ room from the exact progress slopes) gives exactly what the plain path gives.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from types import MappingProxyType
 from unittest import mock
 
 import pytest
@@ -129,16 +131,20 @@ def test_recorded_runs(name, cluster, seed, plain):
 
 # ---------------------------------------------------------------- hypothesis
 @st.composite
-def progress(draw, sts):
-    """Per job (total, done, as_of, restore, rate): rates that match the step times (the
-    simulator's: 1 / step time) or not, restores, jobs near their end."""
+def progress(draw, sts, t0):
+    """Per job (total, done, as_of, restore, rate) at ``t0``: rates that match the step times
+    (the simulator's: 1 / step time) or not, restores over or still running at ``t0`` (or
+    ending within a second of it), jobs near their end."""
     out = []
     for t in sts:
         rate = (draw(st.floats(0.9, 1.1)) / t if draw(st.booleans())
                 else draw(st.floats(0.01, 50.0)))
         total = draw(st.sampled_from([1e3, 1e4, 1e6])) * draw(st.floats(0.1, 1.0))
-        out.append((total, draw(st.floats(0.0, 1e3)), draw(st.floats(0.0, 50.0)),
-                    draw(st.sampled_from([0.0, 0.0, 20.0, 200.0])), rate))
+        as_of = draw(st.floats(0.0, 50.0))
+        restore = draw(st.sampled_from([0.0, 0.0, 20.0, 200.0, None, None]))
+        if restore is None:  # still restoring at t0 (or just over)
+            restore = (t0 - as_of) + draw(st.sampled_from([-0.5, 0.5, 30.0, 1e3]))
+        out.append((total, draw(st.floats(0.0, 1e3)), as_of, max(0.0, restore), rate))
     return out
 
 
@@ -151,7 +157,8 @@ def test_decisions_hold_within_the_slope_horizon(data):
     model = RateModel(MODELS.profiles, MODELS.interference)
     kept = KeptSearch(infos0, start, model)
     order = kept.order
-    prog = draw(progress(kept.st0))
+    t0 = draw(st.floats(60.0, 5e3))
+    prog = draw(progress(kept.st0, t0))
     deadlines = [draw(st.one_of(st.none(), st.floats(100.0, 1e5))) for _ in order]
     utils = [infos0[j].utilization for j in order]
 
@@ -164,7 +171,6 @@ def test_decisions_hold_within_the_slope_horizon(data):
             rems.append(max(0.0, total - (done + rate * dt)))
         return rems, [math.inf if d is None else d - now for d in deadlines]
 
-    t0 = draw(st.floats(60.0, 5e3))
     rems, dls = at(t0)
     dl = dls if objective == "deadline" else None
     swap = kept.split(objective, rems, dls, utils)
@@ -178,6 +184,7 @@ def test_decisions_hold_within_the_slope_horizon(data):
     assert h >= horizon(objective, rems, dl, rates, errs, kept, walk, derr)  # never shorter
     hs = split_room(objective, rems, dl, rates, errs, kept, derr, slopes)
     assert hs >= h
+    assert hs >= split_room(objective, rems, dl, rates, errs, kept, derr)  # never shorter
     fracs = [1.0, 0.5, 0.999, draw(st.floats(0.0, 1.0)), draw(st.floats(0.95, 1.0))]
     if h > 0.0:
         span = min(h, 1e7)
@@ -215,3 +222,58 @@ def test_no_deadline_search_is_the_head(data):
         assert best is kept.walk(False).head
         assert (before, after) == (0.0, 0.0)
         assert math.copysign(1.0, before) == math.copysign(1.0, after) == 1.0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_still_calls_follow_the_change_records(data):
+    """Hand-made snapshots of one packed set whose change records name what changed: a job's
+    view replaced with no GPU change (a deadline given or taken, a worker's MPS share moved,
+    progress), or nothing at all while the clock moves.  At each snapshot, asked twice (a
+    host may drop the resizes it is given; and now and then first with a snapshot whose
+    records are not usable; the clock now and then goes back), the lean answer equals the
+    plain path's."""
+    from test_gimbal_walk_differential import _snap
+
+    draw = data.draw
+    infos0, _ = draw(packed_set())
+    objective = draw(st.sampled_from(["deadline", "deadline", "makespan", "jct"]))
+    dl = st.one_of(st.none(), st.none(), st.floats(1e3, 1e5))
+    jobs = {jid: dataclasses.replace(info.job, deadline=draw(dl),
+                                     iter_rate=draw(st.floats(0.1, 10.0)))
+            for jid, info in infos0.items()}
+    gj: dict = {}
+    for jid, job in jobs.items():
+        for g in job.allocation.gpus:
+            gj[g] = gj.get(g, ()) + (jid,)
+    glog, jlog = list(gj), list(jobs)
+    kept = CoordKept()
+    now = 0.0
+    ids = sorted(jobs)
+    for _ in range(draw(st.integers(2, 10))):
+        what = draw(st.sampled_from(["none", "none", "deadline", "mps", "progress"]))
+        jid = draw(st.sampled_from(ids))
+        job = jobs[jid]
+        if what == "deadline":
+            jobs[jid] = dataclasses.replace(job, deadline=draw(dl))
+        elif what == "mps":
+            ws = list(job.allocation.workers)
+            i = draw(st.integers(0, len(ws) - 1))
+            w = ws[i]
+            pct = draw(st.sampled_from([10, 30, 50, 70, 100]))
+            ws[i] = dataclasses.replace(w, mps_pct=pct if w.mps_cap is None else min(pct, w.mps_cap))
+            jobs[jid] = dataclasses.replace(job, allocation=dataclasses.replace(
+                job.allocation, workers=tuple(ws)))
+        elif what == "progress":
+            jobs[jid] = dataclasses.replace(job, completed_iters=job.completed_iters + 1e3,
+                                            as_of=now)
+        if what != "none":
+            jlog.append(jid)
+        now = max(0.0, now + draw(st.sampled_from([0.0, 30.0, 1e3, 1e5, -1e3])))
+        snap = _snap(now, jobs, gj, glog, jlog)
+        want = _lean(coordinate(snap, objective))
+        if draw(st.integers(0, 4)) == 0:  # records that are not the job map's: not usable
+            other = dataclasses.replace(snap, jobs=MappingProxyType(dict(jobs)))
+            assert kept.resizes(other, objective) == want
+        assert kept.resizes(snap, objective) == want
+        assert kept.resizes(snap, objective) == want
