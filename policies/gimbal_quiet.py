@@ -109,8 +109,8 @@ def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0,
     """Seconds from now for which the split (lines 3-4) is sure to stay (inf for "jct": the
     utilisations do not move).  ``slopes``: :func:`affine_slopes`' answer: then also the
     room from the priorities' slope interval (a difference of means of r_j x t_j, or of
-    r_j x t_j - d_j whose d_j falls at exactly 1 a second) up to ``cap``; the larger of the
-    two rooms (each is sure)."""
+    r_j x t_j - d_j whose d_j fall at exactly 1 a second: the same in both means) up to
+    ``cap``; the larger of the two rooms (each is sure)."""
     if objective == "jct":
         return math.inf
     st0 = kept.st0
@@ -143,21 +143,69 @@ def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0,
     if slopes is None:
         return h
     per, cap = slopes
-    one = 1.0 if objective == "deadline" else 0.0  # d(-(d_j - x_j))/dt = slope of x_j + 1
 
-    def slope(sub):  # the interval of the subset's mean priority's slope, and its magnitude
+    def slope(sub):  # the interval of the subset's mean r_j x t_j's slope, and its magnitude
+        # ("deadline": each mean of -d_j rises at exactly 1 a second; in q they cancel)
         lo = hi = mag = 0.0
         for i in sub:
             a, b = per[i]
-            lo += st0[i] * a + one
-            hi += st0[i] * b + one
-            mag += abs(st0[i] * a) + abs(st0[i] * b) + one
+            lo += st0[i] * a
+            hi += st0[i] * b
+            mag += abs(st0[i] * a) + abs(st0[i] * b)
         return lo / len(sub), hi / len(sub), mag
 
     l1, h1, m1 = slope(s1)
     l2, h2, m2 = slope(s2)
     eps = REL * (m1 + m2 + 1.0)  # the float error of the slope bounds, generously
     return max(h, min(_room_between(q, l2 - h1 - eps, h2 - l1 + eps, e), cap))
+
+
+def no_gain_room(objective: str, rems, sts, bst, errs, slopes) -> float:
+    """Seconds from now for which a step of step times ``sts`` is sure not to beat the best
+    configuration's ``bst`` (0.0 where this is not shown), from the terms' order rather than
+    the values' distance (a step that leaves the slowest job as it is has the best's value,
+    and the distance it keeps is the 1e-9 of the gain test).  With finite remaining steps
+    r_j >= 0 (a max(0, .)) and finite step times:
+
+    * every t_j >= b_j: each term r_j x t_j >= r_j x b_j in floating point too (a correctly
+      rounded product is monotone, and so are the subtraction of d_j, max(0, .), the sum in
+      the same order, the division by the count and max()), so the value is at least the
+      best's, which is at least best x (1 - 1e-9) (a value >= 0): no gain at any time;
+    * "makespan", D = {j: t_j >= b_j} not empty: with k the job of D with the largest
+      r_k x b_k, while r_k x b_k > r_j x b_j for every j outside D the best's value is a term
+      of D, at most the step's term of that job: no gain.  Each r_k x b_k - r_j x b_j moves at
+      a slope within ``slopes``' intervals (:func:`affine_slopes`, up to its cap): the least
+      room of their signs."""
+    n = len(sts)
+    fin = math.isfinite
+    if not (all(map(fin, sts)) and all(map(fin, bst)) and all(map(fin, rems))):
+        return 0.0
+    dom = [i for i in range(n) if sts[i] >= bst[i]]
+    if len(dom) == n:
+        return math.inf
+    if objective != "makespan" or not dom or slopes is None:
+        return 0.0
+    per, cap = slopes
+    k = max(dom, key=lambda i: rems[i] * bst[i])
+    bk = bst[k]
+    xk = rems[k] * bk
+    lk, hk = per[k]
+    h = cap
+    for j in range(n):
+        if sts[j] >= bst[j]:
+            continue
+        bj = bst[j]
+        xj = rems[j] * bj
+        y = xk - xj
+        if not y > 0.0:
+            return 0.0
+        lj, hj = per[j]
+        e = bk * errs[k] + bj * errs[j] + REL * (abs(xk) + abs(xj))
+        eps = REL * (abs(bk * lk) + abs(bk * hk) + abs(bj * lj) + abs(bj * hj) + 1.0)
+        h = min(h, _room_between(y, bk * lk - bj * hj - eps, bk * hk - bj * lj + eps, e))
+        if h <= 0.0:
+            return 0.0
+    return h
 
 
 def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
@@ -195,7 +243,10 @@ def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.
             else:
                 lip = v[1] + best[1]
             q = v[0] - best[0] * f
-            h = min(h, _room(q, lip, v[2] + best[2] + REL * (abs(v[0]) + abs(best[0]))))
+            room = _room(q, lip, v[2] + best[2] + REL * (abs(v[0]) + abs(best[0])))
+            if room < h and not v[0] < best[0] * f:  # no gain now: is it sure to stay?
+                room = max(room, no_gain_room(objective, rems, sts, bst, errs, slopes))
+            h = min(h, room)
             if h <= 0.0:
                 return 0.0
         if v[0] < best[0] * f:

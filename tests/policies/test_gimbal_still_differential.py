@@ -1,7 +1,8 @@
 """The +gimbal hosts' lean coordination with what issue #13's third pass keeps or skips
 (policies/gimbal_still.py: calls at which nothing changed; gimbal_walk._SetRec._no_deadline:
 the "deadline" search of a set without deadlines; gimbal_quiet.affine_slopes: the split's
-room from the exact progress slopes) gives exactly what the plain path gives.
+room from the exact progress slopes; gimbal_quiet.no_gain_room: a step's room from the
+terms' order) gives exactly what the plain path gives.
 
 * Recorded simulator runs of the three hosts on jobs with and without deadlines: at every
   call, the lean answer of one CoordKept kept over the run (``resizes``), and of another
@@ -80,11 +81,16 @@ class Counts:
     searches of sets without deadlines, split rooms the slopes made longer."""
 
     def __init__(self):
-        self.passed = self.nodl = self.longer = 0
+        self.passed = self.nodl = self.longer = self.ordered = 0
 
     def patches(self):
-        quiet, nodl, split = (gimbal_still.Still.quiet, gimbal_walk._SetRec._no_deadline,
-                              gimbal_quiet.split_room)
+        quiet, nodl, split, order = (gimbal_still.Still.quiet, gimbal_walk._SetRec._no_deadline,
+                                     gimbal_quiet.split_room, gimbal_quiet.no_gain_room)
+
+        def o(*a, **k):
+            r = order(*a, **k)
+            self.ordered += r > 0.0
+            return r
 
         def q(still, now):
             r = quiet(still, now)
@@ -103,7 +109,8 @@ class Counts:
 
         return [mock.patch.object(gimbal_still.Still, "quiet", q),
                 mock.patch.object(gimbal_walk._SetRec, "_no_deadline", n),
-                mock.patch.object(gimbal_quiet, "split_room", s)]
+                mock.patch.object(gimbal_quiet, "split_room", s),
+                mock.patch.object(gimbal_quiet, "no_gain_room", o)]
 
 
 @pytest.mark.parametrize("name", HOSTS)
@@ -127,6 +134,8 @@ def test_recorded_runs(name, cluster, seed, plain):
         assert counts.nodl > 5
     if name == "gavel+gimbal" or name == "gandiva+gimbal" and not plain:
         assert counts.longer > 5  # ("jct" has no moving split; no deadlines: no split)
+    if name == "gavel+gimbal":
+        assert counts.ordered > 5  # steps sure to gain nothing by the terms' order
 
 
 # ---------------------------------------------------------------- hypothesis
