@@ -27,7 +27,14 @@ the rounding of the few operations involved).  For τ in [t, t + H] every compar
 the same sign, exactly and in floating point, hence the same outcomes, the same steps taken,
 the same best configuration.  A set whose best configuration is the one it runs (no
 resizes: nothing for the host to read) is not searched again until its record changes or the
-clock passes t + H; a set with resizes is searched at every round (its values are read)."""
+clock passes t + H; a set with resizes is searched at every round (its values are read).
+
+Two longer rooms, each sure on its own, the larger taken (issue #13, third pass: at
+gavel+gimbal most horizons were a few seconds: the split's two mean priorities fall at
+nearly the same speed, and a step that leaves the slowest job as it is compares equal
+values): :func:`affine_slopes` (a job past its restore falls at exactly its rate until it
+could finish, so a difference of such terms moves at a slope known to within float error:
+:func:`split_room`'s second room) and :func:`no_gain_room` (the terms' order)."""
 from __future__ import annotations
 
 import math

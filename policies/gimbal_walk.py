@@ -52,6 +52,13 @@ trail (:func:`walk_best`), and without searching again a set that is sure to fin
 * **The walks' times** (:mod:`policies.gimbal_steps`): each walk carries its last
   configuration's per-worker times and computes a step's times only for the jobs that can
   have changed.
+* **Calls at which nothing changed** (issue #13, third pass; :mod:`policies.gimbal_still`):
+  no change record entry since the last pass: its restore candidates and plan; every record
+  of the plan quiet now: the plan is passed over.
+* **Sets without deadlines** under "deadline" (gandiva+gimbal on the Philly trace: every
+  set): every objective value is 0.0 and no step gains, so the lean search is the walk's
+  head with 0.0 before and after, read without arithmetic and quiet for the record's life
+  when it has no resizes (:meth:`_SetRec._no_deadline`).
 
 The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
 the job change record (a job's allocation and state are in its view), sorted each call by the
