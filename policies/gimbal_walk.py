@@ -67,6 +67,7 @@ same (submit time, id) key the plain path sorts by.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Iterable, Optional
 
 from .model import ClusterSnapshot, plain_progress
@@ -495,30 +496,43 @@ class CoordKept:
 
     def _below(self, snap: ClusterSnapshot, usable: bool) -> tuple[list, bool]:
         """(The running jobs with a worker below its ceiling by (submit time, id), whether it
-        is the last call's list: no job of it or entering it got a new view since)."""
+        is the last call's list: no job of it or entering it got a new view since).  Kept
+        as (job log, ids, the list, its keys, each id's key): a job in the log since is
+        taken out of the list and, below now, put in again with its new view where its key
+        sorts (bisect on the kept keys: the place ``sort`` gives, ids being unique), so the
+        list is the one the full pass sorts (submit times are finite; issue #13: the sort of
+        every below-ceiling job at each resize at gavel+gimbal)."""
         jobs, jr = snap.jobs, snap.job_changes
         kept = self.below
         if usable and kept is not None and jr.log.extends(kept[0]):
-            ids, out = kept[1], kept[2]
+            _, ids, out, keys, key_of = kept
+            same = True
             for jid in set(jr.log[len(kept[0]):]):
                 j = jobs.get(jid)
-                if j is not None and j.allocation is not None and j.running \
-                        and _below_ceiling(j.allocation):
-                    ids.add(jid)
-                    out = None
-                elif jid in ids:
+                now_below = j is not None and j.allocation is not None and j.running \
+                    and _below_ceiling(j.allocation)
+                if jid in ids:
+                    i = bisect_left(keys, key_of.pop(jid))
+                    del keys[i], out[i]
                     ids.discard(jid)
-                    out = None
-        else:
-            ids = {j.id for j in jobs.values()
-                   if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
-            out = None
-        same = out is not None
-        if out is None:
-            out = [jobs[j] for j in ids]
-            out.sort(key=lambda j: (j.submit_time, j.id))
-        self.below = (jr.log, ids, out) if usable else None
-        return out, same
+                    same = False
+                if now_below:
+                    k = (j.submit_time, jid)
+                    i = bisect_left(keys, k)
+                    keys.insert(i, k)
+                    out.insert(i, j)
+                    ids.add(jid)
+                    key_of[jid] = k
+                    same = False
+            self.below = (jr.log, ids, out, keys, key_of)
+            return out, same  # (the caller only reads the list, this call)
+        ids = {j.id for j in jobs.values()
+               if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
+        out = [jobs[j] for j in ids]
+        out.sort(key=lambda j: (j.submit_time, j.id))
+        keys = [(j.submit_time, j.id) for j in out]
+        self.below = (jr.log, ids, out, keys, {k[1]: k for k in keys}) if usable else None
+        return out, False
 
     def _valid(self, snap: ClusterSnapshot, rec: _SetRec, members: tuple) -> bool:
         """Whether ``rec`` was made for these very member views on GPUs holding as many jobs."""

@@ -30,7 +30,7 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import gimbal_quiet, gimbal_still, gimbal_walk
-from policies.gimbal_coord import RateModel, coordinate
+from policies.gimbal_coord import RateModel, _below_ceiling, coordinate
 from policies.gimbal_quiet import REL, affine_slopes, horizon, split_room
 from policies.gimbal_walk import CoordKept, KeptSearch, walk_best
 
@@ -55,13 +55,22 @@ class Checked:
             setattr(self, flag, getattr(self.inner, flag))
         self.lean, self.mixed = CoordKept(), CoordKept()
         self.rng = random.Random(seed)
-        self.calls = 0
+        self.calls = self.below_checked = 0
 
     def schedule(self, snap):
         pol = self.inner
         kw = dict(lgrr=pol.lgrr, liss=pol.liss)
         plain = coordinate(snap, pol.objective, **kw)
         assert self.lean.resizes(snap, pol.objective, **kw) == _lean(plain)
+        kept = self.lean.below  # the kept below-ceiling jobs: the very views, sorted afresh
+        if kept is not None:
+            fresh = sorted((j for j in snap.jobs.values() if j.allocation is not None
+                            and j.running and _below_ceiling(j.allocation)),
+                           key=lambda j: (j.submit_time, j.id))
+            assert len(kept[2]) == len(fresh) and all(a is b for a, b in zip(kept[2], fresh))
+            assert kept[3] == [(j.submit_time, j.id) for j in fresh] and kept[1] == set(
+                j.id for j in fresh) and kept[4] == {j.id: (j.submit_time, j.id) for j in fresh}
+            self.below_checked += 1
         # by turns: the full answer, the lean one with a random skip
         r = self.rng.random()
         if r < 0.3:
@@ -129,6 +138,7 @@ def test_recorded_runs(name, cluster, seed, plain):
         for p in ps:
             p.stop()
     assert pol.calls > 100
+    assert pol.below_checked > 50
     assert counts.passed > 20  # calls whose every set was quiet
     if name == "gandiva+gimbal" and plain:
         assert counts.nodl > 5
