@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import policies
 from gimbalctl.cluster import parse_cluster
-from gimbalctl.profiles import default_models
+from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import gimbal_quiet, gimbal_still, gimbal_walk
 from policies.gimbal_coord import RateModel, _below_ceiling, coordinate
@@ -296,3 +296,34 @@ def test_still_calls_follow_the_change_records(data):
             assert kept.resizes(other, objective) == want
         assert kept.resizes(snap, objective) == want
         assert kept.resizes(snap, objective) == want
+
+
+def test_a_restored_job_leaves_the_candidates_without_a_gpu_change():
+    """A job alone on its GPUs below its MPS ceiling is restored (a candidate); a new view of
+    it at its ceiling, with no GPU change (only the job record names it), is one no more; a
+    view below again is one again: the lean answer is the plain path's at each snapshot."""
+    from policies.model import Allocation, Gpu, Job, JobState, WorkerAlloc
+    from test_gimbal_walk_differential import _snap
+
+    g0, g1 = Gpu("n0", 0), Gpu("n0", 1)
+
+    def view(pct):
+        ws = tuple(WorkerAlloc(g, 8, 8, 1, pct) for g in (g0, g1))
+        return Job("A", 0.0, 2, APPS[0], 16,
+                   total_iters=1e4, state=JobState.RUNNING, start_time=0.0,
+                   allocation=Allocation((g0, g1), 8, workers=ws), iter_rate=1.0)
+
+    jobs = {"A": view(50)}
+    gj = {g0: ("A",), g1: ("A",)}
+    glog, jlog = [g0, g1], ["A"]
+    kept = CoordKept()
+    seen = []
+    for t, pct in enumerate([50, 50, 100, 100, 40, 100]):
+        if jobs["A"].allocation.workers[0].mps_pct != pct:
+            jobs["A"] = view(pct)
+            jlog.append("A")
+        snap = _snap(30.0 * t, jobs, gj, glog, jlog)
+        want = _lean(coordinate(snap, "makespan"))
+        assert kept.resizes(snap, "makespan") == want
+        seen.append(bool(want))
+    assert seen == [True, True, False, False, True, False]
