@@ -27,10 +27,18 @@ the rounding of the few operations involved).  For τ in [t, t + H] every compar
 the same sign, exactly and in floating point, hence the same outcomes, the same steps taken,
 the same best configuration.  A set whose best configuration is the one it runs (no
 resizes: nothing for the host to read) is not searched again until its record changes or the
-clock passes t + H; a set with resizes is searched at every round (its values are read)."""
+clock passes t + H; a set with resizes is searched at every round (its values are read).
+
+Two longer rooms, each sure on its own, the larger taken (issue #13, third pass: at
+gavel+gimbal most horizons were a few seconds: the split's two mean priorities fall at
+nearly the same speed, and a step that leaves the slowest job as it is compares equal
+values): :func:`affine_slopes` (a job past its restore falls at exactly its rate until it
+could finish, so a difference of such terms moves at a slope known to within float error:
+:func:`split_room`'s second room) and :func:`no_gain_room` (the terms' order)."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from .gimbal_coord import MAX_ATTEMPTS, MAX_FAILS
 
@@ -70,9 +78,46 @@ def _room(q: float, a: float, e: float) -> float:
     return math.inf if a <= 0.0 else room / a
 
 
-def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) -> float:
+def affine_slopes(prog, now: float, rems, errs) -> tuple[list, float]:
+    """(For each job an interval (lo, hi) holding the slope of its remaining steps in the
+    clock, a time ``cap``) valid over [now, now + cap].  A job whose restore is over by more
+    than a second (or that has none), with nonnegative ``rate`` and remaining steps clear of
+    their error bound, loses exactly ``rate`` steps a second (r = total - (done + rate x
+    (tau - as_of - restore)), the max(0, .) of the elapsed time inactive from now on) until
+    its remaining steps could reach 0 (``cap``, from below: r(now) - 2 x err over the rate);
+    any other job's slope lies in [-rate, 0] (the module doc's bound)."""
+    per = []
+    cap = math.inf
+    for (total, done, as_of, restore, rate), r, err in zip(prog, rems, errs):
+        if rate >= 0.0 and (not restore or (now - as_of) - restore > 1.0) and r > 2.0 * err:
+            per.append((-rate, -rate))
+            if rate > 0.0:
+                c = (r - 2.0 * err) / rate * (1.0 - 1e-9)
+                if c < cap:
+                    cap = c
+        else:
+            per.append((min(0.0, -rate), max(0.0, -rate)))
+    return per, cap
+
+
+def _room_between(q: float, lo: float, hi: float, e: float) -> float:
+    """Seconds the sign of a quantity of computed value ``q`` (error bound ``e``) whose exact
+    value moves at a slope in [lo, hi] is sure to keep: its distance from 0 less twice the
+    error, over its worst speed towards 0."""
+    room = abs(q) - 2.0 * e
+    if not room > 0.0:
+        return 0.0
+    speed = -lo if q > 0.0 else hi
+    return math.inf if speed <= 0.0 else room / speed
+
+
+def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0,
+               slopes: Optional[tuple] = None) -> float:
     """Seconds from now for which the split (lines 3-4) is sure to stay (inf for "jct": the
-    utilisations do not move)."""
+    utilisations do not move).  ``slopes``: :func:`affine_slopes`' answer: then also the
+    room from the priorities' slope interval (a difference of means of r_j x t_j, or of
+    r_j x t_j - d_j whose d_j fall at exactly 1 a second: the same in both means) up to
+    ``cap``; the larger of the two rooms (each is sure)."""
     if objective == "jct":
         return math.inf
     st0 = kept.st0
@@ -99,16 +144,86 @@ def split_room(objective: str, rems, dls, rates, errs, kept, derr: float = 0.0) 
     p1, p2 = prio(s1), prio(s2)
     if p1 is None or p2 is None:
         return math.inf
-    return _room(p2[0] - p1[0], p2[1] + p1[1], p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0])))
+    q = p2[0] - p1[0]
+    e = p2[2] + p1[2] + REL * (abs(p1[0]) + abs(p2[0]))
+    h = _room(q, p2[1] + p1[1], e)
+    if slopes is None:
+        return h
+    per, cap = slopes
+
+    def slope(sub):  # the interval of the subset's mean r_j x t_j's slope, and its magnitude
+        # ("deadline": each mean of -d_j rises at exactly 1 a second; in q they cancel)
+        lo = hi = mag = 0.0
+        for i in sub:
+            a, b = per[i]
+            lo += st0[i] * a
+            hi += st0[i] * b
+            mag += abs(st0[i] * a) + abs(st0[i] * b)
+        return lo / len(sub), hi / len(sub), mag
+
+    l1, h1, m1 = slope(s1)
+    l2, h2, m2 = slope(s2)
+    eps = REL * (m1 + m2 + 1.0)  # the float error of the slope bounds, generously
+    return max(h, min(_room_between(q, l2 - h1 - eps, h2 - l1 + eps, e), cap))
+
+
+def no_gain_room(objective: str, rems, sts, bst, errs, slopes) -> float:
+    """Seconds from now for which a step of step times ``sts`` is sure not to beat the best
+    configuration's ``bst`` (0.0 where this is not shown), from the terms' order rather than
+    the values' distance (a step that leaves the slowest job as it is has the best's value,
+    and the distance it keeps is the 1e-9 of the gain test).  With finite remaining steps
+    r_j >= 0 (a max(0, .)) and finite step times:
+
+    * every t_j >= b_j: each term r_j x t_j >= r_j x b_j in floating point too (a correctly
+      rounded product is monotone, and so are the subtraction of d_j, max(0, .), the sum in
+      the same order, the division by the count and max()), so the value is at least the
+      best's, which is at least best x (1 - 1e-9) (a value >= 0): no gain at any time;
+    * "makespan", D = {j: t_j >= b_j} not empty: with k the job of D with the largest
+      r_k x b_k, while r_k x b_k > r_j x b_j for every j outside D the best's value is a term
+      of D, at most the step's term of that job: no gain.  Each r_k x b_k - r_j x b_j moves at
+      a slope within ``slopes``' intervals (:func:`affine_slopes`, up to its cap): the least
+      room of their signs."""
+    n = len(sts)
+    fin = math.isfinite
+    if not (all(map(fin, sts)) and all(map(fin, bst)) and all(map(fin, rems))):
+        return 0.0
+    dom = [i for i in range(n) if sts[i] >= bst[i]]
+    if len(dom) == n:
+        return math.inf
+    if objective != "makespan" or not dom or slopes is None:
+        return 0.0
+    per, cap = slopes
+    k = max(dom, key=lambda i: rems[i] * bst[i])
+    bk = bst[k]
+    xk = rems[k] * bk
+    lk, hk = per[k]
+    h = cap
+    for j in range(n):
+        if sts[j] >= bst[j]:
+            continue
+        bj = bst[j]
+        xj = rems[j] * bj
+        y = xk - xj
+        if not y > 0.0:
+            return 0.0
+        lj, hj = per[j]
+        e = bk * errs[k] + bj * errs[j] + REL * (abs(xk) + abs(xj))
+        eps = REL * (abs(bk * lk) + abs(bk * hk) + abs(bj * lj) + abs(bj * hj) + 1.0)
+        h = min(h, _room_between(y, bk * lk - bj * hj - eps, bk * hk - bj * lj + eps, e))
+        if h <= 0.0:
+            return 0.0
+    return h
 
 
 def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
-            max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS) -> float:
+            max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS,
+            slopes: Optional[tuple] = None) -> float:
     """Seconds from now for which :func:`policies.gimbal_walk.walk_best` of this set on
     ``kept``'s ``walk`` takes the same decisions (module doc).  ``rates``: each job's
     iterations per second, ``errs``: the error bound of each job's remaining steps; ``dls``:
-    deadline distances (None unless "deadline"), ``derr`` their error bound."""
-    h = split_room(objective, rems, dls, rates, errs, kept, derr)
+    deadline distances (None unless "deadline"), ``derr`` their error bound; ``slopes``:
+    :func:`affine_slopes` for the split's room."""
+    h = split_room(objective, rems, dls, rates, errs, kept, derr, slopes)
     if h <= 0.0:
         return 0.0
     f = 1 - 1e-9
@@ -135,7 +250,10 @@ def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.
             else:
                 lip = v[1] + best[1]
             q = v[0] - best[0] * f
-            h = min(h, _room(q, lip, v[2] + best[2] + REL * (abs(v[0]) + abs(best[0]))))
+            room = _room(q, lip, v[2] + best[2] + REL * (abs(v[0]) + abs(best[0])))
+            if room < h and not v[0] < best[0] * f:  # no gain now: is it sure to stay?
+                room = max(room, no_gain_room(objective, rems, sts, bst, errs, slopes))
+            h = min(h, room)
             if h <= 0.0:
                 return 0.0
         if v[0] < best[0] * f:

@@ -21,6 +21,14 @@ is on (``on``), and each component of two or more jobs with its verdict (a
   jobs' allocations: the simulator places a job on exactly its allocation's GPUs, so these
   are the GPUs whose first running id is in the component) and the same J_max.
 
+A new view of a job on a kept GPU with the same facts (:func:`_facts`: running or not, its
+allocation's GPUs, its start time: all the search and the verdict read of it) and a logged
+GPU that holds the same jobs as before (in another order: a job resized in place is taken
+off and put back) link nothing new: their jobs are ``touched`` but not seeds, and no
+component is found again for them (issue #13: at gavel+gimbal, 10,000 Philly jobs at 64x8,
+nearly every update followed such resizes; a job's facts are recorded when its component is
+found, and a job whose facts changed since is a seed).
+
 No change that concerns a kept GPU or a job on one: the last answer, reported unchanged
 (``same``).  Without usable records (the daemon's snapshots, another run): built from all of
 ``gpu_jobs``.  The answer is the tuple ``packing_sets`` returns (sorted by J_max id)."""
@@ -43,6 +51,7 @@ class KeptSets:
         self.comp_of: dict = {}  # job id -> its component (frozenset, two or more jobs)
         self.verdict: dict = {}  # component -> PackingSet or None (breaks §5.1)
         self.sets: tuple = ()
+        self.facts: dict = {}  # job id in ``on`` -> its facts (_facts) when last looked at
         # the jobs whose components the last update looked at again (None: built anew); a
         # set with none of them has the same member views on GPUs holding the same jobs
         self.touched: Optional[set] = None
@@ -62,28 +71,39 @@ class KeptSets:
         gnew, jnew = gr.log[len(logs[0]):], jr.log[len(logs[1]):]
         self.logs = (gr.log, jr.log)
         on = self.on
-        seeds = {j for j in jnew if j in on}
-        if not gnew and not seeds:
+        changed = {j for j in jnew if j in on}
+        if not gnew and not changed:
             self.touched = set()
             return self.sets, True
-        multi, gj = self.multi, snap.gpu_jobs
+        multi, gj, jobs, facts = self.multi, snap.gpu_jobs, snap.jobs, self.facts
+        # a new view with the same facts links nothing new (module doc): touched, no seed
+        seeds = {j for j in changed if _facts(jobs, j) != facts.get(j)}
+        touched = changed
         for g in set(gnew):
-            old = multi.pop(g, None)
+            ids = gj.get(g, ())
+            old = multi.get(g)
+            if old is not None and len(ids) == len(old) and set(ids) == set(old):
+                multi[g] = ids  # the same jobs (in another order): the same links
+                touched.update(ids)
+                continue
             if old is not None:
+                del multi[g]
                 for j in old:
                     s = on[j]
                     s.discard(g)
                     if not s:
                         del on[j]
+                        facts.pop(j, None)
                 seeds.update(old)
-            ids = gj.get(g, ())
             if len(ids) >= 2:
                 multi[g] = ids
                 for j in ids:
                     on.setdefault(j, set()).add(g)
                 seeds.update(ids)
-        self._refind(snap, seeds)
-        self.touched = seeds
+        if seeds:
+            self._refind(snap, seeds)
+            touched |= seeds
+        self.touched = touched
         return self.sets, False
 
     def _build(self, snap: ClusterSnapshot) -> None:
@@ -92,7 +112,7 @@ class KeptSets:
         for g, ids in multi.items():
             for j in ids:
                 on.setdefault(j, set()).add(g)
-        self.comp_of, self.verdict = {}, {}
+        self.comp_of, self.verdict, self.facts = {}, {}, {}
         self._refind(snap, set(on))
 
     def _drop(self, comp: frozenset, seeds: set) -> None:
@@ -134,6 +154,10 @@ class KeptSets:
             verdict[fc] = _judge(snap, fc)
         self.sets = tuple(sorted((v for v in verdict.values() if v is not None),
                                  key=lambda s: s.jmax))
+        facts = self.facts
+        for j in seeds:
+            if j in on:
+                facts[j] = _facts(jobs, j)
 
 
 def _judge(snap: ClusterSnapshot, comp: frozenset) -> Optional[PackingSet]:
@@ -153,6 +177,16 @@ def _judge(snap: ClusterSnapshot, comp: frozenset) -> Optional[PackingSet]:
     since = {j: jobs[j].start_time or 0.0 for j in comp}
     jm = _jmax(comp, world, since)
     return PackingSet(jm, (jm,) + tuple(sorted(comp - {jm})))
+
+
+def _facts(jobs, i) -> tuple:
+    """All that :meth:`KeptSets._refind` and :func:`_judge` read of a job's view: whether it
+    counts as running (:func:`_running`), its allocation's GPUs, its start time."""
+    job = jobs.get(i)
+    if job is None:
+        return (False, None, None)
+    a = job.allocation
+    return (job.running and a is not None, None if a is None else a.gpus, job.start_time)
 
 
 def _running(jobs, i) -> bool:

@@ -52,6 +52,13 @@ trail (:func:`walk_best`), and without searching again a set that is sure to fin
 * **The walks' times** (:mod:`policies.gimbal_steps`): each walk carries its last
   configuration's per-worker times and computes a step's times only for the jobs that can
   have changed.
+* **Calls at which nothing changed** (issue #13, third pass; :mod:`policies.gimbal_still`):
+  no change record entry since the last pass: its restore candidates and plan; every record
+  of the plan quiet now: the plan is passed over.
+* **Sets without deadlines** under "deadline" (gandiva+gimbal on the Philly trace: every
+  set): every objective value is 0.0 and no step gains, so the lean search is the walk's
+  head with 0.0 before and after, read without arithmetic and quiet for the record's life
+  when it has no resizes (:meth:`_SetRec._no_deadline`).
 
 The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
 the job change record (a job's allocation and state are in its view), sorted each call by the
@@ -60,6 +67,7 @@ same (submit time, id) key the plain path sorts by.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Iterable, Optional
 
 from .model import ClusterSnapshot, plain_progress
@@ -67,9 +75,10 @@ from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
     start_config, utilization)
-from .gimbal_quiet import QUIET_CAP, REL, horizon
+from .gimbal_quiet import QUIET_CAP, REL, affine_slopes, horizon
 from .gimbal_sets import KeptSets
 from .gimbal_steps import TimedSteps
+from .gimbal_still import Still, plan_window
 from .records import records_usable
 from .plan import ResizeJob
 
@@ -325,7 +334,8 @@ def job_static(memo: dict, snap: ClusterSnapshot, job) -> tuple:
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo",
+                 "nodl")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool, searches: Optional[dict] = None,
@@ -351,6 +361,8 @@ class _SetRec:
                             j.iter_rate) for j in jobs)
                      if all(j.running and j.total_iters is not None for j in jobs) else None)
         self.actual = actual
+        # no member has a deadline: the "deadline" search's values are all 0.0 (no_deadline)
+        self.nodl = all(j.deadline is None for j in jobs)
         gj = snap.gpu_jobs
         # a worker whose GPU holds only its own job has no partner to yield to: 100 % (or its
         # ceiling), as coordinate's plain path starts
@@ -413,6 +425,8 @@ class _SetRec:
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
         """``full``: (SearchResult, resizes); else (resizes, objective before, after)."""
+        if not full and objective == "deadline" and self.nodl:
+            return self._no_deadline(snap.now)
         rems = self._rems(snap)
         dls = None
         if objective == "deadline":
@@ -436,10 +450,26 @@ class _SetRec:
                 # deadline - τ for τ up to now + QUIET_CAP
                 derr = REL * (abs(now) + QUIET_CAP + max(
                     (abs(j.deadline) for j in self.jobs if j.deadline is not None), default=0.0))
-            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr), QUIET_CAP)
+            h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr,
+                            slopes=affine_slopes(self.prog, now, rems, errs)), QUIET_CAP)
             if h > 0.0:
                 self.quiet = (objective, now, now + h)
         return resizes, before, after
+
+    def _no_deadline(self, now: float) -> tuple:
+        """The lean "deadline" search of a set none of whose members has a deadline, without
+        its arithmetic: every deadline distance is inf, so every term max(0.0, r x t - inf) of
+        :func:`objective_value` is 0.0 whatever r x t is (-inf, or nan from inf - inf, and
+        max(0.0, nan) is 0.0), every value is 0.0 and no step gains (0.0 < 0.0 x (1 - 1e-9) is
+        False): :func:`walk_best` returns (the walk's head, 0.0, 0.0).  The split is False
+        (each importance -(inf - r x t) is -inf or nan, and neither -inf < -inf nor a nan
+        comparison holds).  Nothing here reads the clock or the remaining steps, and the
+        members' deadlines are in their views (kept with the record): a set with no resizes
+        is quiet for as long as its record lives."""
+        resizes = self._resizes(self.kept.walk(False).head, None)
+        if not resizes:
+            self.quiet = ("deadline", now, math.inf)
+        return resizes, 0.0, 0.0
 
     def quiet_at(self, objective: str, now: float) -> bool:
         """Whether the lean search is sure to find no resizes at ``now`` (gimbal_quiet)."""
@@ -462,33 +492,47 @@ class CoordKept:
         #                     those jobs by (submit time, id))
         self.cands = None  # the last call's jobs to restore (before ``skip``)
         self.plan = None  # the last call's (set, record) pairs
+        self.still = Still()  # the last pass's change logs and quiet window (gimbal_still)
 
     def _below(self, snap: ClusterSnapshot, usable: bool) -> tuple[list, bool]:
         """(The running jobs with a worker below its ceiling by (submit time, id), whether it
-        is the last call's list: no job of it or entering it got a new view since)."""
+        is the last call's list: no job of it or entering it got a new view since).  Kept
+        as (job log, ids, the list, its keys, each id's key): a job in the log since is
+        taken out of the list and, below now, put in again with its new view where its key
+        sorts (bisect on the kept keys: the place ``sort`` gives, ids being unique), so the
+        list is the one the full pass sorts (submit times are finite; issue #13: the sort of
+        every below-ceiling job at each resize at gavel+gimbal)."""
         jobs, jr = snap.jobs, snap.job_changes
         kept = self.below
         if usable and kept is not None and jr.log.extends(kept[0]):
-            ids, out = kept[1], kept[2]
+            _, ids, out, keys, key_of = kept
+            same = True
             for jid in set(jr.log[len(kept[0]):]):
                 j = jobs.get(jid)
-                if j is not None and j.allocation is not None and j.running \
-                        and _below_ceiling(j.allocation):
-                    ids.add(jid)
-                    out = None
-                elif jid in ids:
+                now_below = j is not None and j.allocation is not None and j.running \
+                    and _below_ceiling(j.allocation)
+                if jid in ids:
+                    i = bisect_left(keys, key_of.pop(jid))
+                    del keys[i], out[i]
                     ids.discard(jid)
-                    out = None
-        else:
-            ids = {j.id for j in jobs.values()
-                   if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
-            out = None
-        same = out is not None
-        if out is None:
-            out = [jobs[j] for j in ids]
-            out.sort(key=lambda j: (j.submit_time, j.id))
-        self.below = (jr.log, ids, out) if usable else None
-        return out, same
+                    same = False
+                if now_below:
+                    k = (j.submit_time, jid)
+                    i = bisect_left(keys, k)
+                    keys.insert(i, k)
+                    out.insert(i, j)
+                    ids.add(jid)
+                    key_of[jid] = k
+                    same = False
+            self.below = (jr.log, ids, out, keys, key_of)
+            return out, same  # (the caller only reads the list, this call)
+        ids = {j.id for j in jobs.values()
+               if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
+        out = [jobs[j] for j in ids]
+        out.sort(key=lambda j: (j.submit_time, j.id))
+        keys = [(j.submit_time, j.id) for j in out]
+        self.below = (jr.log, ids, out, keys, {k[1]: k for k in keys}) if usable else None
+        return out, False
 
     def _valid(self, snap: ClusterSnapshot, rec: _SetRec, members: tuple) -> bool:
         """Whether ``rec`` was made for these very member views on GPUs holding as many jobs."""
@@ -525,15 +569,64 @@ class CoordKept:
         return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
 
     def _run(self, snap, objective, lgrr, liss, skip, full):
-        ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
-        if self.ctx is None or any(a is not b for a, b in zip(ctx[:3], self.ctx[:3])) \
-                or ctx[3:] != self.ctx[3:]:
-            self.ctx, self.model, self.recs = ctx, RateModel(snap.profiles, snap.interference), {}
+        c = self.ctx
+        if c is None or c[0] is not snap.profiles or c[1] is not snap.interference \
+                or c[2] is not snap.predictors or c[3:] != (objective, lgrr, liss):
+            self.ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
+            self.model, self.recs = RateModel(snap.profiles, snap.interference), {}
             self.searches, self.per_alloc = {}, {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
+            self.still = Still()
         usable = records_usable(snap)
         skip = set(skip)
         out = []
+        now = snap.now
+        still = self.still
+        if still.unchanged(snap, usable):
+            # nothing changed since the last full pass: its candidates and plan
+            # (policies.gimbal_still); every record quiet now: the plan is passed over
+            cands = self.cands
+            plan = None if not full and still.quiet(now) else self.plan
+        else:
+            cands, plan = self._pass(snap, lgrr, liss, usable)
+            still.logs = (snap.gpu_changes.log, snap.job_changes.log) if usable else None
+        for job in cands:
+            if job.id in skip:
+                continue
+            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
+            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
+                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
+                            job.allocation.global_batch),)
+            if full:
+                none = Attempt("restore: no partner left", 0.0, True)
+                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
+                                   "no-primitive")
+                out.append(Coordination(job.id, (job.id,), res, rz))
+            else:
+                out.append((job.id, 0.0, 0.0, rz))
+        if plan is None:
+            return out
+        for ps, rec in plan:
+            if rec is None:
+                continue
+            if skip and not skip.isdisjoint(ps.members):
+                continue
+            if full:
+                res, resizes = rec.coordinate(snap, objective)
+                out.append(Coordination(ps.jmax, ps.members, res, resizes))
+            else:
+                q = rec.quiet
+                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
+                    continue  # no resizes: nothing the host reads (rec.quiet_at)
+                resizes, before, after = rec.coordinate(snap, objective, False)
+                out.append((ps.jmax, before, after, resizes))
+        # a record's quiet window changes only in a pass over the plan
+        still.window = None if full else plan_window(plan, objective)
+        return out
+
+    def _pass(self, snap, lgrr, liss, usable) -> tuple[list, list]:
+        """(The jobs to restore, the (set, record) pairs), brought up to date from the
+        change records (or built without them)."""
         sets, same = self.sets.update(snap)
         if not same:  # a record is kept only for a set still there, made for what it sees now
             # (one no member of which the sets looked at again is: module doc)
@@ -550,38 +643,9 @@ class CoordKept:
             cands = [job for job in below if job.id not in in_sets and all(
                 gj.get(g, ()) == (job.id,) for g in job.allocation.gpus)]
         self.cands = cands if usable else None
-        for job in cands:
-            if job.id in skip:
-                continue
-            new = _restored(job.allocation.workers, job.allocation.global_batch or job.global_batch)
-            rz = (ResizeJob(job.id, tuple(w.gpu for w in new), max(w.micro_batch for w in new),
-                            max(w.accum_steps for w in new), min(w.mps_pct for w in new), new,
-                            job.allocation.global_batch),)
-            if full:
-                none = Attempt("restore: no partner left", 0.0, True)
-                res = SearchResult({job.id: new}, 0.0, 0.0, (none,), (job.id,), (),
-                                   "no-primitive")
-                out.append(Coordination(job.id, (job.id,), res, rz))
-            else:
-                out.append((job.id, 0.0, 0.0, rz))
         if same and self.plan is not None:
             plan = self.plan
         else:
             plan = [(ps, self._record(snap, ps.members, lgrr, liss)) for ps in sets]
         self.plan = plan if usable else None
-        now = snap.now
-        for ps, rec in plan:
-            if rec is None:
-                continue
-            if skip and not skip.isdisjoint(ps.members):
-                continue
-            if full:
-                res, resizes = rec.coordinate(snap, objective)
-                out.append(Coordination(ps.jmax, ps.members, res, resizes))
-            else:
-                q = rec.quiet
-                if q is not None and q[1] <= now <= q[2] and q[0] == objective:
-                    continue  # no resizes: nothing the host reads (rec.quiet_at)
-                resizes, before, after = rec.coordinate(snap, objective, False)
-                out.append((ps.jmax, before, after, resizes))
-        return out
+        return cands, plan

@@ -211,9 +211,10 @@ def _snap(now, jobs, gj, glog, jlog):
 @given(data=st.data())
 def test_kept_sets_follow_the_change_records(data):
     """A run of hand-made snapshots whose change records name what changed: jobs placed,
-    moved and removed (GPUs up to three ids, §5.1 broken or not), a job's state flipped
-    between running and suspended or its start time changed with no GPU change (a job on a
-    shared GPU that starts running links its partners' sets).  At each snapshot the kept
+    moved and removed (GPUs up to three ids, §5.1 broken or not), taken off and put back on
+    the same GPUs, a job's state flipped between running and suspended, its start time or
+    only its progress changed with no GPU change (a job on a shared GPU that starts running
+    links its partners' sets).  At each snapshot the kept
     sets equal ``packing_sets``, and a kept answer is reported only when nothing changed."""
     from policies.gimbal_sets import KeptSets
 
@@ -246,7 +247,8 @@ def test_kept_sets_follow_the_change_records(data):
 
     for step in range(draw(st.integers(1, 25))):
         for _ in range(draw(st.integers(0, 3))):
-            kind = draw(st.sampled_from(["place", "place", "remove", "move", "flip", "since"]))
+            kind = draw(st.sampled_from(["place", "place", "remove", "move", "flip", "since",
+                                         "inplace", "view"]))
             if kind == "place" or not jobs:
                 avail = [g for g in gpus if len(gj.get(g, ())) < 3]
                 m = draw(st.sampled_from([1, 1, 2, 4]))
@@ -268,6 +270,12 @@ def test_kept_sets_follow_the_change_records(data):
                 if len(avail) >= job.num_gpus:
                     lo = draw(st.integers(0, len(avail) - job.num_gpus))
                     place(jid, avail[lo:lo + job.num_gpus], job.state, job.start_time)
+            elif kind == "inplace":  # off and back on its GPUs (a resize): a new order
+                remove(jid)
+                place(jid, job.allocation.gpus, job.state, job.start_time)
+            elif kind == "view":  # a new view with the same facts, no GPU change
+                jobs[jid] = dataclasses.replace(job, completed_iters=job.completed_iters + 1.0)
+                jlog.append(jid)
             elif kind == "flip":  # the same GPUs, no GPU change
                 jobs[jid] = dataclasses.replace(job, state=JobState.SUSPENDED if job.running
                                                 else JobState.RUNNING)
