@@ -35,7 +35,7 @@ from policies.gimbal_quiet import REL, affine_slopes, horizon, split_room
 from policies.gimbal_walk import CoordKept, KeptSearch, walk_best
 
 from random_jobs import plain_jobs, random_jobs
-from test_gimbal_walk_differential import packed_set
+from test_gimbal_walk_differential import kept_case, packed_set, remaining_at
 
 MODELS = default_models()
 HOSTS = ["lucid+gimbal", "gavel+gimbal", "gandiva+gimbal"]
@@ -171,10 +171,7 @@ def progress(draw, sts, t0):
 @given(data=st.data())
 def test_decisions_hold_within_the_slope_horizon(data):
     draw = data.draw
-    infos0, start = draw(packed_set())
-    objective = draw(st.sampled_from(["deadline", "makespan", "makespan", "jct"]))
-    model = RateModel(MODELS.profiles, MODELS.interference)
-    kept = KeptSearch(infos0, start, model)
+    infos0, objective, kept = kept_case(draw, ["deadline", "makespan", "makespan", "jct"])
     order = kept.order
     t0 = draw(st.floats(60.0, 5e3))
     prog = draw(progress(kept.st0, t0))
@@ -182,13 +179,7 @@ def test_decisions_hold_within_the_slope_horizon(data):
     utils = [infos0[j].utilization for j in order]
 
     def at(now):
-        rems = []
-        for total, done, as_of, restore, rate in prog:
-            dt = now - as_of
-            if restore:
-                dt = max(0.0, dt - restore)
-            rems.append(max(0.0, total - (done + rate * dt)))
-        return rems, [math.inf if d is None else d - now for d in deadlines]
+        return remaining_at(prog, deadlines, now)
 
     rems, dls = at(t0)
     dl = dls if objective == "deadline" else None

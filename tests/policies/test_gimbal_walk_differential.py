@@ -94,6 +94,28 @@ def test_recorded_simulator_snapshots(name, cluster, seed):
 
 
 # ---------------------------------------------------------------- hypothesis: one set, many rounds
+def kept_case(draw, objectives):
+    """(job infos, objective, its KeptSearch) of a drawn packed set, the objective drawn
+    from ``objectives``."""
+    infos0, start = draw(packed_set())
+    objective = draw(st.sampled_from(objectives))
+    return infos0, objective, KeptSearch(infos0, start, RateModel(MODELS.profiles,
+                                                                   MODELS.interference))
+
+
+def remaining_at(prog, deadlines, now):
+    """(remaining iterations, time to deadline) of each job at ``now``: ``prog`` holds per
+    job (total, done, as_of, restore, rate), progress at ``rate`` from ``as_of`` once the
+    ``restore`` seconds are over; a deadline None is infinitely far."""
+    rems = []
+    for total, done, as_of, restore, rate in prog:
+        dt = now - as_of
+        if restore:
+            dt = max(0.0, dt - restore)
+        rems.append(max(0.0, total - (done + rate * dt)))
+    return rems, [math.inf if d is None else d - now for d in deadlines]
+
+
 @st.composite
 def packed_set(draw):
     """(infos, start): a J_max on k GPUs and 1-3 jobs packed on its GPUs."""
@@ -331,10 +353,7 @@ def test_decisions_hold_within_the_horizon(data):
     from policies.gimbal_quiet import REL, horizon, split_room
 
     draw = data.draw
-    infos0, start = draw(packed_set())
-    objective = draw(st.sampled_from(["jct", "jct", "deadline", "makespan"]))
-    model = RateModel(MODELS.profiles, MODELS.interference)
-    kept = KeptSearch(infos0, start, model)
+    infos0, objective, kept = kept_case(draw, ["jct", "jct", "deadline", "makespan"])
     order = kept.order
     prog = [(draw(st.floats(1e3, 1e6)), draw(st.floats(0.0, 1e3)), draw(st.floats(0.0, 50.0)),
              draw(st.sampled_from([0.0, 0.0, 20.0])), draw(st.floats(0.01, 50.0)))
@@ -343,14 +362,7 @@ def test_decisions_hold_within_the_horizon(data):
     utils = [infos0[j].utilization for j in order]
 
     def at(now):
-        rems = []
-        for total, done, as_of, restore, rate in prog:
-            dt = now - as_of
-            if restore:
-                dt = max(0.0, dt - restore)
-            rems.append(max(0.0, total - (done + rate * dt)))
-        dls = [math.inf if d is None else d - now for d in deadlines]
-        return rems, dls
+        return remaining_at(prog, deadlines, now)
 
     t0 = draw(st.floats(60.0, 5e3))
     rems, dls = at(t0)
