@@ -229,8 +229,8 @@ class _FreeNodes:
     Starts from the empty cluster, built once per node tuple (memoised by identity, as
     the simulator hands in the same tuple every call) and copied: the per-node index lists
     are shared with that template and never changed in place (:meth:`set` replaces a
-    node's list).  The buckets are brought up to date only when read (:meth:`bucket`,
-    :meth:`by_count_desc`, :meth:`best_fit`): :meth:`set` notes the node's count as the
+    node's list).  The buckets are brought up to date only when read (:attr:`buckets`,
+    also through :meth:`by_count_desc` and :meth:`best_fit`): :meth:`set` notes the node's count as the
     buckets hold it, and the first read after it moves each noted node to the bucket of its
     count now, the same buckets as moving it at every :meth:`set`.  Until the first read
     they are the template's (copied then), so a call whose jobs all keep their GPUs never
@@ -391,10 +391,12 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
                                            for x, c in mine.items()):
             # the job keeps whole nodes, all still free: ``first`` holds exactly them and
-            # the loop below takes each whole (the general path gives the same)
+            # the loop below takes every free GPU of each (the general path gives the same;
+            # its GPUs on nodes not in the snapshot, if any, are left out as there)
+            gpus = [Gpu(x, i) for x in mine for i in free[x]]
             for x in mine:
                 fn.set(x, [])
-            out[jid] = tuple(sorted(held(jid)))
+            out[jid] = tuple(sorted(gpus))
             continue
         full = fn.buckets.get(per_node, [])
         first = sorted((x for x, c in mine.items() if len(free[x]) == per_node),

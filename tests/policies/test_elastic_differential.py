@@ -109,6 +109,17 @@ def test_place_keeps_gpus_only_where_they_are_one_nodes():
     assert elastic.place(snap, {"w": 2})["w"] == whole.allocation.gpus
 
 
+def test_place_whole_nodes_kept_without_gpus_of_a_node_gone():
+    """A job keeping two whole nodes, all free, gets their GPUs; a GPU it also holds on a
+    node the snapshot no longer has is left out, as the literal scan leaves it out."""
+    n0, n1 = [Gpu("n0", i) for i in range(4)], [Gpu("n1", i) for i in range(4)]
+    job = _running("w", 0.0, (*n0, *n1, Gpu("gone", 0)), 64)
+    snap = _two_nodes_snap(job)
+    got = elastic.place(snap, {"w": 8})
+    assert got == ref_place(snap, {"w": 8})
+    assert got["w"] == tuple(n0 + n1)
+
+
 def test_kept_jobs_reasons_keep_their_own_decided_share():
     """Two kept jobs on 2 GPUs each, one decided 2 and one 3 (regulated back to 2): each
     KEEP_RUNNING reason says its own decided share (they share no Reason object)."""
