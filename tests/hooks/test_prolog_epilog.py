@@ -82,8 +82,21 @@ def test_plain_job_recorded_no_mps(hookenv):
     assert not (tmp / "fake-mps.log").exists()          # never called for a non-MPS job
 
 
+def without_mps_binary(env, tmp_path):
+    """``env`` with a PATH of links to every command of its PATH but nvidia-cuda-mps-control
+    (a GPU machine has the real one in /usr/bin too)."""
+    d = tmp_path / "no-mps-bin"
+    d.mkdir()
+    for part in env["PATH"].split(":"):
+        for f in sorted(Path(part).iterdir()) if Path(part).is_dir() else ():
+            if f.name != "nvidia-cuda-mps-control" and not os.path.lexists(d / f.name):
+                (d / f.name).symlink_to(f.resolve())
+    return dict(env, PATH=str(d))
+
+
 def test_mps_job_without_mps_binary(hookenv):
     tmp, _, env = hookenv
+    env = without_mps_binary(env, tmp)
     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "50"
     p, _ = run_hook("prolog.sh", env)
     assert p.returncode == 0

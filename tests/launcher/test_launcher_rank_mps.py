@@ -67,7 +67,8 @@ def test_a_per_worker_share_change_relaunches(tmp_path):
     opts = Options(script="t.py", script_args=[], standalone=True, nproc=2, job_id="sv",
                    state_dir=sd)
     sup = Supervisor(opts, max_relaunches=3)
-    sup.plan = build_plan(opts, env={}, restart_count=0)
+    # two CPU ranks: on a GPU node gimbal-run refuses more ranks than visible GPUs
+    sup.plan = build_plan(opts, env={"CUDA_VISIBLE_DEVICES": ""}, restart_count=0)
     write_decision(dpath, LauncherDecision(job_id="sv", global_batch=64, mps_thread_pct=70,
                                            workers=(WORKERS[0], _w("n1:1", 40, 4000))))
     sup._check_decision({})

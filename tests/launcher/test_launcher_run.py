@@ -359,7 +359,8 @@ def _supervisor_between(tmp_path, first: dict, second: dict):
     write_decision(dpath, LauncherDecision(job_id="sv", **first))
     opts = Options(script="t.py", script_args=[], standalone=True, nproc=2, job_id="sv", state_dir=sd)
     sup = Supervisor(opts, max_relaunches=5)
-    sup.plan = build_plan(opts, env={}, restart_count=0)
+    # two CPU ranks: on a GPU node gimbal-run refuses more ranks than visible GPUs
+    sup.plan = build_plan(opts, env={"CUDA_VISIBLE_DEVICES": ""}, restart_count=0)
     write_decision(dpath, LauncherDecision(job_id="sv", policy="x", **second))
     sup._check_decision({})
     return sup.usr2_pending
