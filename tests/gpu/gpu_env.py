@@ -1,4 +1,4 @@
-"""What a GPU test needs from the machine, found once: an NVIDIA GPU that NVML and torch see,
+"""What a GPU test needs from the machine, found once: an NVIDIA GPU that nvidia-smi and torch see,
 and for the MPS tests root and ``nvidia-cuda-mps-control``.  ``tests/conftest.py`` deselects
 ``tests/gpu`` (with one line saying why) on a machine without a GPU: CI machines have none,
 and there the same code paths run against fakes (tests/launcher, tests/hooks)."""
@@ -21,6 +21,12 @@ def gpu_missing() -> str:
         return f"nvidia-smi -L failed: {exc}"
     if out.returncode != 0 or "GPU 0" not in out.stdout:
         return f"nvidia-smi -L lists no GPU (rc {out.returncode})"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device (a CPU build?)"
     return ""
 
 
