@@ -30,10 +30,10 @@ it, :func:`policies.share_index.x_now`) is ≥ low (:meth:`KeptMarks.take_bounde
 upper end holds as for robust marks.
 A bounds "F" run of a class whose other groups are shared with (or evaluated exactly and
 shared with) counts the same way over [0, the run's largest X]
-(:meth:`policies.sjf_bsbf.SjfBsbf._run_holds`): D is concave in X (rising below c,
-falling above), so its least value there is at 0 or at that largest X; robust when both
-are above the margin, bounded by the run's own jobs (not the whole class's) when only
-D(0) is not.  The run's other groups only lower what the job could share as X falls
+(:meth:`policies.sjf_bsbf.SjfBsbf._run_holds`): D is piecewise linear in X with one
+break at c, so its least value there is at 0, at c or at that largest X; robust when
+all are above the margin, bounded by the run's own jobs (not the whole class's) when
+only D(0) is not.  The run's other groups only lower what the job could share as X falls
 (shared-with groups count at most what they count now), so the job still cannot start.
 Without a usable record (the daemon's snapshots) nothing is carried and every call
 starts without marks, as before.  The Plans are unchanged: a passed job's reason is

@@ -532,9 +532,14 @@ class SjfBsbf(Policy):
         """Whether a bounds "F" run ``[lo, hi)`` of a class whose other groups are shared
         with or evaluated keeps the mark robust: D = t_share − t_seq stays above the margin
         for every X in [0, the run's largest X] (X only falls while the GPU map is the
-        same; D is concave: its least values lie at 0, at the run's largest X and at the
-        case break ``c``), or above it for X ≥ low while each of the run's jobs' X is ≥ low
-        (appended to ``lows`` as (the run's job ids, low)); else False."""
+        same; D is piecewise linear with one break at ``c``, so its least value there is
+        at 0, at ``c`` or at the run's largest X), or, when q > 0 and c > 0 (D rises
+        below c and falls above it: only D(0) = p2 is not), above it for X ≥ low =
+        (2·margin − p2)/q ≤ the run's least X while each of the run's jobs' X is ≥ low
+        (appended to ``lows`` as (the run's job ids, low)); else False.  The class's groups
+        outside its "F" runs (each checked so) are shared with, by the bounds or exactly
+        (an exact "no" makes no mark): as X falls they count at most what they count now,
+        so the job still cannot start (policies.bsbf_marks)."""
         keys = cls.keys
         xh = keys[hi - 1][0]
         lo_r = p1 if c <= 0.0 else p2  # D(0)
