@@ -550,10 +550,12 @@ class SjfBsbf(Policy):
             lo_r = p1 - c / 2.0
         if lo_r > margin:
             return True
-        xl = keys[lo][0]
-        low = (2.0 * margin - p2) / q if q > 0.0 and c > 0.0 else xl + 1.0
-        if low > xl:
+        if not (q > 0.0 and c > 0.0 and dh > margin):
             return False
+        # D rises to 2·margin at low (below c) and falls above c, to D(xh) > margin
+        low = (2.0 * margin - p2) / q
+        if low > keys[lo][0]:
+            return False  # a job of the run is below low already
         lows.append((tuple(gr.occ.job.id for gr in cls.groups[lo:hi]), low))
         return True
 

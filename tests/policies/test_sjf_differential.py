@@ -854,6 +854,11 @@ def test_marks_over_time_random_sequences():
     def check(data):
         snap = _busy_snapshot(data.draw) if data.draw(st.booleans()) \
             else _random_snapshot(data.draw, few_signatures=True)
+        if data.draw(st.booleans()):  # nodes of other GPU memory: beside a job on a big
+            # node B may fit a faster sub-batch than its exclusive one (D may fall with i_B)
+            mems = [data.draw(st.sampled_from([4000, 8000, 16384, 40000])) for _ in snap.nodes]
+            snap = dataclasses.replace(snap, nodes=tuple(
+                dataclasses.replace(n, gpu_mem_mb=m) for n, m in zip(snap.nodes, mems)))
         rates = st.sampled_from([0.0, 0.5, 5.0, 50.0])
         jobs = {jid: dataclasses.replace(j, iter_rate=data.draw(rates)) if j.running else j
                 for jid, j in snap.jobs.items()}
@@ -895,3 +900,34 @@ def test_marks_over_time_random_sequences():
         check()
     assert seen["carried"] > 0 and seen["checked"] > 0
     assert seen["run_robust"] > 0 and seen["run_bounded"] > 0
+
+
+def test_run_holds_by_hand():
+    """``SjfBsbf._run_holds`` on a class's "F" run [lo, hi) with D = p2 + qX below the
+    case break c and p1 − X/2 above it: robust (nothing appended) when D stays above the
+    margin down to X = 0; bounded by exactly the run's jobs at low = (2·margin − p2)/q
+    when only D(0) is not and low ≤ the run's least X; else not."""
+    from types import SimpleNamespace as NS
+
+    hold = sjf_bsbf.SjfBsbf._run_holds
+
+    def cls(xs):
+        return NS(keys=[(x, i) for i, x in enumerate(xs)],
+                  groups=[NS(occ=NS(job=NS(id=f"J{i}"))) for i in range(len(xs))])
+
+    def d(c, p2, q):  # (c, p1, p2, q) of a D continuous at c
+        return c, p2 + q * c + c / 2.0, p2, q
+
+    lows: list = []
+    assert hold(cls([50.0, 200.0, 250.0]), 1, 3, *d(100.0, 10.0, 1.0), 1.0, lows) and lows == []
+    # D(0) = 0.5 within the margin 1: held while the run's jobs' X ≥ 1.5
+    assert hold(cls([0.1, 150.0, 200.0, 250.0]), 1, 3, *d(100.0, 0.5, 1.0), 1.0, lows)
+    assert lows == [(("J1", "J2"), 1.5)]
+    lows = []
+    # ... not when the run's least X is below that low already
+    assert not hold(cls([1.0, 1.4, 200.0]), 1, 3, *d(100.0, 0.5, 1.0), 1.0, lows)
+    assert lows == []
+    # D falling with X everywhere (q < 0) and D(0) within the margin: no low exists
+    assert not hold(cls([5.0, 6.0]), 0, 2, *d(100.0, 0.5, -0.25), 1.0, lows) and lows == []
+    # the run's largest X where D is not above the margin (above c)
+    assert not hold(cls([150.0, 500.0]), 0, 2, *d(100.0, 10.0, 1.0), 1.0, lows)
