@@ -849,7 +849,9 @@ def test_marks_over_time_random_sequences():
         seen["run_robust" if ok and len(lows) == n else "run_bounded" if ok else "run_not"] += 1
         return ok
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # derandomized: the same examples each run, so the coverage asserted below is steady
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def check(data):
         snap = _busy_snapshot(data.draw) if data.draw(st.booleans()) \
