@@ -28,6 +28,13 @@ low = (2·margin − p2)/q, so it is kept with (the class's jobs, low) per such 
 handed on only while every one of those jobs' X at the new call (as the groups would get
 it, :func:`policies.share_index.x_now`) is ≥ low (:meth:`KeptMarks.take_bounded`); the
 upper end holds as for robust marks.
+A bounds "F" run of a class whose other groups are shared with (or evaluated exactly and
+shared with) counts the same way over [0, the run's largest X]
+(:meth:`policies.sjf_bsbf.SjfBsbf._run_holds`): D is piecewise linear in X with one
+break at c, so its least value there is at 0, at c or at that largest X; robust when
+all are above the margin, bounded by the run's own jobs (not the whole class's) when
+only D(0) is not.  The run's other groups only lower what the job could share as X falls
+(shared-with groups count at most what they count now), so the job still cannot start.
 Without a usable record (the daemon's snapshots) nothing is carried and every call
 starts without marks, as before.  The Plans are unchanged: a passed job's reason is
 still made by ``_share`` on its own call's state (tests/policies/test_sjf_differential.py).
@@ -100,13 +107,19 @@ class KeptMarks:
         evaluable) is ≥ its low: signature -> (mark, constraints).  X only falls while
         the GPU map is the same, so the marks' upper ends hold as for robust marks."""
         pending, self.pending = self.pending, {}
-        least: dict = {}  # id of a class's job tuple -> its smallest X now
+        least: dict = {}  # id of a class's (or run's) job tuple -> its smallest X now
+        x_at: dict = {}  # job id -> its X now (runs of several marks share jobs)
         held = {}
         for sid, (mark, cons) in pending.items():
             for jids, low in cons:
                 m = least.get(id(jids))
                 if m is None:
-                    xs = [x_of(jid) for jid in jids]
+                    xs = []
+                    for jid in jids:
+                        x = x_at.get(jid, x_at)
+                        if x is x_at:
+                            x = x_at[jid] = x_of(jid)
+                        xs.append(x)
                     m = least[id(jids)] = -1.0 if None in xs else min(xs)
                 if not m >= low:
                     self.dropped_bounded += 1

@@ -492,9 +492,10 @@ class SjfBsbf(Policy):
                 elif label == "F":
                     f_runs.append((cls, lo, hi, v))
                     nobenefit += cls.gpus_in(lo, hi)
-                    robust = False  # D crosses the margin on [0, xb]
                     if sure and (consts[1] < 0.0 or consts[2] < 0.0):
                         sure = False
+                    elif robust:  # as a whole "F" class, over [0, the run's largest X]
+                        robust = self._run_holds(cls, lo, hi, c, p1, p2, q, margin, lows)
                 else:
                     for gr in cls.groups[lo:hi]:
                         gr.choice = evaluate(rnd, cand, gr)
@@ -525,6 +526,38 @@ class SjfBsbf(Policy):
             best = self._best_rest(rnd, cand, f_runs, u_false, 2.0 * margin_max)
         self._wait_reason(job, nfree, shareable, nobenefit, blocked, best, nums, reasons)
         return None
+
+    @staticmethod
+    def _run_holds(cls, lo, hi, c, p1, p2, q, margin, lows) -> bool:
+        """Whether a bounds "F" run ``[lo, hi)`` of a class whose other groups are shared
+        with or evaluated keeps the mark robust: D = t_share − t_seq stays above the margin
+        for every X in [0, the run's largest X] (X only falls while the GPU map is the
+        same; D is piecewise linear with one break at ``c``, so its least value there is
+        at 0, at ``c`` or at the run's largest X), or, when q > 0 and c > 0 (D rises
+        below c and falls above it: only D(0) = p2 is not), above it for X ≥ low =
+        (2·margin − p2)/q ≤ the run's least X while each of the run's jobs' X is ≥ low
+        (appended to ``lows`` as (the run's job ids, low)); else False.  The class's groups
+        outside its "F" runs (each checked so) are shared with, by the bounds or exactly
+        (an exact "no" makes no mark): as X falls they count at most what they count now,
+        so the job still cannot start (policies.bsbf_marks)."""
+        keys = cls.keys
+        xh = keys[hi - 1][0]
+        lo_r = p1 if c <= 0.0 else p2  # D(0)
+        dh = p1 - xh / 2.0 if xh >= c else p2 + q * xh
+        if dh < lo_r:
+            lo_r = dh
+        if 0.0 < c < xh and p1 - c / 2.0 < lo_r:
+            lo_r = p1 - c / 2.0
+        if lo_r > margin:
+            return True
+        if not (q > 0.0 and c > 0.0 and dh > margin):
+            return False
+        # D rises to 2·margin at low (below c) and falls above c, to D(xh) > margin
+        low = (2.0 * margin - p2) / q
+        if low > keys[lo][0]:
+            return False  # a job of the run is below low already
+        lows.append((tuple(gr.occ.job.id for gr in cls.groups[lo:hi]), low))
+        return True
 
     @staticmethod
     def _best_t(rnd, cand, need, t_runs, u_true, slack) -> list:
