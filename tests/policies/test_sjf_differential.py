@@ -730,19 +730,14 @@ def _marks_hold(pol, snap, marks) -> int:
     return checked
 
 
-@pytest.mark.parametrize("seed,cluster,n,interval", [(8, "2x4", 80, 60.0), (3, "4x4", 60, 30.0)])
-def test_marks_from_f_runs_are_carried_and_hold(seed, cluster, n, interval, monkeypatch):
-    """Marks whose class is shared with in part and rejected by the bounds in a run
-    (``SjfBsbf._run_holds``) are carried to later calls (robust or bounded by the run's
-    jobs), and at every call every carried mark holds on a fresh computation
-    (:func:`_marks_hold`); every Plan equals the literal implementation's."""
+def _record_taken(mp) -> list:
+    """Patch ``KeptMarks.take``/``take_bounded`` (``mp``: a pytest MonkeyPatch) so that every
+    take appends the marks it hands on (robust, then bounded) as one dict to the list
+    returned."""
     from policies.bsbf_marks import KeptMarks
 
-    seen = Counter()
     taken: list = []
     take, take_bounded = KeptMarks.take, KeptMarks.take_bounded
-    run_holds, share = sjf_bsbf.SjfBsbf._run_holds, sjf_bsbf.SjfBsbf._share
-    from_runs: set = set()  # (signature, window) of marks kept thanks to an F run
 
     def taking(self, *a):
         got = take(self, *a)
@@ -753,6 +748,22 @@ def test_marks_from_f_runs_are_carried_and_hold(seed, cluster, n, interval, monk
         got = take_bounded(self, x_of)
         taken[-1].update((sid, mark) for sid, (mark, _) in got.items())
         return got
+
+    mp.setattr(KeptMarks, "take", taking)
+    mp.setattr(KeptMarks, "take_bounded", taking_bounded)
+    return taken
+
+
+@pytest.mark.parametrize("seed,cluster,n,interval", [(8, "2x4", 80, 60.0), (3, "4x4", 60, 30.0)])
+def test_marks_from_f_runs_are_carried_and_hold(seed, cluster, n, interval, monkeypatch):
+    """Marks whose class is shared with in part and rejected by the bounds in a run
+    (``SjfBsbf._run_holds``) are carried to later calls (robust or bounded by the run's
+    jobs), and at every call every carried mark holds on a fresh computation
+    (:func:`_marks_hold`); every Plan equals the literal implementation's."""
+    seen = Counter()
+    taken = _record_taken(monkeypatch)
+    run_holds, share = sjf_bsbf.SjfBsbf._run_holds, sjf_bsbf.SjfBsbf._share
+    from_runs: set = set()  # (signature, window) of marks kept thanks to an F run
 
     def holds(*a):
         ok = run_holds(*a)
@@ -769,8 +780,6 @@ def test_marks_from_f_runs_are_carried_and_hold(seed, cluster, n, interval, monk
             from_runs.add((sid, rnd.fails[sid]))
         return got
 
-    monkeypatch.setattr(KeptMarks, "take", taking)
-    monkeypatch.setattr(KeptMarks, "take_bounded", taking_bounded)
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_run_holds", staticmethod(holds))
     monkeypatch.setattr(sjf_bsbf.SjfBsbf, "_share", sharing)
 
@@ -824,24 +833,10 @@ def test_marks_over_time_random_sequences():
     random rates: the marks of each call are carried (robust, bounded by a class or by an
     F run) and dropped as X falls; at every call the Plan equals the literal
     implementation's and every carried mark holds on a fresh computation."""
-    from policies.bsbf_marks import KeptMarks
     from policies.model import Allocation, Frozen, GpuChanges, JobState
 
     seen = Counter()
-    take = KeptMarks.take
-    take_bounded = KeptMarks.take_bounded
     run_holds = sjf_bsbf.SjfBsbf._run_holds
-    got: list = []
-
-    def taking(self, *a):
-        marks = take(self, *a)
-        got.append(dict(marks))
-        return marks
-
-    def taking_bounded(self, x_of):
-        held = take_bounded(self, x_of)
-        got[-1].update((sid, mark) for sid, (mark, _) in held.items())
-        return held
 
     def holds(cls, lo, hi, c, p1, p2, q, margin, lows):
         n = len(lows)
@@ -896,8 +891,7 @@ def test_marks_over_time_random_sequences():
                 seen["applied"] += 1
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(KeptMarks, "take", taking)
-        mp.setattr(KeptMarks, "take_bounded", taking_bounded)
+        got = _record_taken(mp)  # the marks each take hands on, read by check()
         mp.setattr(sjf_bsbf.SjfBsbf, "_run_holds", staticmethod(holds))
         check()
     assert seen["carried"] > 0 and seen["checked"] > 0
