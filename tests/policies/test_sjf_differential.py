@@ -387,6 +387,27 @@ def test_longer_job_of_a_signature_may_share(ratio, ib):
     assert [(a.job_id, a.share_with) for a in plan.starts()] == [("B2", ("A",))]
 
 
+def test_longer_job_may_share_past_an_f_run_of_a_mixed_class():
+    """As above, but the groups B1 could not share with are a bounds "F" *run* of a class
+    with other labels (R10 is longer than R0–R9 of the same class): D falls with i_B there
+    too, so B1's wait must leave no mark (the ``sure`` test of the "F"-run branch of
+    ``SjfBsbf._share``), and B2, ten times longer, shares three GPUs.  Found by a search
+    with that test removed: the mark then skipped B2, which waited."""
+    where = [(0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3),
+             (2, 0), (2, 1), (2, 2), (2, 3)]
+    jobs = [running(f"R{k}", "x", [g], sub_batch=8, batch=8, total=200.0 if k == 10 else 100.0)
+            for k, g in enumerate(where)]
+    jobs += [pending("B0", "big", 3, total=10.0, batch=192, submit=0.0),
+             pending("B1", "big", 3, total=10.0, batch=192, submit=1.0),
+             pending("B2", "big", 3, total=100.0, batch=192, submit=2.0)]
+    snap = make_snap(jobs, nodes=3, gpus_per_node=4, xi_default=2.0, mem_mb=16384)
+    snap = dataclasses.replace(snap, nodes=tuple(
+        dataclasses.replace(n, gpu_mem_mb=m) for n, m in zip(snap.nodes, (5300, 5300, 8000))))
+    plan = policies.get_policy("sjf-bsbf").schedule(snap)
+    assert_same(plan, RefSjfBsbf().schedule(snap))
+    assert plan.reasons["B1"].code.value == "wait_no_share_benefit"
+    assert [(a.job_id, a.share_with) for a in plan.starts()] == [("B2", ("R7", "R8", "R9"))]
+
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
 def test_one_instance_same_views_other_gpu_map(name):
     """Hand-built snapshots (no change record) with the same job objects and tables but
