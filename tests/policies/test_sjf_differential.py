@@ -408,6 +408,7 @@ def test_longer_job_may_share_past_an_f_run_of_a_mixed_class():
     assert plan.reasons["B1"].code.value == "wait_no_share_benefit"
     assert [(a.job_id, a.share_with) for a in plan.starts()] == [("B2", ("R7", "R8", "R9"))]
 
+
 @pytest.mark.parametrize("name", ["sjf-bsbf", "sjf-ffs"])
 def test_one_instance_same_views_other_gpu_map(name):
     """Hand-built snapshots (no change record) with the same job objects and tables but
