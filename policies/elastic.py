@@ -17,10 +17,11 @@ counts into a Plan:
   back by Appendix E's two moves (double a sub-node share, add a whole node to a
   multi-node share), largest deficit ``s_i - r_i`` first, so the total is kept
   (Proposition 2) and the result stays closest to the algorithm's shares.
-* :func:`place` — GPU placement (§4.4): multi-node shares take whole nodes, then
-  sub-node shares first-fit-decreasing (never fails, Proposition 1); each job
-  prefers the nodes and GPUs it holds now, so a job is migrated only when its new
-  GPU set cannot contain any of its old GPUs.
+* :func:`~policies.elastic_place.place` — GPU placement (§4.4): multi-node shares take
+  whole nodes, then sub-node shares first-fit-decreasing (never fails, Proposition 1);
+  running jobs keep their GPUs and others go where no running job is expected to stay,
+  so a job migrates only where the greedy rule finds no room beside the others
+  (:mod:`policies.elastic_place`).
 * :func:`elastic_plan` — Start / Resize / Preempt actions and one reason per job.
 
 Every job is elastic, as CoDDL makes every job (§4: it parallelizes any job over the
@@ -37,12 +38,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config, keep_running_reasons
-from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo
+from .elastic_place import place
+from .model import ClusterSnapshot, Job, JobState
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
 
 MEASURED_RATES = "measured_rates"  # predictors key: job id -> {gpus: iterations/s}
@@ -217,243 +218,6 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
         d -= up - r
         out[j] = up
         heapq.heapreplace(heap, (up - shares[j], i, j))
-    return out
-
-
-# ---------------------------------------------------------------- placement
-class _FreeNodes:
-    """Free GPU indexes per node, with the nodes kept in buckets by free count (each bucket
-    sorted by node rank, then position), so that :func:`place` finds its node without
-    scanning the cluster per share.
-
-    Starts from the empty cluster, built once per node tuple (memoised by identity, as
-    the simulator hands in the same tuple every call) and copied: the per-node index lists
-    are shared with that template and never changed in place (:meth:`set` replaces a
-    node's list).  The buckets are brought up to date only when read (:attr:`buckets`,
-    also through :meth:`by_count_desc` and :meth:`best_fit`): :meth:`set` notes the node's count as the
-    buckets hold it, and the first read after it moves each noted node to the bucket of its
-    count now, the same buckets as moving it at every :meth:`set`.  Until the first read
-    they are the template's (copied then), so a call whose jobs all keep their GPUs never
-    touches them."""
-
-    def __init__(self, snap: ClusterSnapshot):
-        free, key, buckets, total = identity_memo(_EMPTY, snap.nodes, _empty_cluster, 8)
-        self.free: dict[str, list[int]] = dict(free)
-        self.key = key
-        self._template = buckets
-        self._buckets: Optional[dict[int, list]] = None
-        self._noted: dict[str, int] = {}  # node -> its free count as the buckets hold it
-        self.total = total
-
-    def set(self, x: str, idx: list[int]) -> None:
-        old = self.free[x]
-        self.free[x] = idx
-        self.total += len(idx) - len(old)
-        if x not in self._noted:
-            self._noted[x] = len(old)
-
-    @property
-    def buckets(self) -> dict[int, list]:
-        """The buckets, up to date."""
-        b = self._buckets
-        if b is None:
-            b = self._buckets = {c: list(v) for c, v in self._template.items()}
-        if self._noted:
-            free, key = self.free, self.key
-            for x, old in self._noted.items():
-                new = len(free[x])
-                if old != new:
-                    k = (key[x], x)
-                    if old:
-                        v = b[old]
-                        del v[bisect_left(v, k)]
-                    if new:
-                        insort(b.setdefault(new, []), k)
-            self._noted.clear()
-        return b
-
-    def by_count_desc(self):
-        """Nodes with free GPUs, most free first, then rank (read-only walk)."""
-        buckets = self.buckets
-        for c in sorted((c for c, b in buckets.items() if b), reverse=True):
-            for _, x in buckets[c]:
-                yield x
-
-    def best_fit(self, k: int) -> Optional[str]:
-        """The node with the fewest free GPUs that still holds ``k``, then rank."""
-        buckets = self.buckets
-        cs = [c for c, b in buckets.items() if b and c >= k]
-        return buckets[min(cs)][0][1] if cs else None
-
-
-_EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
-
-
-def _empty_cluster(nodes) -> tuple:
-    """(free index lists, node key, buckets, total) of ``nodes`` with every GPU free: the
-    node key is (rank, position), each bucket sorted by (key, name)."""
-    rank = {n.name: i for i, n in enumerate(nodes)}  # ClusterSnapshot.node_rank
-    free = {n.name: list(range(n.num_gpus)) for n in nodes}
-    key = {x: (rank.get(x, 0), i) for i, x in enumerate(free)}
-    buckets: dict[int, list] = {}
-    total = 0
-    for x, idx in free.items():
-        total += len(idx)
-        if idx:
-            buckets.setdefault(len(idx), []).append((key[x], x))
-    for b in buckets.values():
-        b.sort()
-    return free, MappingProxyType(key), buckets, total
-
-
-def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
-    """GPU sets for ``shares`` (job id -> count > 0), reusing current GPUs (§4.4).
-
-    Multi-node shares (>= GPUs per node) take whole nodes, preferring the nodes the
-    job is on; the rest are placed largest first, each on the node holding most of
-    its current GPUs if it has room, else the fullest node that fits (best fit).  With
-    allowed shares on equal nodes this always succeeds (Appendix E, Proposition 1).
-    A share that cannot be placed (unequal nodes) is placed on as few nodes as
-    possible, and left out if fewer GPUs than it needs are left.
-
-    Nodes are found through :class:`_FreeNodes` (free-count buckets) and the job's own
-    nodes, not by scanning the cluster per share; the result is the literal scan's
-    (tests/policies/test_elastic_differential.py checks it against the reference copy).
-    """
-    per_node = snap.max_gpus_per_node or 1
-    fn = _FreeNodes(snap)
-    free, nkey = fn.free, fn.key
-    jobs = snap.jobs
-    # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
-    # snapshot (never changed here), so built when first asked for
-    cur: dict[str, Optional[frozenset]] = {}
-    held_now: set[Gpu] = set()
-    held_built = []
-
-    def held(jid: str) -> Optional[frozenset]:
-        h = cur.get(jid, False)
-        if h is False:
-            job = jobs[jid]
-            h = cur[jid] = (frozenset(job.allocation.gpus)
-                            if job.running and job.allocation is not None else None)
-        return h
-
-    def held_by_any() -> set[Gpu]:
-        if not held_built:
-            held_built.append(True)
-            for jid in shares:
-                job = jobs[jid]
-                if job.running and job.allocation is not None:
-                    held_now.update(job.allocation.gpus)
-        return held_now
-    out: dict[str, tuple[Gpu, ...]] = {}
-
-    def mine_by_node(jid: str) -> dict[str, int]:
-        m: dict[str, int] = {}
-        for g in held(jid) or ():
-            if g.node in free:
-                m[g.node] = m.get(g.node, 0) + 1
-        return m
-
-    def take(jid: str, node: str, n: int) -> list[Gpu]:
-        idx = free[node]
-        if n < len(idx):
-            mine = held(jid) or frozenset()
-            held_now = held_by_any()
-            # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
-            # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
-            idx = sorted(idx, key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
-        # all of a node's free GPUs: which ones needs no order (every caller sorts the
-        # GPUs it gathers, and a node's list order is never read: keys are unique)
-        got = idx[:n]
-        fn.set(node, idx[n:])
-        return [Gpu(node, i) for i in got]
-
-    def prefix(nodes, k: int, have: int, cap: Optional[int]) -> list[str]:
-        """The nodes the literal loop visits before it holds ``k`` GPUs (taking
-        min(cap or free, k - held) from each), gathered before anything is taken."""
-        picked = []
-        for x in nodes:
-            if have >= k:
-                break
-            c = len(free[x]) if cap is None else cap
-            if c:
-                picked.append(x)
-                have += min(c, k - have)
-        return picked
-
-    order = sorted(shares, key=lambda j: -shares[j])  # stable: keeps priority order in ties
-    for jid in order:
-        k = shares[jid]
-        if k < per_node:
-            continue
-        mine = mine_by_node(jid)
-        if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
-                                           for x, c in mine.items()):
-            # the job keeps whole nodes, all still free: ``first`` holds exactly them and
-            # the loop below takes every free GPU of each (the general path gives the same;
-            # its GPUs on nodes not in the snapshot, if any, are left out as there)
-            gpus = [Gpu(x, i) for x in mine for i in free[x]]
-            for x in mine:
-                fn.set(x, [])
-            out[jid] = tuple(sorted(gpus))
-            continue
-        full = fn.buckets.get(per_node, [])
-        first = sorted((x for x, c in mine.items() if len(free[x]) == per_node),
-                       key=lambda x: (-mine[x], nkey[x]))
-        lead = set(first)
-        nodes = first + prefix((x for _, x in full if x not in lead), k,
-                               per_node * len(first), per_node)
-        gpus: list[Gpu] = []
-        for x in prefix(nodes, k, 0, per_node):
-            gpus += take(jid, x, min(per_node, k - len(gpus)))
-        if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
-            for x in prefix(fn.by_count_desc(), k, len(gpus), None):
-                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
-        if len(gpus) < k:  # cannot happen with allowed shares on equal nodes
-            for g in gpus:
-                fn.set(g.node, free[g.node] + [g.index])
-            continue
-        out[jid] = tuple(sorted(gpus))
-    for jid in order:
-        k = shares[jid]
-        if k >= per_node or k <= 0:
-            continue
-        job = jobs[jid]
-        now = job.allocation.gpus if job.running and job.allocation is not None else ()
-        if len(now) == k:
-            # the job keeps all of its GPUs where they are one node's and still free: that
-            # node is its only one in ``mine``, so ``fits``' choice, and ``take`` hands it
-            # its own GPUs first (the general path below gives the same)
-            g0 = now[0]
-            node = g0.node
-            idx = free.get(node)
-            if k == 1:  # the same test and take for one GPU, without the sets
-                if idx is not None and g0.index in idx:
-                    i0 = g0.index
-                    fn.set(node, [i for i in idx if i != i0])
-                    out[jid] = tuple(now)
-                    continue
-            elif idx is not None:
-                # k distinct indexes on ``node`` <=> its k GPUs are all that node's
-                mine_idx = {g.index for g in now if g.node == node}
-                if len(mine_idx) == k and mine_idx.issubset(idx):
-                    fn.set(node, [i for i in idx if i not in mine_idx])
-                    out[jid] = tuple(sorted(now))
-                    continue
-        mine = mine_by_node(jid)
-        fits = [x for x in mine if len(free[x]) >= k]
-        x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits
-             else fn.best_fit(k))
-        if x is not None:
-            out[jid] = tuple(sorted(take(jid, x, k)))
-            continue
-        if fn.total < k:
-            continue
-        gpus = []
-        for x in prefix(fn.by_count_desc(), k, 0, None):
-            gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
-        out[jid] = tuple(sorted(gpus))
     return out
 
 

@@ -1,0 +1,442 @@
+"""Elastic GPU placement (seed 001 §4.4, Appendix E), used by :func:`policies.elastic.elastic_plan`.
+
+Multi-node shares (>= GPUs per node) take whole nodes and the rest are placed largest first,
+first-fit-decreasing, which never fails with allowed shares on equal nodes (Appendix E,
+Proposition 1: the sizes divide each other, so whichever node each share goes to, the free
+space of every node stays a multiple of the next share).  That leaves the choice of node
+free, and §4.4 says how to make it: the scheduler "finds a placement decision that maximizes
+the number of jobs which reuse at least one GPU, and then maximizes the total number of
+reused GPUs as the secondary goal.  It conducts migration as the final resort when it is
+unavoidable."  The paper gives no algorithm for that; ours is greedy (our choice):
+
+* Running jobs claim the GPUs they are expected to keep (:class:`_Claims`): a sub-node share,
+  the lowest-index ``min(share, n)`` of its ``n`` GPUs on its node holding most of them
+  (ties: node rank); a multi-node share, the first ``share / per_node`` nodes (by rank) it
+  holds whole.  A claim lapses once its job is placed.
+* Jobs are placed largest share first, running jobs before new ones among equal shares (then
+  the policy's priority order).
+* A multi-node share takes whole free nodes: first its own nodes where it holds at least as
+  many GPUs as other jobs claim (most of its GPUs, then rank: staying moves no more GPUs of
+  others than it keeps of its own, §4.4's second goal), then unclaimed nodes by rank, then
+  its other own nodes, then claimed nodes by rank.
+* A sub-node share goes to a node with at least the share in unclaimed free GPUs: the one
+  holding most of the job's GPUs, else the one with the fewest unclaimed free GPUs (best fit,
+  then rank); where no node has that many unclaimed GPUs, to the node holding most of its
+  GPUs that has room, else the fullest node that fits (best fit, then rank): another job
+  then moves.
+* Within a node a job takes its own GPUs first, then unclaimed ones, then ones no job of
+  ``shares`` holds now, then by index.
+
+Before this rule (up to 2026-11-27) a new or growing job took whichever node the
+first-fit-decreasing order reached first, counting the GPUs of running jobs not placed yet as
+free: on the Philly trace at 300x8 max-min migrated about 15 jobs per job whose share had not
+changed (docs/scale.md, "Elastic placement").  The literal scans of the rule are kept in
+tests/policies/reference_elastic.py; this module gives exactly their result through
+free-count buckets (:class:`_FreeNodes`) and unclaimed-count buckets (:class:`_Claims`).
+
+Where nodes are unequal a share may not fit on the fewest nodes: it is then placed on as few
+nodes as possible (most free GPUs first), and left out if fewer GPUs than it needs are left.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from itertools import chain
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+from .model import ClusterSnapshot, Gpu, identity_memo
+
+
+class _FreeNodes:
+    """Free GPU indexes per node, with the nodes kept in buckets by free count (each bucket
+    sorted by node rank, then position), so that :func:`place` finds its node without
+    scanning the cluster per share.
+
+    Starts from the empty cluster, built once per node tuple (memoised by identity, as
+    the simulator hands in the same tuple every call) and copied: the per-node index lists
+    are shared with that template and never changed in place (:meth:`set` replaces a
+    node's list).  The buckets are brought up to date only when read (:attr:`buckets`,
+    also through :meth:`by_count_desc` and :meth:`best_fit`): :meth:`set` notes the node's count as the
+    buckets hold it, and the first read after it moves each noted node to the bucket of its
+    count now, the same buckets as moving it at every :meth:`set`.  Until the first read
+    they are the template's (copied then), so a call whose jobs all keep their GPUs never
+    touches them."""
+
+    def __init__(self, snap: ClusterSnapshot):
+        free, key, buckets, total = identity_memo(_EMPTY, snap.nodes, _empty_cluster, 8)
+        self.free: dict[str, list[int]] = dict(free)
+        self.key = key
+        self._template = buckets
+        self._buckets: Optional[dict[int, list]] = None
+        self._noted: dict[str, int] = {}  # node -> its free count as the buckets hold it
+        self.total = total
+
+    def set(self, x: str, idx: list[int]) -> None:
+        old = self.free[x]
+        self.free[x] = idx
+        self.total += len(idx) - len(old)
+        if x not in self._noted:
+            self._noted[x] = len(old)
+
+    @property
+    def buckets(self) -> dict[int, list]:
+        """The buckets, up to date."""
+        b = self._buckets
+        if b is None:
+            b = self._buckets = {c: list(v) for c, v in self._template.items()}
+        if self._noted:
+            free, key = self.free, self.key
+            for x, old in self._noted.items():
+                new = len(free[x])
+                if old != new:
+                    k = (key[x], x)
+                    if old:
+                        v = b[old]
+                        del v[bisect_left(v, k)]
+                    if new:
+                        insort(b.setdefault(new, []), k)
+            self._noted.clear()
+        return b
+
+    def by_count_desc(self):
+        """Nodes with free GPUs, most free first, then rank (read-only walk)."""
+        buckets = self.buckets
+        for c in sorted((c for c, b in buckets.items() if b), reverse=True):
+            for _, x in buckets[c]:
+                yield x
+
+    def best_fit(self, k: int) -> Optional[str]:
+        """The node with the fewest free GPUs that still holds ``k``, then rank."""
+        buckets = self.buckets
+        cs = [c for c, b in buckets.items() if b and c >= k]
+        return buckets[min(cs)][0][1] if cs else None
+
+
+_EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
+
+
+def _empty_cluster(nodes) -> tuple:
+    """(free index lists, node key, buckets, total) of ``nodes`` with every GPU free: the
+    node key is (rank, position), each bucket sorted by (key, name)."""
+    rank = {n.name: i for i, n in enumerate(nodes)}  # ClusterSnapshot.node_rank
+    free = {n.name: list(range(n.num_gpus)) for n in nodes}
+    key = {x: (rank.get(x, 0), i) for i, x in enumerate(free)}
+    buckets: dict[int, list] = {}
+    total = 0
+    for x, idx in free.items():
+        total += len(idx)
+        if idx:
+            buckets.setdefault(len(idx), []).append((key[x], x))
+    for b in buckets.values():
+        b.sort()
+    return free, MappingProxyType(key), buckets, total
+
+
+
+class _Claims:
+    """The GPUs running jobs are expected to keep (``keeps``: (node, index) -> job; a GPU two
+    jobs hold goes to the first in ``shares``' order), and per node ``c``: how many of its free
+    GPUs a job not placed yet keeps.  A node's *unclaimed* free count is ``len(free) - c``;
+    :meth:`best_fit` finds the node with the fewest that still holds a share, through buckets
+    by that count (each sorted by node key) brought up to date when read, as
+    :class:`_FreeNodes` keeps its own: :meth:`note` records a node's count before it changes.
+
+    Built at the first placement that needs it (a call whose jobs all keep their GPUs never
+    builds it); ``placed`` is the caller's set of jobs already placed."""
+
+    def __init__(self, fn: _FreeNodes, snap: ClusterSnapshot, shares: Mapping[str, int],
+                 per_node: int, placed: set):
+        self.fn, self.placed = fn, placed
+        free, nkey, jobs = fn.free, fn.key, snap.jobs
+        size = snap.node_gpus
+        keeps: dict[tuple, str] = {}
+        keep_of: dict[str, list] = {}
+        for jid in shares:
+            job = jobs[jid]
+            if not job.running or job.allocation is None:
+                continue
+            k = shares[jid]
+            on: dict[str, list[int]] = {}
+            for g in job.allocation.gpus:
+                if g.node in free:
+                    on.setdefault(g.node, []).append(g.index)
+            if not on:
+                continue
+            if k < per_node:
+                y = min(on, key=lambda x: (-len(on[x]), nkey[x]))
+                cand = [(y, i) for i in sorted(on[y])[:max(k, 0)]]
+            else:
+                whole = sorted((x for x in on if len(on[x]) == per_node == size[x]),
+                               key=nkey.__getitem__)
+                cand = [(y, i) for y in whole[:k // per_node] for i in on[y]]
+            mine = []
+            for g in cand:
+                if g not in keeps:
+                    keeps[g] = jid
+                    mine.append(g)
+            if mine:
+                keep_of[jid] = mine
+        self.keeps, self.keep_of = keeps, keep_of
+        c: dict[str, int] = {}
+        for (x, i), jid in keeps.items():
+            if jid not in placed and i in free[x]:
+                c[x] = c.get(x, 0) + 1
+        self.c = c
+        self._ub: Optional[dict[int, list]] = None
+        self._noted: dict[str, int] = {}
+
+    def note(self, x: str) -> None:
+        """Call before ``x``'s free GPUs or claims change."""
+        if self._ub is not None and x not in self._noted:
+            self._noted[x] = len(self.fn.free[x]) - self.c.get(x, 0)
+
+    def release(self, jid: str) -> None:
+        """``jid`` is placed now: its claims on free GPUs lapse."""
+        free, c = self.fn.free, self.c
+        for x, i in self.keep_of.get(jid, ()):
+            if i in free[x]:
+                self.note(x)
+                c[x] -= 1
+
+    def taken(self, x: str, got) -> None:
+        """GPUs ``got`` of ``x`` were taken (after :meth:`note`): claims of jobs not placed lapse."""
+        keeps, placed, c = self.keeps, self.placed, self.c
+        for i in got:
+            jid = keeps.get((x, i))
+            if jid is not None and jid not in placed:
+                c[x] -= 1
+
+    def returned(self, g: Gpu) -> None:
+        """``g`` is free again (after :meth:`note`): a claim of a job not placed counts again."""
+        jid = self.keeps.get(g)
+        if jid is not None and jid not in self.placed:
+            self.c[g.node] = self.c.get(g.node, 0) + 1
+
+    def best_fit(self, k: int) -> Optional[str]:
+        """The node with the fewest unclaimed free GPUs that still holds ``k`` of them, then
+        node key; ``None`` when no node has ``k`` unclaimed free GPUs."""
+        ub = self._ub
+        free, c, key = self.fn.free, self.c, self.fn.key
+        if ub is None:
+            ub = self._ub = {n: list(v) for n, v in self.fn.buckets.items()}
+            for x, cx in c.items():
+                if cx:
+                    old = len(free[x])
+                    v = ub[old]
+                    del v[bisect_left(v, (key[x], x))]
+                    if old - cx:
+                        insort(ub.setdefault(old - cx, []), (key[x], x))
+            self._noted.clear()
+        elif self._noted:
+            for x, old in self._noted.items():
+                new = len(free[x]) - c.get(x, 0)
+                if old != new:
+                    kx = (key[x], x)
+                    if old:
+                        v = ub[old]
+                        del v[bisect_left(v, kx)]
+                    if new:
+                        insort(ub.setdefault(new, []), kx)
+            self._noted.clear()
+        cs = [n for n, b in ub.items() if b and n >= k]
+        return ub[min(cs)][0][1] if cs else None
+
+
+def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
+    """GPU sets for ``shares`` (job id -> count > 0) by the rule of the module docstring.
+
+    Nodes are found through :class:`_FreeNodes` (free-count buckets), :class:`_Claims`
+    (unclaimed-count buckets) and the job's own nodes, not by scanning the cluster per share;
+    the result is the literal scans' (tests/policies/test_elastic_differential.py checks it
+    against the reference copy)."""
+    per_node = snap.max_gpus_per_node or 1
+    fn = _FreeNodes(snap)
+    free, nkey = fn.free, fn.key
+    jobs = snap.jobs
+    gpu_jobs = snap.gpu_jobs
+    placed: set[str] = set()
+    claims: list[_Claims] = []  # built when first needed
+
+    def claims_now() -> _Claims:
+        if not claims:
+            claims.append(_Claims(fn, snap, shares, per_node, placed))
+        return claims[0]
+
+    def mark(jid: str) -> None:
+        placed.add(jid)
+        if claims:
+            claims[0].release(jid)
+
+    def setf(x: str, idx: list[int]) -> None:
+        if claims:
+            claims[0].note(x)
+        fn.set(x, idx)
+
+    def alone(gpus) -> bool:
+        """No other job holds any of ``gpus`` now (then no other job's claim is on them)."""
+        return all(len(gpu_jobs.get(g, ())) <= 1 for g in gpus)
+
+    # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
+    # snapshot (never changed here), so built when first asked for
+    cur: dict[str, Optional[frozenset]] = {}
+    held_now: set[Gpu] = set()
+    held_built = []
+
+    def held(jid: str) -> Optional[frozenset]:
+        h = cur.get(jid, False)
+        if h is False:
+            job = jobs[jid]
+            h = cur[jid] = (frozenset(job.allocation.gpus)
+                            if job.running and job.allocation is not None else None)
+        return h
+
+    def held_by_any() -> set[Gpu]:
+        if not held_built:
+            held_built.append(True)
+            for jid in shares:
+                job = jobs[jid]
+                if job.running and job.allocation is not None:
+                    held_now.update(job.allocation.gpus)
+        return held_now
+    out: dict[str, tuple[Gpu, ...]] = {}
+
+    def mine_by_node(jid: str) -> dict[str, int]:
+        m: dict[str, int] = {}
+        for g in held(jid) or ():
+            if g.node in free:
+                m[g.node] = m.get(g.node, 0) + 1
+        return m
+
+    def take(jid: str, node: str, n: int) -> list[Gpu]:
+        idx = free[node]
+        cl = claims_now()
+        if n < len(idx):
+            mine = held(jid) or frozenset()
+            held_now = held_by_any()
+            keeps, placed_ = cl.keeps, placed
+            # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
+            # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
+            idx = sorted(idx, key=lambda i: ((node, i) not in mine,
+                                             keeps.get((node, i), jid) not in placed_,
+                                             (node, i) in held_now, i))
+        # all of a node's free GPUs: which ones needs no order (every caller sorts the
+        # GPUs it gathers, and a node's list order is never read: keys are unique)
+        got = idx[:n]
+        cl.note(node)
+        cl.taken(node, got)
+        fn.set(node, idx[n:])
+        return [Gpu(node, i) for i in got]
+
+    def give_back(gpus: list[Gpu]) -> None:
+        for g in gpus:
+            setf(g.node, free[g.node] + [g.index])
+            if claims:
+                claims[0].returned(g)
+
+    def prefix(nodes, k: int, have: int, cap: Optional[int]) -> list[str]:
+        """The nodes the literal loop visits before it holds ``k`` GPUs (taking
+        min(cap or free, k - held) from each), gathered before anything is taken."""
+        picked = []
+        for x in nodes:
+            if have >= k:
+                break
+            c = len(free[x]) if cap is None else cap
+            if c:
+                picked.append(x)
+                have += min(c, k - have)
+        return picked
+
+    def new(j: str) -> bool:
+        job = jobs[j]
+        return not job.running or job.allocation is None
+
+    # stable: largest share first, running jobs before new ones, then the priority order
+    order = sorted(sorted(shares, key=new), key=lambda j: -shares[j])
+    for jid in order:
+        k = shares[jid]
+        if k < per_node:
+            continue
+        mark(jid)
+        mine = mine_by_node(jid)
+        if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
+                                           for x, c in mine.items()) \
+                and alone(held(jid)):
+            # the job keeps whole nodes, all still free and nobody else's: they come first
+            # in the order below, so the loop takes every free GPU of each (the general path
+            # gives the same; its GPUs on nodes not in the snapshot, if any, are left out)
+            gpus = [Gpu(x, i) for x in mine for i in free[x]]
+            for x in mine:
+                setf(x, [])
+            out[jid] = tuple(sorted(gpus))
+            continue
+        cl = claims_now()
+        c = cl.c
+        full = fn.buckets.get(per_node, [])
+        own = sorted((x for x in mine if len(free[x]) == per_node),
+                     key=lambda x: (-mine[x], nkey[x]))
+        lead = set(own)
+        walk = chain((x for x in own if c.get(x, 0) <= mine[x]),
+                     (x for _, x in full if x not in lead and not c.get(x)),
+                     (x for x in own if c.get(x, 0) > mine[x]),
+                     (x for _, x in full if x not in lead and c.get(x)))
+        gpus: list[Gpu] = []
+        for x in prefix(walk, k, 0, per_node):
+            gpus += take(jid, x, min(per_node, k - len(gpus)))
+        if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
+            for x in prefix(fn.by_count_desc(), k, len(gpus), None):
+                gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        if len(gpus) < k:  # cannot happen with allowed shares on equal nodes
+            give_back(gpus)
+            continue
+        out[jid] = tuple(sorted(gpus))
+    for jid in order:
+        k = shares[jid]
+        if k >= per_node or k <= 0:
+            continue
+        mark(jid)
+        job = jobs[jid]
+        now = job.allocation.gpus if job.running and job.allocation is not None else ()
+        if len(now) == k:
+            # the job keeps all of its GPUs where they are one node's, still free and nobody
+            # else's: that node has them unclaimed and is its only one in ``mine``, so the
+            # rule's choice, and ``take`` hands it its own GPUs first (the general path
+            # below gives the same)
+            g0 = now[0]
+            node = g0.node
+            idx = free.get(node)
+            if k == 1:  # the same test and take for one GPU, without the sets
+                if idx is not None and g0.index in idx and len(gpu_jobs.get(g0, ())) <= 1:
+                    i0 = g0.index
+                    setf(node, [i for i in idx if i != i0])
+                    out[jid] = tuple(now)
+                    continue
+            elif idx is not None:
+                # k distinct indexes on ``node`` <=> its k GPUs are all that node's
+                mine_idx = {g.index for g in now if g.node == node}
+                if len(mine_idx) == k and mine_idx.issubset(idx) and alone(now):
+                    setf(node, [i for i in idx if i not in mine_idx])
+                    out[jid] = tuple(sorted(now))
+                    continue
+        mine = mine_by_node(jid)
+        cl = claims_now()
+        c = cl.c
+        own = [(-mine[x], u, nkey[x], x) for x in mine
+               if (u := len(free[x]) - c.get(x, 0)) >= k]
+        if own:
+            x = min(own)[3]
+        else:
+            x = cl.best_fit(k)
+            if x is None:
+                fits = [x for x in mine if len(free[x]) >= k]
+                x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits
+                     else fn.best_fit(k))
+        if x is not None:
+            out[jid] = tuple(sorted(take(jid, x, k)))
+            continue
+        if fn.total < k:
+            continue
+        gpus = []
+        for x in prefix(fn.by_count_desc(), k, 0, None):
+            gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
+        out[jid] = tuple(sorted(gpus))
+    return out
