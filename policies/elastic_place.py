@@ -27,7 +27,7 @@ unavoidable."  The paper gives no algorithm for that; ours is greedy (our choice
 * Within a node a job takes its own GPUs first, then unclaimed ones, then ones no job of
   ``shares`` holds now, then by index.
 
-Before this rule (up to 2026-11-27) a new or growing job took whichever node the
+Before this rule (until 2026-11-28) a new or growing job took whichever node the
 first-fit-decreasing order reached first, counting the GPUs of running jobs not placed yet as
 free: on the Philly trace at 300x8 max-min migrated about 15 jobs per job whose share had not
 changed (docs/scale.md, "Elastic placement").  The literal scans of the rule are kept in
@@ -133,57 +133,102 @@ def _empty_cluster(nodes) -> tuple:
 
 
 
+_KEEP: dict[int, tuple] = {}  # id(allocation) -> (allocation, node tuple, share, _keep_of)
+
+
+def _keep_of(alloc, k: int, per_node: int, nkey: Mapping[str, tuple],
+             size: Mapping[str, int]) -> tuple:
+    """((node, GPUs kept there), ...) and the frozenset of (node, index) a running job on
+    ``alloc`` with share ``k`` is expected to keep (see :class:`_Claims`)."""
+    on: dict[str, list[int]] = {}
+    for g in alloc.gpus:
+        if g.node in nkey:
+            on.setdefault(g.node, []).append(g.index)
+    if not on:
+        return (), frozenset()
+    if k < per_node:
+        y = min(on, key=lambda x: (-len(on[x]), nkey[x]))
+        idx = sorted(on[y])[:max(k, 0)]
+        return ((y, len(idx)),), frozenset((y, i) for i in idx)
+    whole = sorted((x for x in on if len(on[x]) == per_node == size[x]), key=nkey.__getitem__)
+    sel = whole[:k // per_node]
+    return tuple((y, len(on[y])) for y in sel), frozenset((y, i) for y in sel for i in on[y])
+
+
 class _Claims:
-    """The GPUs running jobs are expected to keep (``keeps``: (node, index) -> job; a GPU two
-    jobs hold goes to the first in ``shares``' order), and per node ``c``: how many of its free
+    """The GPUs running jobs are expected to keep, and per node ``c``: how many of its free
     GPUs a job not placed yet keeps.  A node's *unclaimed* free count is ``len(free) - c``;
     :meth:`best_fit` finds the node with the fewest that still holds a share, through buckets
     by that count (each sorted by node key) brought up to date when read, as
     :class:`_FreeNodes` keeps its own: :meth:`note` records a node's count before it changes.
 
+    What a job keeps depends on its allocation record, share and the node tuple only, so it is
+    memoised per record (``_KEEP``); a GPU's claimer is the job ``snap.gpu_jobs`` names there,
+    when the GPU is in what that job keeps.  Where a GPU is held by two jobs of the snapshot
+    (``shared``) the claims are built GPU by GPU instead, the GPU going to the first of them in
+    ``shares``' order, as the literal rule has it.
+
     Built at the first placement that needs it (a call whose jobs all keep their GPUs never
-    builds it); ``placed`` is the caller's set of jobs already placed."""
+    builds it); every job placed before then kept exactly the GPUs it claims, so the counts
+    are those of the call's start less those jobs'.  ``placed`` is the caller's set of jobs
+    already placed."""
 
     def __init__(self, fn: _FreeNodes, snap: ClusterSnapshot, shares: Mapping[str, int],
-                 per_node: int, placed: set):
-        self.fn, self.placed = fn, placed
-        free, nkey, jobs = fn.free, fn.key, snap.jobs
+                 per_node: int, placed: set, shared: bool):
+        self.fn, self.placed, self.shares = fn, placed, shares
+        free, jobs = fn.free, snap.jobs
         size = snap.node_gpus
-        keeps: dict[tuple, str] = {}
-        keep_of: dict[str, list] = {}
-        for jid in shares:
-            job = jobs[jid]
-            if not job.running or job.allocation is None:
-                continue
-            k = shares[jid]
-            on: dict[str, list[int]] = {}
-            for g in job.allocation.gpus:
-                if g.node in free:
-                    on.setdefault(g.node, []).append(g.index)
-            if not on:
-                continue
-            if k < per_node:
-                y = min(on, key=lambda x: (-len(on[x]), nkey[x]))
-                cand = [(y, i) for i in sorted(on[y])[:max(k, 0)]]
-            else:
-                whole = sorted((x for x in on if len(on[x]) == per_node == size[x]),
-                               key=nkey.__getitem__)
-                cand = [(y, i) for y in whole[:k // per_node] for i in on[y]]
-            mine = []
-            for g in cand:
-                if g not in keeps:
-                    keeps[g] = jid
-                    mine.append(g)
-            if mine:
-                keep_of[jid] = mine
-        self.keeps, self.keep_of = keeps, keep_of
+        self.jobs, self.gpu_jobs = jobs, snap.gpu_jobs
+        self.per_node, self.size, self.nodes = per_node, size, snap.nodes
+        self.keeps: Optional[dict[tuple, str]] = None
         c: dict[str, int] = {}
-        for (x, i), jid in keeps.items():
-            if jid not in placed and i in free[x]:
-                c[x] = c.get(x, 0) + 1
+        if shared:
+            keeps: dict[tuple, str] = {}
+            for jid in shares:
+                job = jobs[jid]
+                if job.running and job.allocation is not None:
+                    for g in self.keep(jid)[1]:
+                        keeps.setdefault(g, jid)
+            self.keeps = keeps
+            for (x, i), jid in keeps.items():
+                if jid not in placed and i in free[x]:
+                    c[x] = c.get(x, 0) + 1
+        else:
+            for jid in shares:
+                if jid in placed:
+                    continue
+                job = jobs[jid]
+                if job.running and job.allocation is not None:
+                    for x, n in self.keep(jid)[0]:
+                        c[x] = c.get(x, 0) + n
         self.c = c
         self._ub: Optional[dict[int, list]] = None
         self._noted: dict[str, int] = {}
+
+    def keep(self, jid: str) -> tuple:
+        """``_keep_of`` for running job ``jid``, memoised per allocation record."""
+        alloc, k = self.jobs[jid].allocation, self.shares[jid]
+        hit = _KEEP.get(id(alloc))
+        if hit is not None and hit[0] is alloc and hit[1] is self.nodes and hit[2] == k:
+            return hit[3]
+        v = _keep_of(alloc, k, self.per_node, self.fn.key, self.size)
+        if len(_KEEP) > 100_000:
+            _KEEP.clear()
+        _KEEP[id(alloc)] = (alloc, self.nodes, k, v)
+        return v
+
+    def owner(self, g: tuple, default: Optional[str]) -> Optional[str]:
+        """The job that claims GPU ``g`` ((node, index)), else ``default``."""
+        if self.keeps is not None:
+            return self.keeps.get(g, default)
+        on = self.gpu_jobs.get(g)
+        if on:
+            jid = on[0]
+            job = self.jobs.get(jid)
+            if jid in self.shares and job is not None and job.running \
+                    and job.allocation is not None and g in self.keep(jid)[1]:
+                return jid
+        return default
 
     def note(self, x: str) -> None:
         """Call before ``x``'s free GPUs or claims change."""
@@ -192,23 +237,27 @@ class _Claims:
 
     def release(self, jid: str) -> None:
         """``jid`` is placed now: its claims on free GPUs lapse."""
-        free, c = self.fn.free, self.c
-        for x, i in self.keep_of.get(jid, ()):
-            if i in free[x]:
+        job = self.jobs[jid]
+        if not job.running or job.allocation is None:
+            return
+        free, c, keeps = self.fn.free, self.c, self.keeps
+        for g in self.keep(jid)[1]:
+            x, i = g
+            if i in free[x] and (keeps is None or keeps.get(g) == jid):
                 self.note(x)
                 c[x] -= 1
 
     def taken(self, x: str, got) -> None:
         """GPUs ``got`` of ``x`` were taken (after :meth:`note`): claims of jobs not placed lapse."""
-        keeps, placed, c = self.keeps, self.placed, self.c
+        placed, c = self.placed, self.c
         for i in got:
-            jid = keeps.get((x, i))
+            jid = self.owner((x, i), None)
             if jid is not None and jid not in placed:
                 c[x] -= 1
 
     def returned(self, g: Gpu) -> None:
         """``g`` is free again (after :meth:`note`): a claim of a job not placed counts again."""
-        jid = self.keeps.get(g)
+        jid = self.owner(g, None)
         if jid is not None and jid not in self.placed:
             self.c[g.node] = self.c.get(g.node, 0) + 1
 
@@ -256,10 +305,13 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     gpu_jobs = snap.gpu_jobs
     placed: set[str] = set()
     claims: list[_Claims] = []  # built when first needed
+    # a GPU held by two jobs (a daemon snapshot after a packing policy): claims GPU by GPU,
+    # and no job keeps its GPUs on the shortcuts below without the general path's tests
+    shared = max(map(len, gpu_jobs.values()), default=0) > 1
 
     def claims_now() -> _Claims:
         if not claims:
-            claims.append(_Claims(fn, snap, shares, per_node, placed))
+            claims.append(_Claims(fn, snap, shares, per_node, placed, shared))
         return claims[0]
 
     def mark(jid: str) -> None:
@@ -271,10 +323,6 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         if claims:
             claims[0].note(x)
         fn.set(x, idx)
-
-    def alone(gpus) -> bool:
-        """No other job holds any of ``gpus`` now (then no other job's claim is on them)."""
-        return all(len(gpu_jobs.get(g, ())) <= 1 for g in gpus)
 
     # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
     # snapshot (never changed here), so built when first asked for
@@ -313,11 +361,11 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         if n < len(idx):
             mine = held(jid) or frozenset()
             held_now = held_by_any()
-            keeps, placed_ = cl.keeps, placed
+            owner, placed_ = cl.owner, placed
             # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
             # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
             idx = sorted(idx, key=lambda i: ((node, i) not in mine,
-                                             keeps.get((node, i), jid) not in placed_,
+                                             owner((node, i), jid) not in placed_,
                                              (node, i) in held_now, i))
         # all of a node's free GPUs: which ones needs no order (every caller sorts the
         # GPUs it gathers, and a node's list order is never read: keys are unique)
@@ -360,10 +408,12 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         mine = mine_by_node(jid)
         if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
                                            for x, c in mine.items()) \
-                and alone(held(jid)):
+                and not shared:
             # the job keeps whole nodes, all still free and nobody else's: they come first
-            # in the order below, so the loop takes every free GPU of each (the general path
-            # gives the same; its GPUs on nodes not in the snapshot, if any, are left out)
+            # in the order below (others cannot claim more of a node than the whole node it
+            # holds), so the loop takes every free GPU of each (the general path gives the
+            # same; its GPUs on nodes not in the snapshot, if any, are left out); where a GPU
+            # is held twice the general path takes them, so that the claims on it lapse
             gpus = [Gpu(x, i) for x in mine for i in free[x]]
             for x in mine:
                 setf(x, [])
@@ -405,7 +455,7 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             node = g0.node
             idx = free.get(node)
             if k == 1:  # the same test and take for one GPU, without the sets
-                if idx is not None and g0.index in idx and len(gpu_jobs.get(g0, ())) <= 1:
+                if idx is not None and g0.index in idx and not shared:
                     i0 = g0.index
                     setf(node, [i for i in idx if i != i0])
                     out[jid] = tuple(now)
@@ -413,7 +463,7 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             elif idx is not None:
                 # k distinct indexes on ``node`` <=> its k GPUs are all that node's
                 mine_idx = {g.index for g in now if g.node == node}
-                if len(mine_idx) == k and mine_idx.issubset(idx) and alone(now):
+                if len(mine_idx) == k and mine_idx.issubset(idx) and not shared:
                     setf(node, [i for i in idx if i not in mine_idx])
                     out[jid] = tuple(sorted(now))
                     continue

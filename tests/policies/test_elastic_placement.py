@@ -10,6 +10,7 @@ from types import MappingProxyType
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import policies
 from gimbalctl.cluster import parse_cluster
@@ -118,6 +119,44 @@ def test_gpus_held_twice_are_claimed_by_the_first_job_in_shares():
     got = place(snap, shares)
     assert got == ref_place(snap, shares)
     assert {g.node for g in got["j"]} == {"n1"}  # only one GPU of n0 is unclaimed for it
+
+
+@st.composite
+def _overlapping(draw):
+    """Equal or unequal nodes; running jobs whose GPUs may overlap (a GPU held by two jobs);
+    waiting jobs; random positive shares in random order."""
+    per = draw(st.sampled_from([2, 4, 8]))
+    equal = draw(st.booleans())
+    nodes = tuple(Node(f"n{i}", per if equal else draw(st.sampled_from([2, 4, 8])))
+                  for i in range(draw(st.integers(1, 5))))
+    gpus = [g for n in nodes for g in n.gpus()]
+    jobs = []
+    for k in range(draw(st.integers(1, 7))):
+        chosen = draw(st.lists(st.sampled_from(gpus), min_size=1, max_size=min(len(gpus), 8),
+                               unique=True))
+        if draw(st.booleans()):  # mostly the shapes placements make: one node, in order
+            node = chosen[0].node
+            chosen = sorted({g for g in gpus if g.node == node}
+                            & set(chosen) or {chosen[0]})
+        jobs.append(_running(f"R{k}", chosen, submit=float(k)))
+    for k in range(draw(st.integers(0, 5))):
+        jobs.append(Job(f"P{k}", 10.0 + k, 1, "cifar10", 64))
+    snap = _snap(jobs, nodes)
+    total = len(gpus)
+    shares = {}
+    for jid in draw(st.permutations([j.id for j in jobs])):
+        if draw(st.booleans()):
+            shares[jid] = draw(st.sampled_from([1, 2, 4, 8, 16, total]))
+    return snap, shares
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_overlapping())
+def test_place_matches_the_literal_rule_with_gpus_held_twice(case):
+    snap, shares = case
+    got = place(snap, shares)
+    assert got == ref_place(snap, shares)
+    assert list(got) == list(ref_place(snap, shares))
 
 
 def _jobs(n, seed):
