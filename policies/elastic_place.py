@@ -443,10 +443,10 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         k = shares[jid]
         if k >= per_node or k <= 0:
             continue
-        mark(jid)
+        placed.add(jid)
         job = jobs[jid]
         now = job.allocation.gpus if job.running and job.allocation is not None else ()
-        if len(now) == k:
+        if len(now) == k and not shared:
             # the job keeps all of its GPUs where they are one node's, still free and nobody
             # else's: that node has them unclaimed and is its only one in ``mine``, so the
             # rule's choice, and ``take`` hands it its own GPUs first (the general path
@@ -454,19 +454,29 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             g0 = now[0]
             node = g0.node
             idx = free.get(node)
+            # (what it keeps is all of them: its claims, ``k`` on that node, lapse as it
+            # takes them, so the node's unclaimed count does not change)
             if k == 1:  # the same test and take for one GPU, without the sets
-                if idx is not None and g0.index in idx and not shared:
+                if idx is not None and g0.index in idx:
                     i0 = g0.index
-                    setf(node, [i for i in idx if i != i0])
+                    if claims:
+                        claims[0].note(node)
+                        claims[0].c[node] -= 1
+                    fn.set(node, [i for i in idx if i != i0])
                     out[jid] = tuple(now)
                     continue
             elif idx is not None:
                 # k distinct indexes on ``node`` <=> its k GPUs are all that node's
                 mine_idx = {g.index for g in now if g.node == node}
-                if len(mine_idx) == k and mine_idx.issubset(idx) and not shared:
-                    setf(node, [i for i in idx if i not in mine_idx])
+                if len(mine_idx) == k and mine_idx.issubset(idx):
+                    if claims:
+                        claims[0].note(node)
+                        claims[0].c[node] -= k
+                    fn.set(node, [i for i in idx if i not in mine_idx])
                     out[jid] = tuple(sorted(now))
                     continue
+        if claims:
+            claims[0].release(jid)
         mine = mine_by_node(jid)
         cl = claims_now()
         c = cl.c
