@@ -87,14 +87,7 @@ class _FreeNodes:
         if self._noted:
             free, key = self.free, self.key
             for x, old in self._noted.items():
-                new = len(free[x])
-                if old != new:
-                    k = (key[x], x)
-                    if old:
-                        v = b[old]
-                        del v[bisect_left(v, k)]
-                    if new:
-                        insort(b.setdefault(new, []), k)
+                _rebucket(b, (key[x], x), old, len(free[x]))
             self._noted.clear()
         return b
 
@@ -110,6 +103,16 @@ class _FreeNodes:
         buckets = self.buckets
         cs = [c for c, b in buckets.items() if b and c >= k]
         return buckets[min(cs)][0][1] if cs else None
+
+
+def _rebucket(buckets: dict[int, list], kx: tuple, old: int, new: int) -> None:
+    """Move entry ``kx`` of sorted bucket lists from count ``old`` to ``new`` (0: none)."""
+    if old != new:
+        if old:
+            v = buckets[old]
+            del v[bisect_left(v, kx)]
+        if new:
+            insort(buckets.setdefault(new, []), kx)
 
 
 _EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
@@ -270,22 +273,11 @@ class _Claims:
             ub = self._ub = {n: list(v) for n, v in self.fn.buckets.items()}
             for x, cx in c.items():
                 if cx:
-                    old = len(free[x])
-                    v = ub[old]
-                    del v[bisect_left(v, (key[x], x))]
-                    if old - cx:
-                        insort(ub.setdefault(old - cx, []), (key[x], x))
+                    _rebucket(ub, (key[x], x), len(free[x]), len(free[x]) - cx)
             self._noted.clear()
         elif self._noted:
             for x, old in self._noted.items():
-                new = len(free[x]) - c.get(x, 0)
-                if old != new:
-                    kx = (key[x], x)
-                    if old:
-                        v = ub[old]
-                        del v[bisect_left(v, kx)]
-                    if new:
-                        insort(ub.setdefault(new, []), kx)
+                _rebucket(ub, (key[x], x), old, len(free[x]) - c.get(x, 0))
             self._noted.clear()
         cs = [n for n, b in ub.items() if b and n >= k]
         return ub[min(cs)][0][1] if cs else None

@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import policies
 from gimbalctl.cluster import parse_cluster
-from gimbalctl.profiles import APPS, default_models
+from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import elastic
 from policies.elastic import place
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from policies.plan import ResizeJob, StartJob
 from reference_elastic import place as ref_place, place_v1
+from test_elastic_differential import _jobs
 
 MODELS = default_models()
 ELASTIC = ("afs-l", "afs-p", "max-min", "optimus", "themis")
@@ -157,20 +158,6 @@ def test_place_matches_the_literal_rule_with_gpus_held_twice(case):
     got = place(snap, shares)
     assert got == ref_place(snap, shares)
     assert list(got) == list(ref_place(snap, shares))
-
-
-def _jobs(n, seed):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        app = APPS[int(rng.integers(len(APPS)))]
-        g = int(rng.choice([1, 1, 2, 4, 8]))
-        out.append(Job(id=f"j{i}", submit_time=float(rng.uniform(0, 4000)), num_gpus=g, app=app,
-                       global_batch=MODELS.iters_table[app][0][0] * g,
-                       total_iters=float(rng.uniform(50, 4000))))
-    return out
 
 
 class _Moves:
