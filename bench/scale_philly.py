@@ -3,7 +3,7 @@
     python bench/scale_philly.py [--clusters 300x8 64x8] [--policies NAME ...]
                                  [--sizes 5000 20000 0] [--timeout 120] [--min-run 0]
                                  [--predictor rf|mean|median|perfect] [--refit 3600]
-                                 [--digest]
+                                 [--digest] [--migrations]
 
 For each cluster and trace size (``0`` = the whole trace) every policy runs in its
 own process (its peak RSS is its own; the trace is loaded there too, with the
@@ -24,7 +24,8 @@ their orders are submit order).
 
 ``--digest`` adds a column: a sha256 of the run's per-job records, sampled timeline and
 summary, so a change meant to keep the decisions can be checked run against run (the
-same digest before and after).
+same digest before and after).  ``--migrations`` adds another: how many times the plans
+resized a job onto GPUs none of which it held (a checkpoint-requeue on Slurm).
 
 Target (issue #13): < 60 s per policy on the whole trace at 300x8 and 64x8.
 """
@@ -78,6 +79,17 @@ def one(a) -> dict:
     pol = get_policy(a.one)
     if a.min_run and getattr(pol, "accepts_min_run", False):
         pol = get_policy(a.one, min_run_s=a.min_run)
+    moves = [0]
+    if a.migrations:  # count each Plan's resizes onto GPUs none of which the job held
+        inner = pol.schedule
+
+        def counted(snap):
+            plan = inner(snap)
+            for r in plan.resizes():
+                if not set(snap.jobs[r.job_id].allocation.gpus) & set(r.gpus):
+                    moves[0] += 1
+            return plan
+        pol.schedule = counted
     kw = {}
     if a.predictor:
         from gimbalctl.predictor import refitter
@@ -94,7 +106,7 @@ def one(a) -> dict:
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "calls": s["policy_calls"], "avg_jct_h": s["avg_jct"] / 3600,
             "avg_queue_h": s["avg_queueing"] / 3600, "avg_wait_h": s["avg_wait_total"] / 3600,
-            "preemptions": s["preemptions"]}
+            "preemptions": s["preemptions"], "migrations": moves[0] if a.migrations else None}
 
 
 def main() -> int:
@@ -114,6 +126,9 @@ def main() -> int:
     ap.add_argument("--digest", action="store_true",
                     help="add a column: sha256 of the run's per-job records, timeline and "
                          "summary (equal digests: the same results)")
+    ap.add_argument("--migrations", action="store_true",
+                    help="add a column: jobs the plans resized onto GPUs none of which they held "
+                         "(the counting wraps the policy, so its time is in the run's)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--cluster", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
@@ -135,14 +150,18 @@ def main() -> int:
           + (f"; predictor {a.predictor}, refit every {a.refit:.0f} s" if a.predictor else ""))
     print("| cluster | jobs | policy | wall (s) | CPU (s) | x bare | CPU ms/job | peak RSS (MB) "
           "| calls | avg JCT (h) | avg queue (h) | avg wait (h) | pre-emptions | < 60 s |"
-          + (" digest |" if a.digest else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.digest else ""))
-    dig = (lambda r: f" {r['digest']} |") if a.digest else (lambda r: "")
+          + (" digest |" if a.digest else "") + (" migrations |" if a.migrations else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.digest else "")
+          + ("---|" if a.migrations else ""))
+    dig = (lambda r: (f" {r['digest']} |" if a.digest else "")
+           + (f" {r['migrations']} |" if a.migrations else ""))
     for cluster in a.clusters:
         for size in a.sizes:
             for name in pols:
                 cmd = [sys.executable, __file__, "--one", name, "--cluster", cluster,
                        "--limit", str(size), "--trace", str(a.trace), "--min-run", str(a.min_run)]
+                if a.migrations:
+                    cmd.append("--migrations")
                 if a.predictor:
                     cmd += ["--predictor", a.predictor, "--refit", str(a.refit)]
                 label = f"| {cluster} | {size or 'all'} | {name} |"

@@ -41,3 +41,20 @@ def test_digest_names_the_results():
     a, b, c = _one(), _one(), _one("--predictor", "mean", "--refit", "600")
     assert len(a["digest"]) == 16 and int(a["digest"], 16) >= 0
     assert a["digest"] == b["digest"] != c["digest"]
+
+
+def test_migrations_are_counted_for_an_elastic_policy():
+    """``--migrations`` counts resizes onto none of the old GPUs: a number for max-min on the
+    bundled workload (4x8), the same results as the run without the count, and 0 for a policy
+    that never resizes."""
+    def run(name, *extra):
+        out = subprocess.run([sys.executable, str(BENCH), "--one", name, "--cluster", "4x8",
+                              "--trace", str(TRACE), "--limit", "60", "--digest", *extra],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    counted, plain = run("max-min", "--migrations"), run("max-min")
+    assert isinstance(counted["migrations"], int) and counted["migrations"] > 0
+    assert plain["migrations"] is None
+    assert counted["digest"] == plain["digest"]
+    assert run("spjf", "--migrations")["migrations"] == 0
