@@ -355,10 +355,15 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             held_now = held_by_any()
             owner, placed_ = cl.owner, placed
             # (node, i) looks up as Gpu(node, i) does (Gpu is a NamedTuple), without
-            # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes)
-            idx = sorted(idx, key=lambda i: ((node, i) not in mine,
-                                             owner((node, i), jid) not in placed_,
-                                             (node, i) in held_now, i))
+            # building one; a sorted copy: the lists may be the empty cluster's (_FreeNodes).
+            # With no claim on the node's free GPUs the claim term is False for each (the
+            # default owner, ``jid``, is placed): left out
+            if cl.c.get(node, 0):
+                idx = sorted(idx, key=lambda i: ((node, i) not in mine,
+                                                 owner((node, i), jid) not in placed_,
+                                                 (node, i) in held_now, i))
+            else:
+                idx = sorted(idx, key=lambda i: ((node, i) not in mine, (node, i) in held_now, i))
         # all of a node's free GPUs: which ones needs no order (every caller sorts the
         # GPUs it gathers, and a node's list order is never read: keys are unique)
         got = idx[:n]
