@@ -29,8 +29,8 @@ unavoidable."  The paper gives no algorithm for that; ours is greedy (our choice
 
 Before this rule (until 2026-11-28) a new or growing job took whichever node the
 first-fit-decreasing order reached first, counting the GPUs of running jobs not placed yet as
-free: on the Philly trace at 300x8 max-min migrated about 15 jobs per job whose share had not
-changed (docs/scale.md, "Elastic placement").  The literal scans of the rule are kept in
+free: on the Philly trace at 300x8 max-min made about 15 migrations per job, nearly all of
+jobs whose share had not changed (docs/scale.md §2b).  The literal scans of the rule are kept in
 tests/policies/reference_elastic.py; this module gives exactly their result through
 free-count buckets (:class:`_FreeNodes`) and unclaimed-count buckets (:class:`_Claims`).
 
