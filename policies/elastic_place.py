@@ -136,7 +136,11 @@ def _empty_cluster(nodes) -> tuple:
 
 
 
-_KEEP: dict[int, tuple] = {}  # id(allocation) -> (allocation, node tuple, share, _keep_of)
+_KEEP: dict[int, tuple] = {}  # identity_memo: allocation -> {share: (node tuple, _keep_of)}
+
+
+def _per_share(alloc) -> dict:
+    return {}
 
 
 def _keep_of(alloc, k: int, per_node: int, nkey: Mapping[str, tuple],
@@ -209,16 +213,14 @@ class _Claims:
         self._noted: dict[str, int] = {}
 
     def keep(self, jid: str) -> tuple:
-        """``_keep_of`` for running job ``jid``, memoised per allocation record."""
+        """``_keep_of`` for running job ``jid``, memoised per allocation record (then per
+        share, for this node tuple)."""
         alloc, k = self.jobs[jid].allocation, self.shares[jid]
-        hit = _KEEP.get(id(alloc))
-        if hit is not None and hit[0] is alloc and hit[1] is self.nodes and hit[2] == k:
-            return hit[3]
-        v = _keep_of(alloc, k, self.per_node, self.fn.key, self.size)
-        if len(_KEEP) > 100_000:
-            _KEEP.clear()
-        _KEEP[id(alloc)] = (alloc, self.nodes, k, v)
-        return v
+        per = identity_memo(_KEEP, alloc, _per_share, 100_000)
+        hit = per.get(k)
+        if hit is None or hit[0] is not self.nodes:
+            hit = per[k] = (self.nodes, _keep_of(alloc, k, self.per_node, self.fn.key, self.size))
+        return hit[1]
 
     def owner(self, g: tuple, default: Optional[str]) -> Optional[str]:
         """The job that claims GPU ``g`` ((node, index)), else ``default``."""
