@@ -11,7 +11,9 @@ metadata (application, batch, iterations), built into a :class:`ClusterSnapshot`
 seed; running jobs are packed node by node, so about a tenth of the GPUs stays free.
 
 Each policy runs in its own process (so its peak RSS is its own): the snapshot is built
-once, then ``policy.schedule(snapshot)`` runs ``--repeat`` times; the median is
+once, then the policy decides ``--repeat`` times as the daemon has it decide
+(:func:`gimbalctl.snapshot.decide`: ``policy.schedule(snapshot)`` with the objects alive
+at the call frozen out of the cyclic collector's reach); the median is
 reported, and the first call's CPU apart (the elastic policies' model rates are memoised
 across calls on the same models, so later calls can be cheaper).  ``--steady`` times the
 pass after the policy's own first plan took effect (:func:`apply_plan`: packed sets for the
@@ -144,21 +146,27 @@ def apply_plan(snap, plan, dt: float = 30.0):
 
 
 def one(a) -> dict:
+    from gimbalctl.snapshot import decide
     from policies import get_policy
 
     snap, build_s = build(a.nodes, a.gpus, a.running, a.pending)
     policy = get_policy(a.one)
     if a.steady:
         snap = apply_plan(snap, get_policy(a.one).schedule(snap))
-    walls, cpus, plan = [], [], None
+    walls, cpus, plain, plan = [], [], [], None
     for _ in range(a.repeat):
+        if a.plain:  # the baseline, interleaved: the bare call without the frozen collector
+            c0 = time.process_time()
+            policy.schedule(snap)
+            plain.append(time.process_time() - c0)
         w0, c0 = time.perf_counter(), time.process_time()
-        plan = policy.schedule(snap)
+        plan = decide(policy, snap)  # as the daemon calls it
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return {"policy": a.one, "build_s": build_s, "wall_s": statistics.median(walls),
             "cpu_s": statistics.median(cpus), "first_cpu_s": cpus[0], "rss_mb": rss_mb,
+            "plain_cpu_s": statistics.median(plain) if plain else None,
             "resizes": len(plan.resizes()),
             "starts": len(plan.starts()), "preempts": len(plan.preempts()),
             "shared_starts": sum(1 for s in plan.starts() if s.share_with),
@@ -178,6 +186,10 @@ def main() -> int:
     ap.add_argument("--steady", action="store_true",
                     help="time the pass after the policy's own first pass took effect "
                          "(packed sets, resized shares) instead of the first pass")
+    ap.add_argument("--plain", action="store_true",
+                    help="also time the bare policy.schedule(snapshot), interleaved with the "
+                         "daemon's call, and report its CPU and the ratio (the baseline of "
+                         "gimbalctl.snapshot.decide)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -191,18 +203,19 @@ def main() -> int:
           + ("; steady state (after the policy's own first pass)" if a.steady else ""))
     print("| policy | decide wall (s) | decide CPU (s) | first call CPU (s) | peak RSS (MB) | "
           "starts (shared) | resizes | preempts | snapshot build (s) | "
-          "target < 1 CPU-s, < 500 MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "target < 1 CPU-s, < 500 MB |" + (" bare call CPU (s) | decide / bare |" if a.plain else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if a.plain else ""))
     bad = 0
     for name in pols:
         cmd = [sys.executable, __file__, "--one", name, "--nodes", str(a.nodes), "--gpus",
                str(a.gpus), "--running", str(a.running), "--pending", str(a.pending),
-               "--repeat", str(a.repeat)] + (["--steady"] if a.steady else [])
+               "--repeat", str(a.repeat)] + (["--steady"] if a.steady else []) + \
+            (["--plain"] if a.plain else [])
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
             print(f"| {name} | did not finish in {a.timeout:.0f} s (process, incl. build) "
-                  f"| | | | | | | | NO |", flush=True)
+                  f"| | | | | | | | NO |" + (" | |" if a.plain else ""), flush=True)
             bad += 1
             continue
         if out.returncode:
@@ -214,7 +227,9 @@ def main() -> int:
         bad += not ok
         print(f"| {name} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['first_cpu_s']:.3f} | "
               f"{r['rss_mb']:.0f} | {r['starts']} ({r['shared_starts']}) | {r['resizes']} | "
-              f"{r['preempts']} | {r['build_s']:.2f} | {'yes' if ok else 'NO'} |", flush=True)
+              f"{r['preempts']} | {r['build_s']:.2f} | {'yes' if ok else 'NO'} |"
+              + (f" {r['plain_cpu_s']:.3f} | {r['cpu_s'] / r['plain_cpu_s']:.2f} |"
+                 if a.plain else ""), flush=True)
     return 1 if bad else 0
 
 

@@ -363,7 +363,7 @@ def queue_cmd(config_path, db, backend, as_json, policy, live):
 def _live(cfg):
     from .daemon import compute_targets
     from .slurm import SlurmError
-    from .snapshot import build_snapshot
+    from .snapshot import build_snapshot, decide
     be = _backend(cfg)
     try:
         jobs, nodes = be.jobs(), be.nodes()
@@ -382,7 +382,7 @@ def _live(cfg):
     for w in warns:
         click.echo(f"warning: {w}", err=True)
     snap = with_history(snap, history, pred)
-    plan = pol.schedule(snap.snapshot)
+    plan = decide(pol, snap.snapshot)
     order, _ = compute_targets(cfg, plan, snap, nodes, [])
     return snap, plan, order
 

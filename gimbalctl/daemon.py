@@ -48,7 +48,7 @@ from .config import Config
 from .slurm.backend import FIELDS, Backend, _same
 from .slurm.meta import GimbalMeta
 from .slurm.types import SlurmJob, SlurmNode
-from .snapshot import SnapshotResult, build_snapshot
+from .snapshot import SnapshotResult, build_snapshot, decide
 
 log = logging.getLogger("gimbal.daemon")
 
@@ -812,7 +812,7 @@ def _run_cycle(cfg: Config, backend: Backend, store, policy, models, dry_run: bo
     history, pred = site_history(cfg, backend, snap.snapshot.now, warnings, job_rows, reports,
                                  first_wait=state.get("wait_history", True))
     snap = with_history(snap, history, pred)
-    plan = policy.schedule(snap.snapshot)
+    plan = decide(policy, snap.snapshot)
     if cfg.mode == "gate" and cfg.min_resize_interval > 0 and plan.resizes():
         resizing = [a.job_id for a in plan.resizes()]
         plan, deferred = defer_resizes(plan, snap, cfg.min_resize_interval,

@@ -153,7 +153,7 @@ class KeptMarks:
              starts=(), bounded: Optional[dict] = None) -> None:
         """Keep ``marks`` (robust, standing at the end of the call, made after its last
         start; ``None``: nothing to keep) and ``bounded`` (signature -> (mark,
-        [(class, low)] made this call or the constraints carried)) for the next call of
+        [(class or RunRef, low)] made this call or the constraints carried)) for the next call of
         the same run, with the call's ``starts`` (:class:`policies.plan.StartJob`, in
         plan order)."""
         glog = gpu_record(snap)
@@ -162,13 +162,21 @@ class KeptMarks:
             return
         self._log, self.marks = glog, dict(marks) if marks else {}
         bounds: dict = {}
-        jobs_of: dict = {}  # id of a class -> its groups' job ids (one tuple per class)
+        # id of a class (or (id, lo, hi) of a run) -> its groups' job ids (one tuple each)
+        jobs_of: dict = {}
         for sid, (mark, cons) in (bounded or {}).items():
             if sid in self.marks:
                 continue
             out = []
             for cls, low in cons:
-                if not isinstance(cls, tuple):  # a class of this call: its jobs now
+                if isinstance(cls, RunRef):  # a run of a class of this call: its jobs
+                    key = (id(cls.cls), cls.lo, cls.hi)
+                    jids = jobs_of.get(key)
+                    if jids is None:
+                        jids = jobs_of[key] = tuple(
+                            gr.occ.job.id for gr in cls.cls.groups[cls.lo:cls.hi])
+                    cls = jids
+                elif not isinstance(cls, tuple):  # a class of this call: its jobs now
                     jids = jobs_of.get(id(cls))
                     if jids is None:
                         jids = jobs_of[id(cls)] = tuple(gr.occ.job.id for gr in cls.groups)
@@ -186,6 +194,22 @@ class KeptMarks:
         self._expect = expect
         self._starts = tuple((a.job_id, tuple(a.gpus), a.sub_batch, a.accum_steps)
                              for a in starts)
+
+
+class RunRef:
+    """The groups ``lo:hi`` of class ``cls`` of this call, named by a bounded mark's
+    constraint (:meth:`policies.sjf_bsbf.SjfBsbf._run_holds`); :meth:`KeptMarks.save` turns
+    it into the run's job ids, once per run.  A constraint names the run rather than copying
+    its job ids when it is made: a waiting job's walk makes one per bounds "F" run of a
+    mixed class, thousands on a large cluster, and only the marks still standing at the end
+    of the call are kept (each made after the call's last start, so ``cls.groups`` are then
+    the groups they were made on: a start is the only change to a class, and it clears the
+    marks)."""
+
+    __slots__ = ("cls", "lo", "hi")
+
+    def __init__(self, cls, lo: int, hi: int):
+        self.cls, self.lo, self.hi = cls, lo, hi
 
 
 def kept_marks_of(pol) -> KeptMarks:

@@ -62,7 +62,7 @@ from itertools import islice
 from operator import itemgetter
 
 from .base import Policy, _running_ids, node_order
-from .bsbf_marks import kept_marks_of
+from .bsbf_marks import RunRef, kept_marks_of
 from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
@@ -536,7 +536,8 @@ class SjfBsbf(Policy):
         at 0, at ``c`` or at the run's largest X), or, when q > 0 and c > 0 (D rises
         below c and falls above it: only D(0) = p2 is not), above it for X ≥ low =
         (2·margin − p2)/q ≤ the run's least X while each of the run's jobs' X is ≥ low
-        (appended to ``lows`` as (the run's job ids, low)); else False.  The class's groups
+        (appended to ``lows`` as (the run, low): :class:`policies.bsbf_marks.RunRef`, the
+        run's job ids once the mark is kept); else False.  The class's groups
         outside its "F" runs (each checked so) are shared with, by the bounds or exactly
         (an exact "no" makes no mark): as X falls they count at most what they count now,
         so the job still cannot start (policies.bsbf_marks)."""
@@ -556,7 +557,7 @@ class SjfBsbf(Policy):
         low = (2.0 * margin - p2) / q
         if low > keys[lo][0]:
             return False  # a job of the run is below low already
-        lows.append((tuple(gr.occ.job.id for gr in cls.groups[lo:hi]), low))
+        lows.append((RunRef(cls, lo, hi), low))
         return True
 
     @staticmethod

@@ -644,6 +644,40 @@ def test_bounded_marks_hold_only_while_x_above_low():
     assert km.take(later, None, False) == {} and km.take_bounded({}.get) == {}  # taken once
 
 
+def test_bounded_marks_name_runs_and_keep_their_job_ids():
+    """A bounded mark's run constraint (``RunRef``: class, lo, hi) is kept as the job ids
+    of exactly the run's groups, one tuple per run (two marks naming the same run share
+    it), and held only while each of those jobs' X is ≥ its low; a job of the class
+    outside the run does not count."""
+    from types import SimpleNamespace as NS
+
+    from policies.bsbf_marks import KeptMarks, RunRef
+    from policies.model import Frozen, GpuChanges
+
+    jobs = [running("R0", "x", [(0, 0)], total=1e5), pending("P0", "x", 2, total=1e4)]
+    base = make_snap(jobs, nodes=1, gpus_per_node=4)
+    snap = dataclasses.replace(base, gpu_changes=GpuChanges(Frozen(list(base.gpu_jobs)),
+                                                            base.gpu_jobs))
+    later = dataclasses.replace(snap, now=500.0)
+    c = NS(groups=[NS(occ=NS(job=NS(id=j))) for j in ("D", "E", "F", "G")])
+    bounded = {1: ((1.0, 1024.0), [(RunRef(c, 1, 3), 5.0)]),
+               2: ((2.0, 2048.0), [(RunRef(c, 1, 3), 2.0)]),
+               3: ((3.0, 3072.0), [(RunRef(c, 2, 4), 4.0)])}
+
+    def held(xs):
+        km = KeptMarks()
+        km.save(snap, None, False, {}, (), bounded)
+        km.take(later, None, False)
+        return km.take_bounded(xs.get)
+
+    h = held({"D": 0.0, "E": 6.0, "F": 5.0, "G": 4.0})  # D is outside every run
+    assert set(h) == {1, 2, 3}
+    assert h[1][1][0][0] == ("E", "F") and h[3][1][0][0] == ("F", "G")
+    assert h[1][1][0][0] is h[2][1][0][0]  # one tuple per run
+    assert set(held({"D": 9.0, "E": 4.0, "F": 9.0, "G": 9.0})) == {2, 3}  # E below 1's low
+    assert set(held({"D": 9.0, "E": 9.0, "F": 9.0, "G": 3.0})) == {1, 2}  # G: 3's run only
+
+
 def test_x_now_is_the_groups_x():
     """:func:`policies.share_index.x_now` gives each running job's X as the built groups
     have it: i_A known, estimated (no length), or not evaluable (``None``)."""
@@ -940,7 +974,9 @@ def test_run_holds_by_hand():
     assert hold(cls([50.0, 200.0, 250.0]), 1, 3, *d(100.0, 10.0, 1.0), 1.0, lows) and lows == []
     # D(0) = 0.5 within the margin 1: held while the run's jobs' X ≥ 1.5
     assert hold(cls([0.1, 150.0, 200.0, 250.0]), 1, 3, *d(100.0, 0.5, 1.0), 1.0, lows)
-    assert lows == [(("J1", "J2"), 1.5)]
+    # the run is named (policies.bsbf_marks.RunRef), its job ids read when a mark is kept
+    assert [(tuple(g.occ.job.id for g in r.cls.groups[r.lo:r.hi]), low) for r, low in lows] \
+        == [(("J1", "J2"), 1.5)]
     lows = []
     # ... not when the run's least X is below that low already
     assert not hold(cls([1.0, 1.4, 200.0]), 1, 3, *d(100.0, 0.5, 1.0), 1.0, lows)

@@ -185,3 +185,42 @@ def test_config_file_and_errors(tmp_path):
         load(str(f))
     with pytest.raises(ConfigError, match="not found"):
         load(str(tmp_path / "missing.toml"))
+
+
+def test_decide_is_schedule_with_the_collector_kept_off_the_snapshot(release, replay):
+    """``decide`` (the daemon's and ``gimbalctl plan``'s call) gives the Plan
+    ``schedule`` gives; during the call the objects alive before it are frozen out of the
+    collector (a collection then walks only what the policy made) and afterwards they are
+    not, also when the policy raises; a process that froze objects itself keeps them so."""
+    import gc
+
+    from gimbalctl.snapshot import decide
+
+    _, be = replay
+    snap = snap_of(be).snapshot
+    seen = []
+
+    class Probe:
+        def __init__(self, inner, fail=False):
+            self.inner, self.fail = inner, fail
+
+        def schedule(self, s):
+            seen.append(gc.get_freeze_count())
+            if self.fail:
+                raise RuntimeError("policy failed")
+            return self.inner.schedule(s)
+
+    assert gc.get_freeze_count() == 0
+    for name in ("sjf", "afs-l", "gandiva"):
+        assert decide(Probe(get_policy(name)), snap) == get_policy(name).schedule(snap)
+    assert seen[-1] > 0 and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="policy failed"):
+        decide(Probe(get_policy("sjf"), fail=True), snap)
+    assert seen[-1] > 0 and gc.get_freeze_count() == 0
+    gc.freeze()  # someone else's freeze: left as it is, the call runs plainly
+    try:
+        frozen = gc.get_freeze_count()
+        decide(Probe(get_policy("sjf")), snap)
+        assert seen[-1] == frozen and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
