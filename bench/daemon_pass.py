@@ -173,6 +173,12 @@ def one(a) -> dict:
             "free_gpus": len(snap.free_gpus)}
 
 
+def _ratio(cpu: float, bare: float) -> str:
+    """decide / bare, or "n/a" where the bare call took no measurable CPU time (a tiny
+    state: ``time.process_time`` has a resolution)."""
+    return f"{cpu / bare:.2f}" if bare > 0 else "n/a"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
@@ -228,7 +234,7 @@ def main() -> int:
         print(f"| {name} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['first_cpu_s']:.3f} | "
               f"{r['rss_mb']:.0f} | {r['starts']} ({r['shared_starts']}) | {r['resizes']} | "
               f"{r['preempts']} | {r['build_s']:.2f} | {'yes' if ok else 'NO'} |"
-              + (f" {r['plain_cpu_s']:.3f} | {r['cpu_s'] / r['plain_cpu_s']:.2f} |"
+              + (f" {r['plain_cpu_s']:.3f} | {_ratio(r['cpu_s'], r['plain_cpu_s'])} |"
                  if a.plain else ""), flush=True)
     return 1 if bad else 0
 

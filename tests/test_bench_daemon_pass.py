@@ -26,7 +26,10 @@ def test_plain_adds_the_bare_call_and_its_ratio():
     for r in rows:
         cells = [c.strip() for c in r.strip("|").split("|")]
         assert len(cells) == 12 and cells[9] == "yes"
-        assert float(cells[10]) > 0 and float(cells[11]) > 0
+        # a tiny state's calls may take no measurable CPU time (the bare one: no ratio,
+        # "n/a", not a crash); the ratio is what the two CPU times give
+        assert float(cells[10]) >= 0
+        assert cells[11] == "n/a" or float(cells[11]) >= 0
     head, *rows = _run()
     assert head.endswith("| target < 1 CPU-s, < 500 MB |")
     assert all(len(r.strip("|").split("|")) == 10 for r in rows if not r.startswith("|---"))
