@@ -162,24 +162,20 @@ class KeptMarks:
             return
         self._log, self.marks = glog, dict(marks) if marks else {}
         bounds: dict = {}
-        # id of a class (or (id, lo, hi) of a run) -> its groups' job ids (one tuple each)
+        # (id of a class, lo, hi) of a run (a whole class: 0, None) -> its groups' job ids
         jobs_of: dict = {}
         for sid, (mark, cons) in (bounded or {}).items():
             if sid in self.marks:
                 continue
             out = []
             for cls, low in cons:
-                if isinstance(cls, RunRef):  # a run of a class of this call: its jobs
-                    key = (id(cls.cls), cls.lo, cls.hi)
+                if not isinstance(cls, tuple):  # a class, or a run of one, of this call
+                    run = cls if isinstance(cls, RunRef) else RunRef(cls, 0, None)
+                    key = (id(run.cls), run.lo, run.hi)
                     jids = jobs_of.get(key)
                     if jids is None:
                         jids = jobs_of[key] = tuple(
-                            gr.occ.job.id for gr in cls.cls.groups[cls.lo:cls.hi])
-                    cls = jids
-                elif not isinstance(cls, tuple):  # a class of this call: its jobs now
-                    jids = jobs_of.get(id(cls))
-                    if jids is None:
-                        jids = jobs_of[id(cls)] = tuple(gr.occ.job.id for gr in cls.groups)
+                            gr.occ.job.id for gr in run.cls.groups[run.lo:run.hi])
                     cls = jids
                 out.append((cls, low))
             bounds[sid] = (mark, tuple(out))
@@ -208,7 +204,7 @@ class RunRef:
 
     __slots__ = ("cls", "lo", "hi")
 
-    def __init__(self, cls, lo: int, hi: int):
+    def __init__(self, cls, lo: int, hi: Optional[int]):
         self.cls, self.lo, self.hi = cls, lo, hi
 
 
