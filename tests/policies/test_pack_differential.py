@@ -128,12 +128,26 @@ def _clone(hs):
     out = HostState.__new__(HostState)
     out.__dict__.update(hs.__dict__)
     out.views, out.alone, out.log = dict(hs.views), dict(hs.alone), list(hs.log)
-    out.sorted = {a: _Kept(k.gen, list(k.items), dict(k.ent), k.nan)
-                  for a, k in hs.sorted.items()}
-    out.lists = {a: _Kept(k.gen, {n: list(v) for n, v in k.items.items()}, dict(k.ent), k.nan)
+    out.sorted = {a: _Kept(k.gen, list(k.items), None, k.nan) for a, k in hs.sorted.items()}
+    out.lists = {a: _Kept(k.gen, {n: list(v) for n, v in k.items.items()}, None, k.nan)
                  for a, k in hs.lists.items()}
-    out.fit = {i: dict(f) for i, f in hs.fit.items()}
+    out.room = dict(hs.room)
     out.host_mb = dict(hs.host_mb)
+    return out
+
+
+def _scan_lists(hs, app, job_mb, policy, snap, ppof) -> dict:
+    """The lists by GPU count as :meth:`HostState.lists_for` builds them, literally: the
+    scan's sorted list, split by host GPU count, a host kept where some alone GPU's node
+    holds both workers."""
+    items, _ = hs.scan_sorted(app, policy, snap, ppof)
+    out: dict = {}
+    for e in items:
+        h = e[1]
+        hmem = snap.memory.get(h.app)
+        need = job_mb + (hmem.mem_mb(h.allocation.sub_batch) if hmem else 0.0)
+        if any(need <= hs.node_mem[g.node] for g in hs.alone[h.id]):
+            out.setdefault(h.num_gpus, []).append(e)
     return out
 
 
@@ -157,7 +171,11 @@ def _assert_host_state(hs, policy, snap, keys=None) -> int:
         assert hs.sorted[a].items == fresh.sorted_for(a, policy, snap, ppof), a
     copy = _clone(hs)
     for k in list(copy.lists) + list(keys or ()):
-        assert copy.lists_for(*k, policy, snap, ppof) == fresh.lists_for(*k, policy, snap, ppof)
+        built = fresh.lists_for(*k, policy, snap, ppof)
+        assert copy.lists_for(*k, policy, snap, ppof) == built
+        # the build by application and the hosts' memory room against the literal scan
+        assert built == _scan_lists(fresh, *k, policy, snap, ppof), k
+        assert fresh.sorted[k[0]].items == fresh.scan_sorted(k[0], policy, snap, ppof)[0]
         n += 1
     for a in list(copy.sorted):
         assert copy.sorted_for(a, policy, snap, ppof) == fresh.sorted_for(a, policy, snap, ppof)
@@ -288,6 +306,35 @@ def _random_snapshot(draw):
                 j, iter_rate=draw(st.sampled_from([0.3, 0.6, 0.8, 0.9, 1.0]))
                 / snap.exclusive_iter_time(j))
     return dataclasses.replace(snap, jobs=MappingProxyType({**snap.jobs, **rates}))
+
+
+@pytest.mark.parametrize("name", ["gandiva", "lucid+gimbal"])
+def test_host_lists_built_by_application_equal_the_scan(name):
+    """The per-application host lists built by host application (each pair's progress asked
+    once, the hosts' memory room kept) equal the literal scan, in the daemon's state; with a
+    NaN submit time among the hosts the build takes the scan itself (a sort of keys with a
+    NaN depends on the order it is given) and says so."""
+    snap, _ = build(12, 8, 60, 150, seed=1)
+    pol = policies.get_policy(name)
+    ppof = lambda a, b: pair_progress(snap, a, b)  # noqa: E731
+    hs = HostState(pol, snap)
+    for app in APPS:
+        for mb in (0.0, 8000.0, 30000.0):
+            assert hs.lists_for(app, mb, pol, snap, ppof) == _scan_lists(hs, app, mb, pol,
+                                                                         snap, ppof)
+        assert hs.sorted[app].items == hs.scan_sorted(app, pol, snap, ppof)[0]
+        assert hs.sorted[app].items and not hs.sorted[app].nan
+    host = next(j for j in snap.jobs.values() if j.running)
+    odd = dataclasses.replace(snap, jobs=MappingProxyType(
+        {**snap.jobs, host.id: dataclasses.replace(host, submit_time=float("nan"))}))
+    hs = HostState(pol, odd)
+    calls = []
+    scan = hs.scan_sorted
+    hs.scan_sorted = lambda *a: calls.append(a[0]) or scan(*a)
+    listed = [a for a in APPS if any(e[1].id == host.id
+                                     for e in hs.sorted_for(a, pol, odd, ppof))]
+    assert listed and set(calls) == set(APPS)  # every list holding it came from the scan
+    assert all(hs.sorted[a].nan for a in listed)
 
 
 @pytest.mark.parametrize("name", NAMES)
