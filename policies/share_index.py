@@ -35,7 +35,8 @@ from typing import Optional
 
 from .base import exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo, plain_progress
-from .sharing import ShareChoice, _theorem1_numbers, algorithm2, sub_batch_candidates
+from .sharing import (ShareChoice, _theorem1_numbers, algorithm2, algorithm2_fitted,
+                      sub_batch_candidates)
 from .single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 
 _FIRST = itemgetter(0)
@@ -656,22 +657,41 @@ def runs(keys: list, lin: Lin, margin: float) -> list:
 
 
 def evaluate(rnd: Round, cand: Candidate, gr: Group) -> ShareChoice:
-    """Line 11: Algorithm 2 for candidate B beside the group's job A (exact)."""
+    """Line 11: Algorithm 2 for candidate B beside the group's job A (exact).  The
+    sub-batches that fit beside the class and their t_B are B's and the class's alone:
+    kept in the class's memo (:func:`fitted`), so each evaluation is Theorem 1's arithmetic
+    (:func:`~policies.sharing.algorithm2_fitted`, the same ShareChoice as
+    :func:`~policies.sharing.algorithm2`)."""
     a = gr.occ
-    snap = rnd.snap
-    xi_run = snap.xi(a.job.app, cand.job.app)
-    xi_new = snap.xi(cand.job.app, a.job.app)
+    xi_run, xi_new = rnd.xi_pair(a.job.app, cand.job.app)
     cls = gr.cls
     a_mb, cap = cls.a_mb, cls.cap
-    fits = lambda b: cand.fits_beside(b, a_mb, cap)  # noqa: E731
     usable = cand.prof is not None and cand.iters is not None and a.usable
     if not usable:  # cannot evaluate Theorem 1: never share (SF false)
         b0, s0 = cand.cands[0]
-        ok = any(fits(b) for b, _ in cand.cands)
+        ok = any(cand.fits_beside(b, a_mb, cap) for b, _ in cand.cands)
         return ShareChoice(False, b0, s0, float("inf"), float("inf"), float("inf"), 0,
                            xi_run, xi_new, ok)
-    return algorithm2(cand.cands, cand.iter_time, fits, a.t_iter, a.rem_iters,
-                      cand.iters, xi_run, xi_new, cand.t_excl)
+    c = algorithm2_fitted(fitted(cand, cls), cand.cands[0] if cand.cands else (1, 1),
+                          a.t_iter, a.rem_iters, cand.iters, xi_run, xi_new, cand.t_excl)
+    if c is not None:
+        return c
+    return algorithm2(cand.cands, cand.iter_time, lambda b: cand.fits_beside(b, a_mb, cap),
+                      a.t_iter, a.rem_iters, cand.iters, xi_run, xi_new, cand.t_excl)
+
+
+def fitted(cand: Candidate, cls: Cls) -> tuple:
+    """The (b, s, t_B) of B's sub-batch search order that fit beside ``cls``'s jobs, in
+    that order (B profiled), kept in the class's memo per B's signature (it holds while
+    the memo does: the profile and memory tables and the nodes the same)."""
+    job = cand.job
+    key = ((job.app, job.global_batch, job.num_gpus), "fitted")
+    v = cls.memo.get(key)
+    if v is None:
+        a_mb, cap = cls.a_mb, cls.cap
+        v = cls.memo[key] = tuple((b, s, cand.iter_time(b, s)) for b, s in cand.cands
+                                  if cand.fits_beside(b, a_mb, cap))
+    return v
 
 
 def rejected(rnd: Round, cand: Candidate, gr: Group, t0: float, b0s0: tuple) -> None:

@@ -34,7 +34,7 @@ exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -202,3 +202,30 @@ def algorithm2(candidates: Iterable[tuple[int, int]], iter_time: Callable[[int, 
     b0, s0 = first_b if first_b is not None else (1, 1)
     t_seq = t_run * i_run + (t_new_seq if t_new_seq is not None else iter_time(b0, s0)) * i_new / 2.0
     return ShareChoice(False, b0, s0, t_seq, float("inf"), t_seq, 0, xi_run, xi_new, False)
+
+
+def algorithm2_fitted(fitted: Sequence[tuple[int, int, float]], first: tuple[int, int],
+                      t_run: float, i_run: float, i_new: float, xi_run: float, xi_new: float,
+                      t_new_seq: float) -> Optional[ShareChoice]:
+    """:func:`algorithm2` where the fitting candidates are known: ``fitted`` the (b, s, t_b)
+    of those of the search order that fit beside the running job (t_b = ``iter_time(b,
+    s)``), ``first`` the search order's first (b, s), ``t_new_seq`` given.  The same
+    arithmetic in the same order, so the same ShareChoice; None where :func:`algorithm2`
+    would raise (an input its checks refuse): the caller runs it for its error."""
+    if not (min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0):
+        return None
+    best = None
+    for b, s, t_b in fitted:
+        if t_b <= 0:
+            return None
+        t_share, t_seq, case = _theorem1_numbers(t_run, i_run, t_b, i_new, xi_run, xi_new,
+                                                 t_new_seq)
+        t = min(t_share, t_seq)
+        if best is None or t < best[0]:
+            best = (t, b, s, t_share, t_seq, case)
+    if best is not None:
+        t, b, s, t_share, t_seq, case = best
+        return ShareChoice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
+    t_seq = t_run * i_run + t_new_seq * i_new / 2.0
+    return ShareChoice(False, first[0], first[1], t_seq, float("inf"), t_seq, 0, xi_run, xi_new,
+                       False)

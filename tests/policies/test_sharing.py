@@ -6,7 +6,8 @@ import math
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from policies.sharing import (algorithm2, pair_avg_jct, sub_batch_candidates, theorem1)
+from policies.sharing import (algorithm2, algorithm2_fitted, pair_avg_jct, sub_batch_candidates,
+                              theorem1)
 
 
 def simulate_pair(kappa, t_a, i_a, t_b, i_b, xi_a, xi_b):
@@ -130,6 +131,40 @@ def test_algorithm2_best_and_memory_feasible(B, times, cap, t_run, i_run, i_new,
     # ties go to the larger sub-batch (first in search order)
     first_best = next(bs for bs in feasible if math.isclose(brute[bs].t, best_t) and brute[bs].t == best_t)
     assert (ch.sub_batch, ch.accum_steps) == first_best
+
+
+odd = st.sampled_from([0.0, -1.0, math.nan, math.inf])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 4096), st.lists(st.one_of(st.floats(0.01, 3.0), odd), min_size=13,
+                                      max_size=13),
+       st.integers(0, 5000), st.one_of(pos_t, odd), st.one_of(iters, odd), iters,
+       st.one_of(xis, odd), xis, pos_t, st.booleans())
+def test_algorithm2_fitted_is_algorithm2(B, times, cap, t_run, i_run, i_new, xi_r, xi_n, t_seq,
+                                         no_fit):
+    """With the fitting (b, s, t_b) given, the same ShareChoice as Algorithm 2's search (NaN
+    numbers compared as equal), or None exactly where the search raises or is handed
+    inputs its checks refuse (the caller then runs the search)."""
+    cands = sub_batch_candidates(B)
+    table = {bs: times[i] for i, bs in enumerate(cands)}
+    cap = -1 if no_fit else cap
+    fits = lambda b: b <= cap  # noqa: E731
+    got = algorithm2_fitted(tuple((b, s, table[(b, s)]) for b, s in cands if fits(b)),
+                            cands[0], t_run, i_run, i_new, xi_r, xi_n, t_seq)
+    try:
+        ref = algorithm2(cands, lambda b, s: table[(b, s)], fits, t_run, i_run, i_new, xi_r,
+                         xi_n, t_seq)
+    except ValueError:
+        assert got is None
+        return
+    checked = min(t_run, xi_r, xi_n) > 0 and i_run >= 0 and i_new >= 0
+    if got is None:  # refused: inputs the search's checks refuse, or a t_b <= 0
+        assert not checked or any(table[bs] <= 0 for bs in cands if fits(bs[0]))
+        return
+    assert checked
+    same = lambda x, y: x == y or (x != x and y != y)  # noqa: E731
+    assert all(same(getattr(got, f), getattr(ref, f)) for f in got.__dataclass_fields__)
 
 
 def test_algorithm2_prefers_largest_fitting_with_eq7_times():
