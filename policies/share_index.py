@@ -566,14 +566,20 @@ class Round:
         if gr is None:
             return
         i = gr.gpus.index(g)
-        gr.cls.remove(gr)
+        cls = gr.cls
+        cls.remove(gr)
         # new tuples: a group's GPUs are the kept entry's tuples (_Entry.units)
         gr.gpus = gr.gpus[:i] + gr.gpus[i + 1:]
         gr.pos = gr.pos[:i] + gr.pos[i + 1:]
         if not gr.gpus:
             del self.groups[jid]
             return
-        self._class_of(gr.occ, gr.gpus).add(gr)
+        # its class key differs only in the memory cap, the least of its GPUs' nodes'
+        mem_of = self.mem_of
+        if min(mem_of[x.node] for x in gr.gpus) == cls.cap:
+            cls.add(gr)
+        else:
+            self._class_of(gr.occ, gr.gpus).add(gr)
 
 
 # ---------------------------------------------------------------- bounds
