@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush
-from typing import Optional
+from typing import Callable, Optional
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
-from .pack_queue import PackQueue, pack_queue_of, worker_mb
+from .pack_queue import PackQueue, pack_queue_of
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 
 __all__ = ["PACK_MPS", "PackingHost", "pair_progress"]
@@ -91,17 +91,22 @@ class PackingHost(Policy):
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
         pq = pack_queue_of(self)
-        klass = lambda j: (j.num_gpus, j.app, worker_mb(snap, j), self.may_pack(j))  # noqa: E731
+        config = _exclusive_memo(snap)
+        klass = lambda j: (j.num_gpus, j.app, config(j)[2], self.may_pack(j))  # noqa: E731
         total = snap.total_gpus
         if pq.update(snap, self.order_key(snap), klass) and all(
                 1 <= c[0] <= total for c in pq.classes):
-            return self._schedule_classes(snap, pq)
+            return self._schedule_classes(snap, pq, config)
         return self._schedule_walk(snap)
 
-    def _schedule_classes(self, snap: ClusterSnapshot, pq: PackQueue) -> Plan:
+    def _schedule_classes(self, snap: ClusterSnapshot, pq: PackQueue,
+                          config: Optional[Callable] = None) -> Plan:
         """:meth:`_schedule_walk`'s Plan from the queue kept by class
         (:mod:`policies.pack_queue`): the classes' heads merged in the host's order, a class
-        dropped at its first job that waits (every later one of its class waits too)."""
+        dropped at its first job that waits (every later one of its class waits too).
+        ``config``: :func:`_exclusive_memo` of ``snap`` (made here if not given)."""
+        if config is None:
+            config = _exclusive_memo(snap)
         classes = pq.classes
         # the free-GPU index only when a job waits (GIMBAL's 30 s rounds mostly call with
         # nothing waiting, where building it was a fifth of the call)
@@ -126,7 +131,7 @@ class PackingHost(Policy):
                 gpus = free.pick(n)
                 free.take(gpus)
                 nfree -= n
-                b, s = exclusive_config(snap, job)
+                b, s, _ = config(job)
                 actions.append(StartJob(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{n} GPUs free",
                                          **self.numbers(snap, job))
@@ -142,7 +147,7 @@ class PackingHost(Policy):
                 gpus, host = target
                 rnd.take(host, gpus)
                 touched.update((job.id, host.id))
-                b, s = exclusive_config(snap, job)
+                b, s, _ = config(job)
                 actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,),
                                         mps_pct=PACK_MPS))
                 reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
@@ -246,3 +251,20 @@ class PackingHost(Policy):
         # when a consumer asks (explicit reasons win, as keep_running_reasons gives them)
         return make_plan(self.name, actions, order, reasons, infeasible,
                          [keep_running_segment(snap)])
+
+
+def _exclusive_memo(snap: ClusterSnapshot) -> Callable[[Job], tuple[int, int, float]]:
+    """job -> (its exclusive (sub-batch, accumulation steps), :func:`~policies.pack_queue.worker_mb`) on
+    ``snap``, memoised per (application, global batch, GPUs) for one call: what
+    :func:`~policies.base.exclusive_config` and the memory model read of a job."""
+    memo: dict = {}
+
+    def config(job: Job) -> tuple[int, int, float]:
+        key = (job.app, job.global_batch, job.num_gpus)
+        v = memo.get(key)
+        if v is None:
+            b, s = exclusive_config(snap, job)
+            mem = snap.memory.get(job.app)
+            v = memo[key] = (b, s, mem.mem_mb(b) if mem else 0.0)
+        return v
+    return config
