@@ -41,7 +41,9 @@ class Reason:
 
 
 def reason(code: ReasonCode, text: str = "", **numbers: float) -> Reason:
-    return Reason(code, text, MappingProxyType(dict(numbers)))
+    # ``numbers`` is a new dict on every call (keyword arguments are always collected into
+    # one), so the proxy holds the only reference to it: no copy needed
+    return Reason(code, text, MappingProxyType(numbers))
 
 
 @dataclass(frozen=True)

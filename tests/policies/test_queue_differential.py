@@ -250,6 +250,20 @@ def test_lazy_reasons_mapping():
     assert len(calls) == 1
 
 
+def test_a_reasons_numbers_are_its_own():
+    """A Reason's numbers are read-only and not the caller's mapping: changing the dict its
+    numbers were passed from leaves them as made."""
+    from policies.plan import ReasonCode, reason
+
+    nums = {"length_s": 5.0}
+    r = reason(ReasonCode.STARTED, "s", **nums, share=2.0)
+    nums["length_s"] = 7.0
+    nums["extra"] = 1.0
+    assert dict(r.numbers) == {"length_s": 5.0, "share": 2.0}
+    with pytest.raises(TypeError):
+        r.numbers["share"] = 3.0  # type: ignore[index]
+
+
 def test_daemon_state():
     """The daemon's snapshot (built by build_snapshot, with its queue sorted once)."""
     snap, _ = build(12, 8, 60, 300, seed=0)
