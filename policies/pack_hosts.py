@@ -230,7 +230,8 @@ class HostState:
         progress is asked once per application, the hosts of one below the threshold are not
         looked at, and with the plain score (the pair's progress) every key of a part is
         made at once.  The keys are unique (they end in the id), so without a NaN the sort
-        gives the same list whatever order it is given (tests/policies/test_pack_differential.py)."""
+        gives the same list whatever order it is given
+        (tests/policies/test_pack_differential.py)."""
         groups, nan = self._groups(snap)
         if nan:
             return (*self.scan_sorted(app, policy, snap, ppof), None)

@@ -254,9 +254,10 @@ class PackingHost(Policy):
 
 
 def _exclusive_memo(snap: ClusterSnapshot) -> Callable[[Job], tuple[int, int, float]]:
-    """job -> (its exclusive (sub-batch, accumulation steps), :func:`~policies.pack_queue.worker_mb`) on
-    ``snap``, memoised per (application, global batch, GPUs) for one call: what
-    :func:`~policies.base.exclusive_config` and the memory model read of a job."""
+    """job -> (its exclusive sub-batch, its accumulation steps, the memory of one of its
+    workers: :func:`~policies.pack_queue.worker_mb`) on ``snap``, memoised per (application,
+    global batch, GPUs) for one call: what :func:`~policies.base.exclusive_config` and the
+    memory model read of a job."""
     memo: dict = {}
 
     def config(job: Job) -> tuple[int, int, float]:
