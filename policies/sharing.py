@@ -180,9 +180,9 @@ def algorithm2(candidates: Iterable[tuple[int, int]], iter_time: Callable[[int, 
     t of a configuration is min(t_share, t_seq) — "the JCT of the best sharing
     configuration" (input description of Alg. 2).
     """
-    best = None  # (t, b, s, t_share, t_seq, case)
     first_b = None
     checked = min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0
+    fitted = []
     for b, s in candidates:
         if first_b is None:
             first_b = (b, s)
@@ -191,17 +191,32 @@ def algorithm2(candidates: Iterable[tuple[int, int]], iter_time: Callable[[int, 
         t_b = iter_time(b, s)
         if not checked or t_b <= 0:
             theorem1(t_run, i_run, t_b, i_new, xi_run, xi_new, t_new_seq)  # raises
+        fitted.append((b, s, t_b))
+    best = _best_fitting(fitted, t_run, i_run, i_new, xi_run, xi_new, t_new_seq)
+    if best is not None:
+        return best
+    b0, s0 = first_b if first_b is not None else (1, 1)
+    t_seq = t_run * i_run + (t_new_seq if t_new_seq is not None else iter_time(b0, s0)) * i_new / 2.0
+    return ShareChoice(False, b0, s0, t_seq, float("inf"), t_seq, 0, xi_run, xi_new, False)
+
+
+def _best_fitting(fitted: Iterable[tuple[int, int, float]], t_run: float, i_run: float,
+                  i_new: float, xi_run: float, xi_new: float,
+                  t_new_seq: Optional[float]) -> Optional[ShareChoice]:
+    """Algorithm 2 lines 6–11 over the fitting (b, s, t_b) in search order: Theorem 1 for
+    each (B's run-after time ``t_new_seq``, or t_b where None), the lowest pair JCT kept
+    (strict ``<``: ties to the earlier, larger sub-batch); None when none fits."""
+    best = None  # (t, b, s, t_share, t_seq, case)
+    for b, s, t_b in fitted:
         t_share, t_seq, case = _theorem1_numbers(t_run, i_run, t_b, i_new, xi_run, xi_new,
                                                  t_b if t_new_seq is None else t_new_seq)
         t = min(t_share, t_seq)
         if best is None or t < best[0]:
             best = (t, b, s, t_share, t_seq, case)
-    if best is not None:
-        t, b, s, t_share, t_seq, case = best
-        return ShareChoice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
-    b0, s0 = first_b if first_b is not None else (1, 1)
-    t_seq = t_run * i_run + (t_new_seq if t_new_seq is not None else iter_time(b0, s0)) * i_new / 2.0
-    return ShareChoice(False, b0, s0, t_seq, float("inf"), t_seq, 0, xi_run, xi_new, False)
+    if best is None:
+        return None
+    t, b, s, t_share, t_seq, case = best
+    return ShareChoice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
 
 
 def algorithm2_fitted(fitted: Sequence[tuple[int, int, float]], first: tuple[int, int],
@@ -212,20 +227,12 @@ def algorithm2_fitted(fitted: Sequence[tuple[int, int, float]], first: tuple[int
     s)``), ``first`` the search order's first (b, s), ``t_new_seq`` given.  The same
     arithmetic in the same order, so the same ShareChoice; None where :func:`algorithm2`
     would raise (an input its checks refuse): the caller runs it for its error."""
-    if not (min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0):
+    if not (min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0) \
+            or any(t_b <= 0 for _, _, t_b in fitted):
         return None
-    best = None
-    for b, s, t_b in fitted:
-        if t_b <= 0:
-            return None
-        t_share, t_seq, case = _theorem1_numbers(t_run, i_run, t_b, i_new, xi_run, xi_new,
-                                                 t_new_seq)
-        t = min(t_share, t_seq)
-        if best is None or t < best[0]:
-            best = (t, b, s, t_share, t_seq, case)
+    best = _best_fitting(fitted, t_run, i_run, i_new, xi_run, xi_new, t_new_seq)
     if best is not None:
-        t, b, s, t_share, t_seq, case = best
-        return ShareChoice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
+        return best
     t_seq = t_run * i_run + t_new_seq * i_new / 2.0
     return ShareChoice(False, first[0], first[1], t_seq, float("inf"), t_seq, 0, xi_run, xi_new,
                        False)
