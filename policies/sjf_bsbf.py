@@ -67,7 +67,7 @@ from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, StartJob, make_plan, reason
 from .registry import register
-from .share_index import (REL, Candidate, Lin, Round, evaluate, rejected, runs,
+from .share_index import (REL, Candidate, Lin, Round, evaluate, fitted, rejected, runs,
                           share_keep_of, x_now)
 from .single_gpus import single_gpus_of
 
@@ -379,11 +379,14 @@ class SjfBsbf(Policy):
         sig = (job.app, job.global_batch, job.num_gpus)
         v = cls.memo.get(sig)
         if v is None:
-            fit = [(b, s) for b, s in cand.cands if cand.fits_beside(b, cls.a_mb, cls.cap)]
+            if cand.prof is not None:  # the fitting sub-batches and their t_B, as evaluate's
+                fl = fitted(cand, cls)
+                fit, ts = [(b, s) for b, s, _ in fl], [t for _, _, t in fl]
+            else:
+                fit = [(b, s) for b, s in cand.cands if cand.fits_beside(b, cls.a_mb, cls.cap)]
             xi_a, xi_b = rnd.xi_pair(cls.app, job.app)
             consts = None
             if fit and cand.prof is not None:
-                ts = [cand.iter_time(b, s) for b, s in fit]
                 t0, tmin = ts[0], min(ts)
                 if xi_a > 0.5 and xi_b > 0.5:
                     half = cand.t_excl / 2.0  # S / i_B
