@@ -47,6 +47,11 @@ class JobState(str, enum.Enum):
     SUSPENDED = "suspended"  # pre-empted, waiting to resume (keeps its progress)
 
 
+# the member itself: on Python 3.11 ``JobState.RUNNING`` is a class-attribute lookup through
+# the enum's machinery, about 0.3 µs, and ``Job.running`` is asked in every policy's loops
+_RUNNING = JobState.RUNNING
+
+
 @dataclass(frozen=True)
 class WorkerAlloc:
     """One worker (rank) of a job: the allocation record the whole system passes along.
@@ -201,11 +206,11 @@ class Job:
 
     @property
     def running(self) -> bool:
-        return self.state is JobState.RUNNING
+        return self.state is _RUNNING
 
     @property
     def waiting(self) -> bool:
-        return self.state is not JobState.RUNNING
+        return self.state is not _RUNNING
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ from .kept_free import KeptFree
 from .records import plain
 from .result import SimResult, TimelineSample
 
+_RUNNING = JobState.RUNNING  # a name lookup: the enum's class attribute costs ~0.3 µs on 3.11
+
 ARRIVAL, COMPLETION, TICK, ROUND = 0, 1, 2, 3
 EPS = 1e-6
 STALL_CALLS = 1000  # idle-cluster policy calls before the run is declared stuck
@@ -294,7 +296,7 @@ class Simulator:
                     changed = True
                 elif kind == COMPLETION:
                     rec = recs[jid]
-                    if rec.version == version and rec.state is JobState.RUNNING:
+                    if rec.version == version and rec.state is _RUNNING:
                         self._complete(rec)
                         changed = True
                 elif kind == TICK:
@@ -351,7 +353,7 @@ class Simulator:
 
     # ------------------------------------------------------------ progress
     def _settle(self, rec: _Rec) -> None:
-        if rec.state is JobState.RUNNING:
+        if rec.state is _RUNNING:
             dt = self.now - rec.as_of
             o = min(rec.overhead, dt)
             rec.overhead -= o
@@ -470,7 +472,7 @@ class Simulator:
     def _refresh(self, jids: Iterable[str]) -> None:
         for jid in jids:
             other = self.recs[jid]
-            if other.state is JobState.RUNNING:
+            if other.state is _RUNNING:
                 self._settle(other)
                 other.partners = self._partners_of(other.alloc.gpus, jid)
                 self._reschedule(other)
@@ -611,7 +613,7 @@ class Simulator:
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:
-            spec, run = rec.spec, rec.state is JobState.RUNNING
+            spec, run = rec.spec, rec.state is _RUNNING
             changes = dict(
                 total_iters=spec.total_iters if self.reveal else None,
                 state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
@@ -662,7 +664,7 @@ class Simulator:
                             f"pre-empts {preempts[0].job_id}")
         for act in preempts:
             rec = self.active[act.job_id]
-            if rec.state is not JobState.RUNNING:
+            if rec.state is not _RUNNING:
                 raise PlanError(f"cannot pre-empt job {act.job_id}: it is not running")
             self._settle(rec)
             affected |= self._release(rec)
@@ -676,7 +678,7 @@ class Simulator:
         old: dict[str, frozenset] = {}
         for act in resizes:  # release every resized job first: jobs may swap GPUs in one plan
             rec = self.active[act.job_id]
-            if rec.state is not JobState.RUNNING:
+            if rec.state is not _RUNNING:
                 raise PlanError(f"cannot resize job {act.job_id}: it is not running")
             if not act.gpus:
                 raise PlanError(f"cannot resize job {act.job_id} to no GPU (pre-empt it instead)")
@@ -690,7 +692,7 @@ class Simulator:
             affected |= set(rec.partners)
         for act in starts:
             rec = self.active[act.job_id]
-            if rec.state is JobState.RUNNING:
+            if rec.state is _RUNNING:
                 raise PlanError(f"cannot start job {act.job_id}: it is already running")
             self._check_count(rec, act)
             self._settle(rec)
