@@ -41,9 +41,23 @@ class Reason:
 
 
 def reason(code: ReasonCode, text: str = "", **numbers: float) -> Reason:
-    # ``numbers`` is a new dict on every call (keyword arguments are always collected into
-    # one), so the proxy holds the only reference to it: no copy needed
-    return Reason(code, text, MappingProxyType(numbers))
+    """``Reason(code, text, numbers)``, made without the dataclass's ``__init__``.
+
+    ``numbers`` is a new dict on every call (keyword arguments are always collected into
+    one), so the proxy holds the only reference to it: no copy needed.  The object is
+    the one ``Reason(...)`` makes — a frozen dataclass with no ``__post_init__`` is its
+    attribute dict, fields in order — but written into that dict directly: the generated
+    ``__init__`` sets each field through ``object.__setattr__`` (frozen), which made a
+    reason about 3x dearer, and every policy makes one per job it decides."""
+    r = _new(Reason)
+    d = r.__dict__
+    d["code"] = code
+    d["text"] = text
+    d["numbers"] = MappingProxyType(numbers)
+    return r
+
+
+_new = object.__new__
 
 
 @dataclass(frozen=True)

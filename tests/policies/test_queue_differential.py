@@ -264,6 +264,35 @@ def test_a_reasons_numbers_are_its_own():
         r.numbers["share"] = 3.0  # type: ignore[index]
 
 
+def test_reason_is_the_dataclass_object():
+    """``reason()`` writes the instance dict directly: the object equals, prints, copies
+    and pickles as ``Reason(...)`` makes it, with the fields in order, and stays frozen."""
+    import copy
+    import dataclasses
+    import pickle
+    from types import MappingProxyType
+
+    from policies.plan import Reason, ReasonCode, reason
+
+    r = reason(ReasonCode.WAIT_MEMORY, "no room", free_gpus=3, length_s=-1.0)
+    made = Reason(ReasonCode.WAIT_MEMORY, "no room",
+                  MappingProxyType({"free_gpus": 3, "length_s": -1.0}))
+    assert type(r) is Reason and r == made and repr(r) == repr(made)
+    assert list(vars(r)) == [f.name for f in dataclasses.fields(Reason)] == list(vars(made))
+    assert r != reason(ReasonCode.WAIT_MEMORY, "no room", free_gpus=4, length_s=-1.0)
+    assert r.as_dict() == made.as_dict()
+    assert reason(ReasonCode.KEEP_RUNNING) == Reason(ReasonCode.KEEP_RUNNING)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.text = "other"  # type: ignore[misc]
+    assert dataclasses.replace(r, text="t").text == "t"
+    assert copy.copy(r) == made
+    for obj in (made, r):  # the numbers proxy neither pickles nor deep-copies, as before
+        with pytest.raises(TypeError):
+            pickle.dumps(obj)
+        with pytest.raises(TypeError):
+            copy.deepcopy(obj)
+
+
 def test_daemon_state():
     """The daemon's snapshot (built by build_snapshot, with its queue sorted once)."""
     snap, _ = build(12, 8, 60, 300, seed=0)
