@@ -251,14 +251,17 @@ class Group:
 
 class Cls:
     """Groups of one (app, A's memory MiB, GPU memory cap, evaluable), sorted by
-    (X, position); ``cnts`` holds each group's GPU count in the same order."""
+    (X, position) (``keys``); ``xs`` holds each group's X and ``cnts`` its GPU count in the
+    same order (``xs`` is what the bounds read: a float list bisects at about half the cost
+    of the key tuples, to the same index, see :func:`runs`)."""
 
-    __slots__ = ("app", "a_mb", "cap", "usable", "keys", "groups", "cnts", "_cum", "memo",
-                 "total")
+    __slots__ = ("app", "a_mb", "cap", "usable", "keys", "xs", "groups", "cnts", "_cum",
+                 "memo", "total")
 
     def __init__(self, app: str, a_mb: float, cap: float, usable: bool):
         self.app, self.a_mb, self.cap, self.usable = app, a_mb, cap, usable
         self.keys: list = []
+        self.xs: list[float] = []
         self.groups: list[Group] = []
         self.cnts: list[int] = []
         self._cum: Optional[list] = None
@@ -269,6 +272,7 @@ class Cls:
         k = gr.key
         i = bisect_left(self.keys, k)
         self.keys.insert(i, k)
+        self.xs.insert(i, k[0])
         self.groups.insert(i, gr)
         self.cnts.insert(i, len(gr.gpus))
         self.total += len(gr.gpus)
@@ -280,6 +284,7 @@ class Cls:
         while self.groups[i] is not gr:
             i += 1
         del self.keys[i]
+        del self.xs[i]
         del self.groups[i]
         self.total -= self.cnts[i]
         del self.cnts[i]
@@ -455,6 +460,7 @@ class Round:
             c = self.classes[key] = self._new_cls(key)
             lst.sort(key=_FIRST)  # (X, position): unique, as _group_key orders
             c.keys = [k for k, _ in lst]
+            c.xs = [k[0] for k, _ in lst]
             c.groups = grs = [gr for _, gr in lst]
             c.cnts = cnts = [len(gr.gpus) for gr in grs]
             c.total = sum(cnts)
@@ -623,13 +629,15 @@ class Lin:
         return out
 
 
-def runs(keys: list, lin: Lin, margin: float) -> list:
-    """Label the X-sorted ``keys`` of a class: [(label, lo, hi)], label 'T' where
-    Theorem 1 surely says share (D < −margin), 'F' where it surely does not
-    (D > margin), 'U' where the sign needs exact evaluation.  Between two
-    consecutive breaks of :meth:`Lin.breaks` the label cannot change."""
-    n = len(keys)
-    xa, xb = keys[0][0], keys[-1][0]
+def runs(xs: list, lin: Lin, margin: float) -> list:
+    """Label the sorted X values ``xs`` of a class (:attr:`Cls.xs`): [(label, lo, hi)],
+    label 'T' where Theorem 1 surely says share (D < −margin), 'F' where it surely does
+    not (D > margin), 'U' where the sign needs exact evaluation.  Between two
+    consecutive breaks of :meth:`Lin.breaks` the label cannot change.  (A break ``e``
+    splits the class at ``bisect_left(xs, e)``: the first key (X, position) not below
+    ``(e,)``, as a key is below ``(e,)`` exactly when its X is below ``e``.)"""
+    n = len(xs)
+    xa, xb = xs[0], xs[-1]
     # D is piecewise linear with one break at c: its extremes over [xa, xb] are
     # among xa, xb and c
     da, db = lin.d(xa), lin.d(xb)
@@ -644,10 +652,10 @@ def runs(keys: list, lin: Lin, margin: float) -> list:
     out = []
     lo = 0
     for e in [*sorted(set(lin.breaks(margin))), None]:
-        hi = n if e is None else bisect_left(keys, (e,))
+        hi = n if e is None else bisect_left(xs, e)
         if hi <= lo:
             continue
-        da, db = lin.d(keys[lo][0]), lin.d(keys[hi - 1][0])
+        da, db = lin.d(xs[lo]), lin.d(xs[hi - 1])
         if da < -margin and db < -margin:
             label = "T"
         elif da > margin and db > margin:

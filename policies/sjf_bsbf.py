@@ -447,8 +447,8 @@ class SjfBsbf(Policy):
                         nobenefit += len(gr.gpus)
                         sure = False
                 continue
-            keys = cls.keys
-            xa, xb = keys[0][0], keys[-1][0]
+            xs = cls.xs
+            xa, xb = xs[0], xs[-1]
             cc, p1, p2, q, w1, w2 = consts
             c, p1, p2 = cc * ib, p1 * ib, p2 * ib
             margin = w1 * xb + w2 * ib + REL
@@ -462,11 +462,11 @@ class SjfBsbf(Policy):
                 dc = p1 - c / 2.0
                 lo_d, hi_d = min(lo_d, dc), max(hi_d, dc)
             if hi_d < -margin:
-                t_runs.append((cls, 0, len(keys), v))
+                t_runs.append((cls, 0, len(xs), v))
                 shareable += cls.total
                 continue
             if lo_d > margin:
-                f_runs.append((cls, 0, len(keys), v))
+                f_runs.append((cls, 0, len(xs), v))
                 nobenefit += cls.total
                 if sure and (consts[1] < 0.0 or consts[2] < 0.0):
                     sure = False
@@ -488,7 +488,7 @@ class SjfBsbf(Policy):
                             robust = False
                 continue
             s_half = cand.t_excl * ib / 2.0
-            for label, lo, hi in runs(keys, Lin(v[2], ib, v[3], v[4], s_half), margin):
+            for label, lo, hi in runs(xs, Lin(v[2], ib, v[3], v[4], s_half), margin):
                 if label == "T":
                     t_runs.append((cls, lo, hi, v))
                     shareable += cls.gpus_in(lo, hi)
@@ -544,8 +544,8 @@ class SjfBsbf(Policy):
         outside its "F" runs (each checked so) are shared with, by the bounds or exactly
         (an exact "no" makes no mark): as X falls they count at most what they count now,
         so the job still cannot start (policies.bsbf_marks)."""
-        keys = cls.keys
-        xh = keys[hi - 1][0]
+        xs = cls.xs
+        xh = xs[hi - 1]
         lo_r = p1 if c <= 0.0 else p2  # D(0)
         dh = p1 - xh / 2.0 if xh >= c else p2 + q * xh
         if dh < lo_r:
@@ -558,7 +558,7 @@ class SjfBsbf(Policy):
             return False
         # D rises to 2·margin at low (below c) and falls above c, to D(xh) > margin
         low = (2.0 * margin - p2) / q
-        if low > keys[lo][0]:
+        if low > xs[lo]:
             return False  # a job of the run is below low already
         lows.append((RunRef(cls, lo, hi), low))
         return True
@@ -572,7 +572,7 @@ class SjfBsbf(Policy):
                   for cls, lo, hi, v in t_runs]
         heap = []
         for n, (cls, lo, hi, lin) in enumerate(t_runs):
-            heap.append((lin.t(cls.keys[lo][0]), cls.groups[lo].first, n, lo))
+            heap.append((lin.t(cls.xs[lo]), cls.groups[lo].first, n, lo))
         for gr in u_true:
             heap.append((gr.choice.t, gr.first, -1, gr))
         heapq.heapify(heap)
@@ -588,7 +588,7 @@ class SjfBsbf(Policy):
                 gr = cls.groups[at]
                 gr.choice = evaluate(rnd, cand, gr)
                 if at + 1 < hi:
-                    heapq.heappush(heap, (lin.t(cls.keys[at + 1][0]), cls.groups[at + 1].first,
+                    heapq.heappush(heap, (lin.t(cls.xs[at + 1]), cls.groups[at + 1].first,
                                           n, at + 1))
             assert gr.choice.share, "bounds said Theorem 1 shares"
             picked.append(gr)
@@ -611,20 +611,20 @@ class SjfBsbf(Policy):
         f_runs = [(cls, lo, hi, Lin(v[1], cand.iters, v[3], v[4], s_half), (v[1], v[0][0]))
                   for cls, lo, hi, v in f_runs]
         for cls, lo, hi, lin, _ in f_runs:
-            ends.append(lin.d(cls.keys[lo][0]))
-            ends.append(lin.d(cls.keys[hi - 1][0]))
+            ends.append(lin.d(cls.xs[lo]))
+            ends.append(lin.d(cls.xs[hi - 1]))
         if not ends:
             return None
         theta = min(ends) + slack
         cands = [gr for gr in u_false if gr.choice.t_share - gr.choice.t_seq <= theta]
         for cls, lo, hi, lin, first in f_runs:
             i = lo
-            while i < hi and lin.d(cls.keys[i][0]) <= theta:
+            while i < hi and lin.d(cls.xs[i]) <= theta:
                 cands.append(cls.groups[i])
                 rejected(rnd, cand, cls.groups[i], *first)
                 i += 1
             j = hi - 1
-            while j >= i and lin.d(cls.keys[j][0]) <= theta:
+            while j >= i and lin.d(cls.xs[j]) <= theta:
                 cands.append(cls.groups[j])
                 rejected(rnd, cand, cls.groups[j], *first)
                 j -= 1

@@ -964,7 +964,7 @@ def test_run_holds_by_hand():
     hold = sjf_bsbf.SjfBsbf._run_holds
 
     def cls(xs):
-        return NS(keys=[(x, i) for i, x in enumerate(xs)],
+        return NS(keys=[(x, i) for i, x in enumerate(xs)], xs=list(xs),
                   groups=[NS(occ=NS(job=NS(id=f"J{i}"))) for i in range(len(xs))])
 
     def d(c, p2, q):  # (c, p1, p2, q) of a D continuous at c
