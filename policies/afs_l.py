@@ -26,14 +26,30 @@ from __future__ import annotations
 from .afs_core import Cand, INF, afs_l_shares
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
+from .model import JobState, plain_progress
 from .registry import register
+
+_RUNNING = JobState.RUNNING
 
 
 def candidates(snap, rates: Rates, jobs, rem_of) -> list[Cand]:
+    """A :class:`~policies.afs_core.Cand` per job.  A profiled job's rate on k GPUs depends
+    on (application, global batch, k) only (:meth:`Rates.rate`), so the jobs of one
+    (application, global batch) share one memo of p(k) (``Cand._p``: each extends it with
+    the same values), and p is computed once per pair and count, not per job."""
     out = []
     n = len(jobs)
+    memos: dict = {}
+    profiled = rates.profiled
     for j in jobs:
-        out.append(Cand(j.id, rem_of(j), (lambda k, j=j: rates.rate(j, k)), rates.cap(j, n)))
+        c = Cand(j.id, rem_of(j), (lambda k, j=j: rates.rate(j, k)), rates.cap(j, n))
+        if profiled(j):
+            key = (j.app, j.global_batch)
+            m = memos.get(key)
+            if m is None:
+                m = memos[key] = [0.0]
+            c._p = m
+        out.append(c)
     return out
 
 
@@ -78,7 +94,21 @@ class AfsL(Policy):
         rates = Rates(snap)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
 
+        # a known length as ClusterSnapshot.remaining_iters computes it (the same float
+        # operations, inlined: one call per job per call), unless a snapshot class overrides
+        # the progress arithmetic; else Rates.remaining_iters (the estimate, or unknown)
+        inline = plain_progress(type(snap))
+        now = snap.now
+
         def rem(j):
+            total = j.total_iters
+            if inline and total is not None:
+                if j.state is _RUNNING:
+                    dt = now - j.as_of
+                    if j.restore_left:
+                        dt = max(0.0, dt - j.restore_left)
+                    return max(0.0, total - (j.completed_iters + j.iter_rate * dt))
+                return max(0.0, total - j.completed_iters)
             r = rates.remaining_iters(j)
             return INF if r is None else r
         cands = candidates(snap, rates, jobs, rem)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -19,6 +20,7 @@ import policies
 from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import APPS, default_models
 from gimbalctl.sim import SimConfig, simulate
+from policies.afs_core import Cand
 from policies.elastic import MEASURED_RATES, UNPROFILED
 from policies.model import Allocation, ClusterSnapshot, Job, JobState, Node
 from policies.plan import ReasonCode
@@ -82,6 +84,8 @@ def snapshots(draw):
                         start_time=0.0, as_of=now - draw(st.sampled_from([0.0, 30.0, 400.0])),
                         executed_time=draw(executed),
                         iter_rate=draw(st.sampled_from([0.0, 0.5, 3.0])),
+                        # restoring a checkpoint: no progress for the first seconds
+                        restore_left=draw(st.sampled_from([0.0, 0.0, 10.0, 500.0])),
                         preemptions=draw(st.integers(0, 1)), **extra(app)))
     for k in range(draw(st.integers(0, 60))):
         app = draw(apps)
@@ -147,3 +151,33 @@ def test_crowded_simulator_runs_match_reference(name):
              SimConfig(interval=60.0, seed=3, reveal_lengths=pol.needs_lengths))
     assert pol.calls > 30 and pol.crowded > 20
     assert pol.shared > 0
+
+
+class _OwnProgress(ClusterSnapshot):
+    """A snapshot class with its own (the same) progress arithmetic: callers may not inline
+    it (``plain_progress`` is False), so AFS-L asks ``Rates.remaining_iters``."""
+
+    def completed(self, job):
+        return ClusterSnapshot.completed(self, job)
+
+
+def _unshared_candidates(snap, rates, jobs, rem_of):
+    """AFS-L's candidates as first written: a p(k) memo per job, rates asked per job."""
+    n = len(jobs)
+    return [Cand(j.id, rem_of(j), (lambda k, j=j: rates.rate(j, k)), rates.cap(j, n))
+            for j in jobs]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=snapshots())
+def test_afs_l_inlined_lengths_and_shared_rates(case):
+    """AFS-L's remaining iterations inlined (running jobs restoring a checkpoint included)
+    and its p(k) memo shared per (application, global batch) give the Plan of
+    ``Rates.remaining_iters`` (a snapshot class that keeps its own progress) and of a memo
+    per job."""
+    snap, _ = case
+    pol = policies.get_policy("afs-l")
+    own = _OwnProgress(**{f.name: getattr(snap, f.name) for f in dataclasses.fields(snap)})
+    with mock.patch.object(policies.afs_l, "candidates", _unshared_candidates):
+        ref = pol.schedule(own)
+    assert_same(pol.schedule(snap), ref)
