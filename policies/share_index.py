@@ -36,7 +36,7 @@ from typing import Optional
 from .base import exclusive_config, free_gpus_of
 from .model import ClusterSnapshot, Gpu, Job, JobState, identity_memo, plain_progress
 from .sharing import (ShareChoice, _theorem1_numbers, algorithm2, algorithm2_fitted,
-                      sub_batch_candidates)
+                      share_choice, sub_batch_candidates)
 from .single_gpus import SingleGpus, _node_offsets, by_job_of, single_gpus
 
 _FIRST = itemgetter(0)
@@ -719,5 +719,5 @@ def rejected(rnd: Round, cand: Candidate, gr: Group, t0: float, b0s0: tuple) -> 
         return
     t_share, t_seq, case = _theorem1_numbers(a.t_iter, a.rem_iters, t0, cand.iters,
                                              xi_run, xi_new, cand.t_excl)
-    gr.choice = ShareChoice(t_share < t_seq, b0s0[0], b0s0[1], min(t_share, t_seq), t_share,
+    gr.choice = share_choice(t_share < t_seq, b0s0[0], b0s0[1], min(t_share, t_seq), t_share,
                             t_seq, case, xi_run, xi_new, True)

@@ -177,3 +177,23 @@ def test_algorithm2_prefers_largest_fitting_with_eq7_times():
                     t_run=0.5, i_run=20000, i_new=500, xi_run=1.2, xi_new=1.2)
     assert (ch.sub_batch, ch.accum_steps) == (16, 8)
     assert ch.share
+
+
+@given(share=st.booleans(), b=st.integers(1, 512), s=st.integers(1, 8),
+       t=st.floats(allow_nan=True), case=st.integers(0, 2), fits=st.booleans())
+def test_share_choice_is_the_dataclass_object(share, b, s, t, case, fits):
+    """``share_choice`` (the dict written at once) makes the object ``ShareChoice(...)``
+    makes: equal (NaN aside: then the same fields by identity), the same repr, fields in
+    order, frozen."""
+    import dataclasses
+
+    from policies.sharing import ShareChoice, share_choice
+
+    vals = (share, b, s, t, t * 2, t / 3 if t == t else t, case, 0.75, 1.25, fits)
+    c, made = share_choice(*vals), ShareChoice(*vals)
+    assert type(c) is ShareChoice and repr(c) == repr(made)
+    assert list(vars(c)) == [f.name for f in dataclasses.fields(ShareChoice)] == list(vars(made))
+    assert all(getattr(c, f) is getattr(made, f) for f in vars(made))
+    assert c == made or t != t
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.share = not share  # type: ignore[misc]
