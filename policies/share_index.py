@@ -253,7 +253,9 @@ class Cls:
     """Groups of one (app, A's memory MiB, GPU memory cap, evaluable), sorted by
     (X, position) (``keys``); ``xs`` holds each group's X and ``cnts`` its GPU count in the
     same order (``xs`` is what the bounds read: a float list bisects at about half the cost
-    of the key tuples, to the same index, see :func:`runs`)."""
+    of the key tuples, to the same index, see :func:`runs`; ``None`` for SJF-FFS's per-GPU
+    groups, which no bound reads: thousands of them per class, so keeping a third list
+    cost more than it saved)."""
 
     __slots__ = ("app", "a_mb", "cap", "usable", "keys", "xs", "groups", "cnts", "_cum",
                  "memo", "total")
@@ -261,7 +263,7 @@ class Cls:
     def __init__(self, app: str, a_mb: float, cap: float, usable: bool):
         self.app, self.a_mb, self.cap, self.usable = app, a_mb, cap, usable
         self.keys: list = []
-        self.xs: list[float] = []
+        self.xs: Optional[list[float]] = []
         self.groups: list[Group] = []
         self.cnts: list[int] = []
         self._cum: Optional[list] = None
@@ -272,7 +274,8 @@ class Cls:
         k = gr.key
         i = bisect_left(self.keys, k)
         self.keys.insert(i, k)
-        self.xs.insert(i, k[0])
+        if self.xs is not None:
+            self.xs.insert(i, k[0])
         self.groups.insert(i, gr)
         self.cnts.insert(i, len(gr.gpus))
         self.total += len(gr.gpus)
@@ -284,7 +287,8 @@ class Cls:
         while self.groups[i] is not gr:
             i += 1
         del self.keys[i]
-        del self.xs[i]
+        if self.xs is not None:
+            del self.xs[i]
         del self.groups[i]
         self.total -= self.cnts[i]
         del self.cnts[i]
@@ -460,7 +464,7 @@ class Round:
             c = self.classes[key] = self._new_cls(key)
             lst.sort(key=_FIRST)  # (X, position): unique, as _group_key orders
             c.keys = [k for k, _ in lst]
-            c.xs = [k[0] for k, _ in lst]
+            c.xs = None if per_gpu else [k[0] for k, _ in lst]
             c.groups = grs = [gr for _, gr in lst]
             c.cnts = cnts = [len(gr.gpus) for gr in grs]
             c.total = sum(cnts)
@@ -498,6 +502,8 @@ class Round:
         """The class of ``key`` = (app, A's memory MiB, cap, evaluable), its Algorithm 2
         memo kept across rounds (:class:`ShareKeep`)."""
         c = Cls(*key)
+        if self.per_gpu_groups:
+            c.xs = None
         memo = self._cls_memo.get(key)
         if memo is None:
             memo = self._cls_memo[key] = {}
