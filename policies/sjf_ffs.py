@@ -15,12 +15,14 @@ never decide anything.
 """
 from __future__ import annotations
 
-import heapq
+from operator import itemgetter
 
 from .registry import register
 from .share_index import Candidate, Round
-from .sharing import ShareChoice, theorem1
+from .sharing import ShareChoice, _theorem1_numbers, share_choice, theorem1
 from .sjf_bsbf import SjfBsbf
+
+_HEAD = itemgetter(0)  # a group's position (unique)
 
 
 @register("sjf-ffs")
@@ -35,17 +37,18 @@ class SjfFfs(SjfBsbf):
         """The largest sub-batch that fits beside the GPU's job; Theorem 1's numbers
         are reported, never used."""
         a = gr.occ
-        snap = rnd.snap
-        xi_run = snap.xi(a.job.app, cand.job.app)
-        xi_new = snap.xi(cand.job.app, a.job.app)
+        xi_run, xi_new = rnd.xi_pair(a.job.app, cand.job.app)  # snap.xi both ways, memoised
         b, s = fit[0]  # largest sub-batch first
         t_share = t_seq = float("nan")
         case = 0
         if cand.prof is not None and cand.iters is not None and a.usable:
-            d = theorem1(a.t_iter, a.rem_iters, cand.iter_time(b, s), cand.iters,
-                         xi_run, xi_new, cand.t_excl)
-            t_share, t_seq, case = d.t_share, d.t_seq, d.case
-        return ShareChoice(True, b, s, t_share, t_share, t_seq, case, xi_run, xi_new, True)
+            t_a, i_a, t_b, i_b = a.t_iter, a.rem_iters, cand.iter_time(b, s), cand.iters
+            if min(t_a, t_b, xi_run, xi_new) <= 0 or i_a < 0 or i_b < 0:
+                theorem1(t_a, i_a, t_b, i_b, xi_run, xi_new, cand.t_excl)  # raises its error
+            # theorem1's numbers without its result object
+            t_share, t_seq, case = _theorem1_numbers(t_a, i_a, t_b, i_b, xi_run, xi_new,
+                                                     cand.t_excl)
+        return share_choice(True, b, s, t_share, t_share, t_seq, case, xi_run, xi_new, True)
 
     def _share(self, rnd, job, cand, nfree, norder, nums, actions, reasons):
         need = job.num_gpus
@@ -61,19 +64,17 @@ class SjfFfs(SjfBsbf):
             else:
                 blocked += len(cls.groups)
         if shareable >= 1 and shareable + nfree >= need:
+            # first fit: the ``need`` groups first in GPU order over the fitting classes,
+            # each class's groups already in that order, so they are among each class's
+            # first ``need`` (positions are unique: one group per GPU)
+            heads = [(gr.first, n, gr) for n, (cls, _) in enumerate(fitting)
+                     for gr in cls.groups[:need]]
+            heads.sort(key=_HEAD)
             chosen = []
-            streams = [_stream(n, cls.groups) for n, (cls, _) in enumerate(fitting)]
-            for _, n, gr in heapq.merge(*streams):  # first fit: GPU order
+            for _, n, gr in heads[:need]:
                 gr.choice = self._first_fit_choice(rnd, cand, gr, fitting[n][1])
                 chosen.append(gr)
-                if len(chosen) >= need:
-                    break
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
         self._wait_reason(job, nfree, shareable, 0, blocked, None, nums, reasons)
         return None
 
-
-def _stream(n, groups):
-    """(position, class number, group) of a class's groups, already in GPU order."""
-    for gr in groups:
-        yield gr.first, n, gr
