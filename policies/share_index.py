@@ -283,7 +283,12 @@ class Cls:
         self._cum = None
 
     def remove(self, gr: Group) -> None:
-        i = bisect_left(self.keys, gr.key)
+        # the group's index (it is there once): by its X first, a float bisect, where that
+        # lands on it (distinct X values); else by its (X, position) key
+        xs = self.xs
+        i = bisect_left(xs, gr.x) if xs is not None else -1
+        if i < 0 or i >= len(xs) or self.groups[i] is not gr:
+            i = bisect_left(self.keys, gr.key)
         while self.groups[i] is not gr:
             i += 1
         del self.keys[i]
@@ -345,6 +350,7 @@ class Round:
         self.counted = False  # n_one known (count_shared)
         self.shared_ready = False  # groups built (build_shared)
         self.started: list = []  # starts made before the sharing indexes were built
+        self._occ_t: dict = {}  # (app, batch, GPUs, nodes, accum) -> a started job's t_A
 
     # ----------------------------------------------------------- memo helpers
     def exclusive(self, job: Job) -> tuple[int, int]:
@@ -548,10 +554,15 @@ class Round:
                 self.n_one += len(gpus)
             return
         snap = self.snap
-        prof = snap.profiles.get(job.app)
         nodes = len({g.node for g in gpus})
         k = len(gpus)
-        t = prof.iter_time(job.global_batch / k, k, nodes, s) if prof is not None else float("nan")
+        # t_A of the started job: eq. 7 of its profile, a pure function of these five
+        tkey = (job.app, job.global_batch, k, nodes, s)
+        t = self._occ_t.get(tkey)
+        if t is None:
+            prof = snap.profiles.get(job.app)
+            t = self._occ_t[tkey] = (prof.iter_time(job.global_batch / k, k, nodes, s)
+                                     if prof is not None else float("nan"))
         rem = job.total_iters - job.completed_iters if job.total_iters is not None else None
         occ = Occupant(job, tuple(gpus), b, t, rem)
         self.occupants[job.id] = occ

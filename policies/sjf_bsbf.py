@@ -127,15 +127,28 @@ class SjfBsbf(Policy):
         if sig_ids is None:
             sig_ids = self._sig_ids = {}
 
+        # L_k = total iterations × the exclusive iteration time, which depends on the job's
+        # (application, global batch, GPUs) only: asked once per signature this call, unless
+        # the snapshot class computes lengths its own way
+        plain = (type(snap).job_length is ClusterSnapshot.job_length
+                 and type(snap).exclusive_iter_time is ClusterSnapshot.exclusive_iter_time)
+        xit: dict = {}
+
         def key(j):
             # (L_k, submit, id) orders (ids are unique: what follows is never compared);
             # then what the walk reads per job: its GPUs, its signature's number and i_B
             # (NaN when unknown: no window holds it)
-            length = snap.job_length(j)
             ib = j.total_iters
+            sig = (j.app, j.global_batch, j.num_gpus)
+            if plain and ib is not None:
+                t = xit.get(sig)
+                if t is None:
+                    t = xit[sig] = snap.exclusive_iter_time(j)
+                length = ib * t  # ClusterSnapshot.job_length's product
+            else:
+                length = snap.job_length(j)
             return (_INF if length is None else length, j.submit_time, j.id, j.num_gpus,
-                    sig_ids.setdefault((j.app, j.global_batch, j.num_gpus), len(sig_ids)),
-                    _NAN if ib is None else ib)
+                    sig_ids.setdefault(sig, len(sig_ids)), _NAN if ib is None else ib)
 
         # Alg. 1 line 1: a waiting job's L_k is fixed while it waits, so the SJF order is
         # kept across calls from the snapshot's change record (policies.kept_order), else

@@ -985,3 +985,37 @@ def test_run_holds_by_hand():
     assert not hold(cls([5.0, 6.0]), 0, 2, *d(100.0, 0.5, -0.25), 1.0, lows) and lows == []
     # the run's largest X where D is not above the margin (above c)
     assert not hold(cls([150.0, 500.0]), 0, 2, *d(100.0, 10.0, 1.0), 1.0, lows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(xs=st.lists(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), min_size=1, max_size=12),
+       order=st.randoms(use_true_random=False), per_gpu=st.booleans())
+def test_class_remove_finds_the_group(xs, order, per_gpu):
+    """``Cls.remove`` takes out exactly the group asked for, whatever the other groups' X
+    (equal X values), with or without the X list, and keeps keys, X values, groups and
+    counts in step (groups added and removed in random orders).  (X is never NaN: a
+    group's remaining iterations are clamped at 0, and a NaN key would leave the sorted
+    lists unsorted for the old search as well.)"""
+    from types import SimpleNamespace as NS
+
+    from policies.share_index import Cls, Group
+
+    cls = Cls("app", 0.0, 80000.0, True)
+    if per_gpu:
+        cls.xs = None
+    groups = []
+    for pos, x in enumerate(xs):
+        gr = Group(NS(), (Gpu("n", pos),), (pos,), x)
+        groups.append(gr)
+    for gr in order.sample(groups, len(groups)):
+        cls.add(gr)
+    live = list(groups)
+    for gr in order.sample(groups, len(groups)):
+        cls.remove(gr)
+        live.remove(gr)
+        assert gr.cls is None and all(g is not gr for g in cls.groups)
+        assert sorted(map(id, cls.groups)) == sorted(map(id, live))
+        assert cls.keys == [g.key for g in cls.groups]
+        if cls.xs is not None:
+            assert cls.xs == [k[0] for k in cls.keys]
+        assert cls.cnts == [len(g.gpus) for g in cls.groups] and cls.total == len(live)
