@@ -661,11 +661,16 @@ class SjfBsbf(Policy):
             extra = list(rnd.free.pick(need - n_shared))
             self._take_free(rnd, extra)
             taken.extend(extra)
-        # B fits beside every partner with the smallest chosen sub-batch.
-        b, s = min(((gr.choice.sub_batch, gr.choice.accum_steps) for gr in partners),
-                   key=lambda x: x[0])
+        # B fits beside every partner with the smallest chosen sub-batch (the first such
+        # partner's accumulation steps, as min() picks)
         first = partners[0].choice
-        share_with = tuple(dict.fromkeys(gr.occ.job.id for gr in partners))
+        b, s = first.sub_batch, first.accum_steps
+        for gr in partners[1:]:
+            c = gr.choice
+            if c.sub_batch < b:
+                b, s = c.sub_batch, c.accum_steps
+        share_with = (tuple(dict.fromkeys(gr.occ.job.id for gr in partners))
+                      if len(partners) > 1 else (partners[0].occ.job.id,))
         actions.append(StartJob(job.id, tuple(taken), b, s, share_with=share_with))
         reasons[job.id] = reason(
             ReasonCode.STARTED_SHARED,
