@@ -737,4 +737,4 @@ def rejected(rnd: Round, cand: Candidate, gr: Group, t0: float, b0s0: tuple) -> 
     t_share, t_seq, case = _theorem1_numbers(a.t_iter, a.rem_iters, t0, cand.iters,
                                              xi_run, xi_new, cand.t_excl)
     gr.choice = share_choice(t_share < t_seq, b0s0[0], b0s0[1], min(t_share, t_seq), t_share,
-                            t_seq, case, xi_run, xi_new, True)
+                             t_seq, case, xi_run, xi_new, True)

@@ -248,5 +248,5 @@ def algorithm2_fitted(fitted: Sequence[tuple[int, int, float]], first: tuple[int
     if best is not None:
         return best
     t_seq = t_run * i_run + t_new_seq * i_new / 2.0
-    return share_choice(False, first[0], first[1], t_seq, float("inf"), t_seq, 0, xi_run, xi_new,
-                       False)
+    return share_choice(False, first[0], first[1], t_seq, float("inf"), t_seq, 0, xi_run,
+                        xi_new, False)
