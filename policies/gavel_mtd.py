@@ -10,6 +10,17 @@ Each round the LP over the active jobs
 time shares that finish every job soonest; :mod:`policies.gavel_rounds` serves them
 round by round.  Needs job lengths (remaining iterations); a job with no known length
 counts as one remaining iteration.  Solved with scipy's HiGHS.
+
+Which optimum (our choice; neither paper says).  The optimum is rarely unique: once each
+job has its share ``remaining_j · z* / r_j``, the capacity left over can go anywhere, and
+a solver's pivoting decided where (another method, presolve setting or HiGHS release gave
+other shares, so other round priorities and pre-emptions).  A second stage fixes it:
+keeping ``z ≥ (1 − 10⁻⁶) z*`` (:data:`Z_SLACK`, on several types: HiGHS's own
+feasibility tolerance is 10⁻⁷; the closed form keeps z* itself) it maximises ``Σ_j Σ_t r[j][t] X[j][t] / remaining_j`` — per job the fraction of its
+remaining work done per second — so what is left goes to the jobs nearest to finishing.
+That stage's costs are scaled so the largest is 1 (the same optimum; HiGHS's dual
+tolerance is absolute).  On one GPU type both stages have a closed form (:func:`one_type`),
+used instead of the LPs; on several types both are solved with HiGHS.
 """
 from __future__ import annotations
 
@@ -35,6 +46,64 @@ def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
     return [iter_rate(snap, job, t, per) if job.num_gpus <= g else 0.0 for t, g, per in caps]
 
 
+Z_SLACK = 1e-6  # the second stage keeps z >= (1 - Z_SLACK) z* (module docstring)
+
+
+def one_type(rate, rem, gpus, cap: float):
+    """Both stages in closed form on one GPU type of ``cap`` GPUs (numpy arrays over the
+    jobs, in the LP's order: iterations/s, remaining iterations, GPUs).  Stage 1: with
+    ``t_j = remaining_j / r_j`` (its run time alone), z* = min(min_j r_j / remaining_j,
+    cap / Σ_j n_j t_j): a job cannot finish sooner than alone, nor all of them sooner
+    than their GPU-seconds allow (0 where some job has rate 0: its row forces it).
+    Stage 2 is then a fractional knapsack: every job gets ``remaining_j z* / r_j`` (z*
+    itself: no slack is needed without a solver's tolerance), and what capacity is left
+    raises jobs to 1 in decreasing
+    ``r_j / (remaining_j n_j)`` (the objective per GPU), ties in the LP's order (submit
+    time, id), the last one fractionally — the second stage's exact optimum."""
+    import numpy as np
+
+    nj = rate.size
+    x = np.zeros(nj)
+    pos = rate > 0.0
+    if not pos.any() or not cap > 0.0:
+        return x
+    z = min(float((rate / rem).min()), cap / float((gpus * rem / rate).sum())) \
+        if pos.all() else 0.0
+    x[pos] = np.minimum(rem[pos] * z / rate[pos], 1.0)
+    left = cap - float((gpus * x).sum())
+    if left <= 0.0:
+        return x
+    gain = np.where(pos, rate / (rem * gpus), 0.0)
+    order = np.lexsort((np.arange(nj), -gain))  # by gain, descending; ties: LP order
+    order = order[pos[order]]
+    need = gpus[order] * (1.0 - x[order])
+    cum = np.cumsum(need)
+    full = cum <= left
+    k = int(full.argmin()) if not full.all() else order.size
+    x[order[:k]] = 1.0
+    if k < order.size:  # the first that does not fit whole: what is left
+        used = float(cum[k - 1]) if k else 0.0
+        i = order[k]
+        x[i] = min(1.0, x[i] + (left - used) / gpus[i])
+    return x
+
+
+def second_stage(rate, rem, z: float, bounds):
+    """Stage 2's costs and bounds for the LP of :meth:`GavelMinTotalDuration.allocation`
+    (X row-major, then z): minimise ``−Σ r X / remaining`` scaled so the largest cost is
+    1, z at least (1 − Z_SLACK) ``z`` (stage 1's)."""
+    import numpy as np
+
+    c = np.zeros(bounds.shape[0])
+    g = (rate / rem[:, None]).reshape(-1)
+    top = float(g.max()) if g.size else 0.0
+    if top > 0.0:
+        c[:-1] = -(g / top)
+    b = bounds.copy()
+    b[-1, 0] = max(0.0, z) * (1.0 - Z_SLACK)
+    return c, b
+
+
 @register("gavel-mtd")
 class GavelMinTotalDuration(Policy):
     """Gavel min-total-duration: LP time shares over GPU types minimising makespan, in rounds."""
@@ -50,23 +119,22 @@ class GavelMinTotalDuration(Policy):
 
     def allocation(self, snap: ClusterSnapshot, jobs,
                    rate_rows: Optional[dict] = None) -> dict[str, dict[str, float]]:
-        """The LP of :meth:`allocation_reference`, its arrays built with numpy and handed to
-        the HiGHS call linprog makes (:mod:`policies.highs_direct`): the same c, CSC matrix
+        """Job id -> {GPU type: X} (X > 1e-9 only): the two stages of the module docstring.
+        On one GPU type :func:`one_type`'s closed form; on several, each stage's LP of
+        :meth:`allocation_reference` with its arrays built with numpy and handed to the
+        HiGHS call linprog makes (:mod:`policies.highs_direct`): the same c, CSC matrix
         (indptr / indices / data: per column the rows in increasing order, zeros dropped as
         ``put`` drops them), b_ub, bounds and options, so HiGHS returns the same x; where
-        that is not linprog's plain success, linprog itself is run.  Rates are computed once per
-        (application, GPUs, global batch) of the call: ``iter_rate`` reads nothing else of
-        a job.  ``rate_rows``: (application, GPUs, global batch) -> that row (as
-        :func:`_rate_row` makes it), rows :meth:`schedule` has already made this call; the
-        missing ones are made and added.  Falls back to :meth:`allocation_reference` where
-        the fast entry is unavailable or an input is not finite (linprog then raises its
-        own error)."""
+        either stage is not linprog's plain success, :meth:`allocation_reference` is run.
+        Rates are computed once per (application, GPUs, global batch) of the call:
+        ``iter_rate`` reads nothing else of a job.  ``rate_rows``: (application, GPUs,
+        global batch) -> that row (as :func:`_rate_row` makes it), rows :meth:`schedule`
+        has already made this call; the missing ones are made and added.  Where an input
+        is not finite, or the fast entry is unavailable on several types,
+        :meth:`allocation_reference` (linprog then raises its own error)."""
         import numpy as np  # here, not at import: listing policies stays light (start-up)
         from .highs_direct import entry
 
-        fast = entry()
-        if fast is None:
-            return self.allocation_reference(snap, jobs)
         types = type_capacity(snap)
         tnames = sorted(types)
         nj, nt = len(jobs), len(tnames)
@@ -84,6 +152,15 @@ class GavelMinTotalDuration(Policy):
         rate = np.array(rows).reshape(nj, nt)
         rem = np.array([max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs])
         gpus = np.array([float(j.num_gpus) for j in jobs])
+        if not (np.isfinite(rate).all() and np.isfinite(rem).all()):
+            return self.allocation_reference(snap, jobs)  # linprog's ValueError
+        if nt == 1:
+            t0 = tnames[0]
+            x1 = one_type(rate[:, 0], rem, gpus, float(types[t0][0]))
+            return {j.id: ({t0: v} if v > 1e-9 else {}) for j, v in zip(jobs, x1.tolist())}
+        fast = entry()
+        if fast is None:
+            return self.allocation_reference(snap, jobs)
         nx = nj * nt
         nv = nx + 1  # X (row-major) then z
         c = np.zeros(nv)
@@ -106,13 +183,17 @@ class GavelMinTotalDuration(Policy):
         indices = np.concatenate((ridx[keep], (nj + nt + np.arange(nj, dtype=np.int64))[zkeep]))
         data = np.concatenate((vals[keep], rem[zkeep]))
         b_ub = np.array([1.0] * nj + [float(types[t][0]) for t in tnames] + [0.0] * nj)
-        if not (np.isfinite(data).all() and np.isfinite(b_ub).all()):
+        if not np.isfinite(b_ub).all():
             return self.allocation_reference(snap, jobs)  # linprog's ValueError
         bounds = np.zeros((nv, 2))
         bounds[:nx, 1] = np.where(rate.reshape(-1) > 0, 1.0, 0.0)
         bounds[nx, 1] = np.inf
         x = fast.solve(c, indptr, indices, data, b_ub, bounds)
         if x is None:  # not linprog's plain success: linprog itself (its answer or error)
+            return self.allocation_reference(snap, jobs)
+        c2, bounds2 = second_stage(rate, rem, float(x[-1]), bounds)
+        x = fast.solve(c2, indptr, indices, data, b_ub, bounds2)
+        if x is None:
             return self.allocation_reference(snap, jobs)
         x = x[:-1].reshape(nj, nt)
         ii, kk = np.nonzero(x > 1e-9)
@@ -122,8 +203,8 @@ class GavelMinTotalDuration(Policy):
         return {j.id: out[i] for i, j in enumerate(jobs)}
 
     def allocation_reference(self, snap: ClusterSnapshot, jobs) -> dict[str, dict[str, float]]:
-        """The LP through ``scipy.optimize.linprog`` (the fallback of :meth:`allocation`
-        and its test oracle)."""
+        """Both stages' LPs through ``scipy.optimize.linprog``, on any number of GPU types
+        (the fallback of :meth:`allocation` and its test oracle)."""
         import numpy as np  # here, not at import: listing policies stays light (start-up)
         from scipy.optimize import linprog
         from scipy.sparse import coo_array
@@ -164,6 +245,13 @@ class GavelMinTotalDuration(Policy):
         a_ub = coo_array((vals, (ri, ci)), shape=(2 * nj + nt, nv)).tocsr()
         bounds = [(0.0, 1.0 if rate[i // nt, i % nt] > 0 else 0.0) for i in range(nj * nt)] + [(0, None)]
         res = linprog(c, A_ub=a_ub, b_ub=np.array(rhs), bounds=bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"gavel-mtd: LP failed ({res.message})")
+        # stage 2 (module docstring): the same rows, z kept, Σ r X / remaining maximised
+        c2, bounds2 = second_stage(rate, rem, float(res.x[-1]),
+                                   np.array([(lo, np.inf if hi is None else hi)
+                                             for lo, hi in bounds], dtype=float))
+        res = linprog(c2, A_ub=a_ub, b_ub=np.array(rhs), bounds=bounds2, method="highs")
         if res.status != 0:
             raise RuntimeError(f"gavel-mtd: LP failed ({res.message})")
         x = res.x[:-1].reshape(nj, nt)

@@ -1,19 +1,25 @@
-"""gavel-mtd's LP gives exactly the allocation (and Plan) of the older builds:
+"""gavel-mtd's allocation: the paper's LP optimum, then the documented second stage.
 
-* the sparse-built LP against the dense build kept in reference_gavel_mtd.py;
-* ``allocation`` (numpy-built arrays handed to HiGHS as linprog's wrapper hands them,
-  policies/highs_direct.py) against ``allocation_reference`` (the same LP through
-  ``scipy.optimize.linprog``): every ``Highs`` object is recorded, and under both paths it
-  must be handed the same model (every HighsLp field: same element types and bytes) and
-  the same value of every option, and return the same x and row values; the allocations
-  are the same floats under the same keys in the same order — on every call of simulator
-  runs on three-type clusters, on hypothesis-random snapshots (jobs that fit no type,
-  applications without a profile = zero rates, one job, many jobs, unknown / done / partly
-  run lengths, a cluster without GPUs) and on the daemon benchmark's state; where the
-  wrapper itself is called, it gets linprog's very arrays (dtype, shape, bytes) and options;
+* every allocation is feasible and reaches the makespan optimum z* of the paper's LP as the
+  older builds solved it (the dense one-stage LP kept in reference_gavel_mtd.py);
+* on several GPU types, ``allocation`` (numpy-built arrays handed to HiGHS as linprog's
+  wrapper hands them, policies/highs_direct.py) against ``allocation_reference`` (both
+  stages through ``scipy.optimize.linprog``): every ``Highs`` object is recorded, and under
+  both paths it must be handed the same model (every HighsLp field: same element types and
+  bytes) and the same value of every option, and return the same x and row values, at
+  each stage; the allocations are the same floats under the same keys in the same order;
+* on one GPU type, the closed form (no solver at all) against both stages' LPs: the same
+  z* and the same second-stage objective, within the solver's tolerance;
+* on every call of simulator runs on three-type and one-type clusters, on
+  hypothesis-random snapshots (jobs that fit no type, applications without a profile =
+  zero rates, one job, many jobs, unknown / done / partly run lengths, a cluster without
+  GPUs) and on the daemon benchmark's state; where the wrapper itself is called, it gets
+  linprog's very arrays (dtype, shape, bytes) and options;
+* the Plan around the allocation equals the older build's round with that allocation;
 * linprog's status and message where HiGHS answers other than optimal or an answer fails
-  linprog's check; the fallback to linprog where the fast entry is unavailable (another
-  scipy, a missing private name, a changed default) or an input is not finite."""
+  linprog's check (at either stage); the fallback to linprog where the fast entry is
+  unavailable (another scipy, a missing private name, a changed default) or an input is
+  not finite."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +33,7 @@ import scipy.optimize._linprog_highs as lh
 from hypothesis import given, settings, strategies as st
 
 import policies.highs_direct as hd
-from policies.gavel_mtd import GavelMinTotalDuration
+from policies.gavel_mtd import GavelMinTotalDuration, Z_SLACK, _caps, _rate_row
 from policies.gavel_rounds import iter_rate
 from policies.model import JobState, Node
 from policies.plan import ReasonCode
@@ -147,22 +153,89 @@ def same_alloc(got, want):
         assert all(type(x) is float for x in got[k].values())
 
 
+def measures(sn, jobs, alloc):
+    """(z, objective, GPUs used per type, share per job) of an allocation: z = min over
+    the jobs of Σ_t r X / remaining (1 / makespan), objective = the second stage's
+    Σ r X / remaining over its largest coefficient; rates and remaining as the policy
+    computes them."""
+    types = type_capacity(sn)
+    caps = _caps(types)
+    z, obj, top = float("inf"), 0.0, 0.0
+    used = {t: 0.0 for t in types}
+    for j in jobs:
+        row = dict(zip(sorted(types), _rate_row(sn, j, caps)))
+        rem = max(sn.remaining_iters(j) or 1.0, 1e-9)
+        x = alloc[j.id]
+        assert all(v > 1e-9 and row[t] > 0.0 for t, v in x.items()), (j.id, x)
+        done = sum(row[t] * v for t, v in x.items()) / rem
+        z, obj = min(z, done), obj + done
+        top = max([top] + [r / rem for r in row.values()])
+        for t, v in x.items():
+            used[t] += j.num_gpus * v
+    return z, (obj / top if top > 0 else 0.0), used, {j.id: sum(alloc[j.id].values()) for j in jobs}
+
+
+def assert_optimal(sn, jobs, got):
+    """``got`` is feasible and its makespan is the paper's LP optimum (the one-stage
+    dense LP of the older builds): on one type (the closed form, exact) to 10⁻⁶ of it —
+    HiGHS's answer may overshoot by its tolerance (10⁻⁷, absolute, on each row); on
+    several (both stages by HiGHS) to Z_SLACK and, as each job's row may fall short by the
+    tolerance and its remaining iterations are at least 1, 2·10⁻⁷ absolute.  The old
+    answer is one of the LP's optima, so the second stage's objective is at least its
+    (less what the slack and tolerances move: as in :func:`assert_near`)."""
+    z, obj, used, share = measures(sn, jobs, got)
+    types = type_capacity(sn)
+    assert all(v <= 1.0 + 1e-9 for v in share.values())
+    assert all(used[t] <= types[t][0] * (1.0 + 1e-9) + 1e-9 for t in types)
+    old = RefGavelMinTotalDuration().allocation(sn, jobs)
+    z_old, obj_old, _, _ = measures(sn, jobs, old)
+    gpus = sum(v[0] for v in types.values())
+    assert obj >= obj_old - 2 * Z_SLACK * gpus - 1e-6, (obj, obj_old)
+    if len(types) == 1:
+        assert z >= z_old * (1.0 - 1e-6), (z, z_old)
+    else:
+        assert z >= z_old * (1.0 - 2 * Z_SLACK) - 2e-7, (z, z_old)
+
+
+def assert_near(sn, jobs, got, want):
+    """The closed form against both stages' LPs on one type: at least the LP's z (which
+    keeps (1 − Z_SLACK) z*; that the closed form's is not above the optimum is its
+    feasibility, :func:`assert_optimal`) and at least the LP's second-stage objective,
+    less what the LP's slack frees: at most Z_SLACK of the type's GPUs, each worth at
+    most 1 in the scaled objective."""
+    zg, og, _, _ = measures(sn, jobs, got)
+    zw, ow, _, _ = measures(sn, jobs, want)
+    gpus = sum(v[0] for v in type_capacity(sn).values())
+    assert zg >= zw * (1.0 - 1e-9) - 1e-12, (zg, zw)
+    assert og >= ow - 2 * Z_SLACK * gpus - 1e-7, (og, ow)
+
+
 def check(sn, r: Recorder, jobs=None):
-    """allocation == allocation_reference on ``sn``; HiGHS saw the same problem."""
+    """allocation against allocation_reference on ``sn``; on several types HiGHS saw the
+    same problem at each stage and the answers are the same; on one, no solver runs."""
     pol = GavelMinTotalDuration()
     jobs = _order(sn) if jobs is None else jobs
     w0, l0, h0 = len(r.wrapper), r.linprog, len(r.highs)
     got = pol.allocation(sn, jobs)
     fast = (len(r.wrapper) - w0, r.linprog - l0, len(r.highs) - h0)
     want = pol.allocation_reference(sn, jobs)
-    same_alloc(got, want)
     if not jobs:
+        same_alloc(got, want)
         return got
-    # the fast path: no linprog, no wrapper, one Highs run (linprog's where not verified)
-    assert fast == ((0, 0, 1) if FAST else (1, 1, 1))
-    assert (len(r.wrapper), r.linprog, len(r.highs)) == (w0 + fast[0] + 1, l0 + fast[1] + 1,
-                                                         h0 + 2)
-    same_highs(r.highs[-2], r.highs[-1])
+    assert (len(r.wrapper), r.linprog, len(r.highs)) == (w0 + fast[0] + 2, l0 + fast[1] + 2,
+                                                         h0 + fast[2] + 2)
+    assert_optimal(sn, jobs, got)
+    if len(type_capacity(sn)) == 1:
+        assert fast == (0, 0, 0)  # the closed form
+        assert list(got) == [j.id for j in jobs]
+        assert all(type(x) is float for v in got.values() for x in v.values())
+        assert_near(sn, jobs, got, want)
+        return got
+    same_alloc(got, want)
+    # the fast path: no linprog, no wrapper, a Highs run per stage (linprog's where not verified)
+    assert fast == ((0, 0, 2) if FAST else (2, 2, 2))
+    same_highs(r.highs[-4], r.highs[-2])
+    same_highs(r.highs[-3], r.highs[-1])
     return got
 
 
@@ -175,12 +248,20 @@ def _runs_somewhere(sn, j) -> bool:
     return any(iter_rate(sn, j, t, v[1]) > 0.0 for t, v in types.items() if j.num_gpus <= v[0])
 
 
+class RefRound(RefGavelMinTotalDuration):
+    """The older build's round (every job in the LP, served by ``run_round``) with the
+    allocation of today's: what ``schedule`` adds around the allocation is compared."""
+
+    def allocation(self, sn, jobs):
+        return GavelMinTotalDuration().allocation(sn, jobs)
+
+
 def same_schedule(sn, nodes, jobs):
-    """The plan equals the reference's; where some job has rate 0 on every GPU type (the
-    reference's LP then has z = 0 and may idle everything), it equals the reference's plan
-    for the other jobs, and each such job waits with its reason (INFEASIBLE, in
-    ``plan.infeasible``, where no type has its GPU count)."""
-    new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
+    """The plan equals the reference round's; where some job has rate 0 on every GPU type
+    (in the LP its row forces z = 0), it equals the reference's plan for the other jobs,
+    and each such job waits with its reason (INFEASIBLE, in ``plan.infeasible``, where no
+    type has its GPU count)."""
+    new, ref = GavelMinTotalDuration(), RefRound()
     plan = new.schedule(sn)
     left = [j for j in _order(sn) if not _runs_somewhere(sn, j)]  # in submit order
     if not left:
@@ -218,8 +299,7 @@ def test_random_snapshots(nv, nk, np_, per, specs):
             for i, (a, n, b, t, it, done) in enumerate(specs)]
     sn = snap(nodes, jobs)
     with pytest.MonkeyPatch.context() as mp:
-        got = check(sn, Recorder(mp))
-    assert got == RefGavelMinTotalDuration().allocation(sn, _order(sn))
+        check(sn, Recorder(mp))
     same_schedule(sn, nodes, jobs)
 
 
@@ -233,8 +313,8 @@ def test_random_typed_clusters(nv, nk, per, specs):
                   [Node(f"k{i}", per, "k80", 12288) for i in range(nk)]) or (Node("p0", per, "p100"),)
     jobs = [job(i, app=a, n=n, batch=b, t=t) for i, (a, n, b, t) in enumerate(specs)]
     sn = snap(nodes, jobs)
-    new, ref = GavelMinTotalDuration(), RefGavelMinTotalDuration()
-    assert new.allocation(sn, _order(sn)) == ref.allocation(sn, _order(sn))
+    with pytest.MonkeyPatch.context() as mp:
+        check(sn, Recorder(mp))
     same_schedule(sn, nodes, jobs)
 
 
@@ -278,10 +358,10 @@ def test_rates_made_once_per_call_and_handed_to_allocation(monkeypatch):
     assert set(calls) == {(j.app, j.num_gpus, j.global_batch, t) for j in jobs
                           for t, (g, _, _) in caps.items() if j.num_gpus <= g}
     assert_same(got, want)
-    calls.clear()  # allocation alone makes the rows it is not handed
     lp_jobs = [j for j in _order(sn) if j.num_gpus <= 8]
-    assert GavelMinTotalDuration().allocation(sn, lp_jobs) == \
-        RefGavelMinTotalDuration().allocation(sn, lp_jobs)
+    want = GavelMinTotalDuration().allocation_reference(sn, lp_jobs)
+    calls.clear()  # allocation alone makes the rows it is not handed
+    assert GavelMinTotalDuration().allocation(sn, lp_jobs) == want
     assert calls and len(calls) == len(set(calls))
 
 
@@ -325,7 +405,7 @@ class Both:
 
 @pytest.mark.parametrize("cluster,seed", [("2x2:v100,1x4:p100,2x4:k80", 1),
                                           ("2x2:v100,1x4:p100,2x4:k80", 7),
-                                          ("1x8:v100,2x2:k80", 3)])
+                                          ("1x8:v100,2x2:k80", 3), ("3x4:v100", 5)])
 def test_every_call_of_a_simulator_run(rec, cluster, seed):
     from gimbalctl.cluster import parse_cluster
     from gimbalctl.hetero_workload import generate, jobs_from_rows
@@ -346,7 +426,7 @@ def test_daemon_state(rec, nodes, seed):
     from daemon_pass import build
     sn, _ = build(nodes, 8, 5 * nodes, 10 * nodes, seed=seed)
     check(sn, rec)
-    assert_same(GavelMinTotalDuration().schedule(sn), RefGavelMinTotalDuration().schedule(sn))
+    assert_same(GavelMinTotalDuration().schedule(sn), RefRound().schedule(sn))
 
 
 # ------------------------------------------------------------------ the fallback
@@ -363,13 +443,30 @@ def test_fallback_when_the_fast_entry_is_unavailable(monkeypatch, how):
         monkeypatch.setitem(hd._DEFAULTS, "presolve", False)
     assert hd.entry() is None
     r = Recorder(monkeypatch)
-    from daemon_pass import build
-    sn, _ = build(12, 8, 40, 120, seed=4)
+    sn = _typed(40, seed=4)
     pol = GavelMinTotalDuration()
     got = pol.allocation(sn, _order(sn))
-    assert r.linprog == 1 and len(r.wrapper) == 1  # through linprog
+    assert r.linprog == 2 and len(r.wrapper) == 2  # through linprog, a call per stage
     same_alloc(got, pol.allocation_reference(sn, _order(sn)))
-    same_args(r.wrapper[0], r.wrapper[1])
+    same_args(r.wrapper[0], r.wrapper[2])
+    same_args(r.wrapper[1], r.wrapper[3])
+    from daemon_pass import build  # one type: the closed form needs no solver
+    sn, _ = build(12, 8, 40, 120, seed=4)
+    got = pol.allocation(sn, _order(sn))
+    assert r.linprog == 4 and len(r.wrapper) == 4
+    assert_optimal(sn, _order(sn), got)
+
+
+def _typed(n, seed):
+    """``n`` jobs of several applications and sizes on a three-type cluster."""
+    import random
+    rnd = random.Random(seed)
+    nodes = (Node("v0", 4, "v100"), Node("p0", 8, "p100"), Node("k0", 2, "k80", 12288))
+    jobs = [dataclasses.replace(job(i, app=rnd.choice(APPS), n=rnd.choice(GPUS[:5]), batch=64,
+                                    t=float(rnd.randrange(20))),
+                                total_iters=rnd.choice([None, 500.0, 5e4, 1e6]))
+            for i in range(n)]
+    return snap(nodes, jobs)
 
 
 @pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
@@ -392,27 +489,38 @@ def test_non_finite_or_odd_lengths_as_linprog(rec, it, raises):
     sn = snap(nodes, [job(0), dataclasses.replace(job(1), total_iters=it)])
     pol = GavelMinTotalDuration()
     got = _outcome(pol.allocation, sn, _order(sn))
-    assert got == _outcome(pol.allocation_reference, sn, _order(sn))
+    want = _outcome(pol.allocation_reference, sn, _order(sn))
     assert (got[0] == "raised") == raises
     if raises:
+        assert got == want
         assert got[1] is ValueError and rec.linprog == 2 and not rec.wrapper
+    else:  # one type: the closed form, the LP's answer
+        assert want[0] == "ok" and rec.linprog == 2
+        assert_optimal(sn, _order(sn), got[1])
+        assert_near(sn, _order(sn), got[1], want[1])
 
 
 @pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
-@pytest.mark.parametrize("nodes,seed", [(12, 5), (30, 6)])
-def test_no_optimal_answer_goes_through_linprog(monkeypatch, nodes, seed):
-    """Where the replicated run gives no optimal answer (what happens when HiGHS answers
-    other than optimal), the allocation is linprog's own: one linprog call, the same
-    result as the reference."""
+@pytest.mark.parametrize("n,seed,stage", [(40, 5, 1), (120, 6, 1), (40, 7, 2), (120, 8, 2)])
+def test_no_optimal_answer_goes_through_linprog(monkeypatch, n, seed, stage):
+    """Where the replicated run gives no optimal answer at either stage (what happens when
+    HiGHS answers other than optimal), the allocation is linprog's own: both stages through
+    linprog, the same result as the reference."""
     r = Recorder(monkeypatch)
-    monkeypatch.setattr(hd._Entry, "_run", lambda self, *a: None)
-    from daemon_pass import build
-    sn, _ = build(nodes, 8, 4 * nodes, 10 * nodes, seed=seed)
+    run, runs = hd._Entry._run, []
+
+    def fails_at_stage(self, *a):
+        runs.append(1)
+        return None if len(runs) == stage else run(self, *a)
+
+    monkeypatch.setattr(hd._Entry, "_run", fails_at_stage)
+    sn = _typed(n, seed)
     pol = GavelMinTotalDuration()
     got = pol.allocation(sn, _order(sn))
-    assert (len(r.wrapper), r.linprog) == (1, 1)
+    assert len(runs) == stage and (len(r.wrapper), r.linprog) == (2, 2)
     same_alloc(got, pol.allocation_reference(sn, _order(sn)))
-    same_args(r.wrapper[0], r.wrapper[1])
+    same_args(r.wrapper[0], r.wrapper[2])
+    same_args(r.wrapper[1], r.wrapper[3])
 
 
 @pytest.mark.skipif(not FAST, reason=f"fast entry verified on scipy {hd.VERIFIED} only")
@@ -435,9 +543,9 @@ def test_solution_checked_as_linprog_checks_it(monkeypatch, shift, fails):
 
     monkeypatch.setattr(hd._Entry, "_run", bent)
     r = Recorder(monkeypatch)
-    sn = snap((Node("v0", 4, "v100"),), [job(0), job(1, n=2)])
+    sn = snap((Node("v0", 4, "v100"), Node("k0", 2, "k80", 12288)), [job(0), job(1, n=2)])
     got = _outcome(GavelMinTotalDuration().allocation, sn, _order(sn))
-    assert got[0] == "ok" and r.linprog == (1 if fails else 0)
+    assert got[0] == "ok" and r.linprog == (2 if fails else 0)
     if fails:
         same_alloc(got[1], GavelMinTotalDuration().allocation_reference(sn, _order(sn)))
 
