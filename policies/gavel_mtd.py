@@ -131,7 +131,8 @@ class GavelMinTotalDuration(Policy):
         global batch) -> that row (as :func:`_rate_row` makes it), rows :meth:`schedule`
         has already made this call; the missing ones are made and added.  Where an input
         is not finite, or the fast entry is unavailable on several types,
-        :meth:`allocation_reference` (linprog then raises its own error)."""
+        :meth:`allocation_reference` (linprog then raises its own error).  The mappings
+        are read-only: jobs with the same share may share one."""
         import numpy as np  # here, not at import: listing policies stays light (start-up)
         from .highs_direct import entry
 
@@ -154,10 +155,12 @@ class GavelMinTotalDuration(Policy):
         gpus = np.array([float(j.num_gpus) for j in jobs])
         if not (np.isfinite(rate).all() and np.isfinite(rem).all()):
             return self.allocation_reference(snap, jobs)  # linprog's ValueError
-        if nt == 1:
+        if nt == 1:  # jobs with all of the type share one mapping (run_round's memos)
             t0 = tnames[0]
             x1 = one_type(rate[:, 0], rem, gpus, float(types[t0][0]))
-            return {j.id: ({t0: v} if v > 1e-9 else {}) for j, v in zip(jobs, x1.tolist())}
+            whole = {t0: 1.0}
+            return {j.id: (whole if v == 1.0 else {t0: v} if v > 1e-9 else {})
+                    for j, v in zip(jobs, x1.tolist())}
         fast = entry()
         if fast is None:
             return self.allocation_reference(snap, jobs)

@@ -250,10 +250,12 @@ def _runs_somewhere(sn, j) -> bool:
 
 class RefRound(RefGavelMinTotalDuration):
     """The older build's round (every job in the LP, served by ``run_round``) with the
-    allocation of today's: what ``schedule`` adds around the allocation is compared."""
+    allocation of today's, each job's mapping a copy of its own: what ``schedule`` adds
+    around the allocation is compared, and so is the sharing of one mapping by the jobs
+    with all of a type (run_round's memos by mapping)."""
 
     def allocation(self, sn, jobs):
-        return GavelMinTotalDuration().allocation(sn, jobs)
+        return {k: dict(v) for k, v in GavelMinTotalDuration().allocation(sn, jobs).items()}
 
 
 def same_schedule(sn, nodes, jobs):
