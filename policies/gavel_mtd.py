@@ -24,6 +24,7 @@ used instead of the LPs; on several types both are solved with HiGHS.
 """
 from __future__ import annotations
 
+from math import isfinite
 from typing import Optional
 
 from .base import Policy
@@ -49,42 +50,44 @@ def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
 Z_SLACK = 1e-6  # the second stage keeps z >= (1 - Z_SLACK) z* (module docstring)
 
 
-def one_type(rate, rem, gpus, cap: float):
-    """Both stages in closed form on one GPU type of ``cap`` GPUs (numpy arrays over the
-    jobs, in the LP's order: iterations/s, remaining iterations, GPUs).  Stage 1: with
+def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
+    """Both stages in closed form on one GPU type of ``cap`` GPUs (lists over the jobs, in
+    the LP's order: iterations/s, remaining iterations, GPUs; plain Python: a round has
+    tens of jobs in simulation, where numpy's per-call cost was most of it).  Stage 1: with
     ``t_j = remaining_j / r_j`` (its run time alone), z* = min(min_j r_j / remaining_j,
     cap / Σ_j n_j t_j): a job cannot finish sooner than alone, nor all of them sooner
     than their GPU-seconds allow (0 where some job has rate 0: its row forces it).
     Stage 2 is then a fractional knapsack: every job gets ``remaining_j z* / r_j`` (z*
     itself: no slack is needed without a solver's tolerance), and what capacity is left
-    raises jobs to 1 in decreasing
-    ``r_j / (remaining_j n_j)`` (the objective per GPU), ties in the LP's order (submit
-    time, id), the last one fractionally — the second stage's exact optimum."""
-    import numpy as np
-
-    nj = rate.size
-    x = np.zeros(nj)
-    pos = rate > 0.0
-    if not pos.any() or not cap > 0.0:
+    raises jobs to 1 in decreasing ``r_j / (remaining_j n_j)`` (the objective per GPU),
+    ties in the LP's order (submit time, id), the last one fractionally — the second
+    stage's exact optimum."""
+    n = len(rate)
+    x = [0.0] * n
+    pos = [i for i in range(n) if rate[i] > 0.0]
+    if not pos or not cap > 0.0:
         return x
-    z = min(float((rate / rem).min()), cap / float((gpus * rem / rate).sum())) \
-        if pos.all() else 0.0
-    x[pos] = np.minimum(rem[pos] * z / rate[pos], 1.0)
-    left = cap - float((gpus * x).sum())
+    if len(pos) == n:
+        z = min(min(r / m for r, m in zip(rate, rem)),
+                cap / sum(g * m / r for r, m, g in zip(rate, rem, gpus)))
+    else:
+        z = 0.0
+    left = cap
+    for i in pos:
+        v = rem[i] * z / rate[i]
+        x[i] = v = v if v < 1.0 else 1.0
+        left -= gpus[i] * v
     if left <= 0.0:
         return x
-    gain = np.where(pos, rate / (rem * gpus), 0.0)
-    order = np.lexsort((np.arange(nj), -gain))  # by gain, descending; ties: LP order
-    order = order[pos[order]]
-    need = gpus[order] * (1.0 - x[order])
-    cum = np.cumsum(need)
-    full = cum <= left
-    k = int(full.argmin()) if not full.all() else order.size
-    x[order[:k]] = 1.0
-    if k < order.size:  # the first that does not fit whole: what is left
-        used = float(cum[k - 1]) if k else 0.0
-        i = order[k]
-        x[i] = min(1.0, x[i] + (left - used) / gpus[i])
+    # by gain, descending; ties: LP order
+    for i in sorted(pos, key=lambda i: (-rate[i] / (rem[i] * gpus[i]), i)):
+        need = gpus[i] * (1.0 - x[i])
+        if need > left:  # the first that does not fit whole: what is left
+            v = x[i] + left / gpus[i]
+            x[i] = v if v < 1.0 else 1.0
+            break
+        x[i] = 1.0
+        left -= need
     return x
 
 
@@ -133,7 +136,6 @@ class GavelMinTotalDuration(Policy):
         is not finite, or the fast entry is unavailable on several types,
         :meth:`allocation_reference` (linprog then raises its own error).  The mappings
         are read-only: jobs with the same share may share one."""
-        import numpy as np  # here, not at import: listing policies stays light (start-up)
         from .highs_direct import entry
 
         types = type_capacity(snap)
@@ -150,17 +152,20 @@ class GavelMinTotalDuration(Policy):
             if r is None:
                 r = memo[key] = _rate_row(snap, j, caps)
             rows.append(r)
-        rate = np.array(rows).reshape(nj, nt)
-        rem = np.array([max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs])
-        gpus = np.array([float(j.num_gpus) for j in jobs])
-        if not (np.isfinite(rate).all() and np.isfinite(rem).all()):
+        rem_l = [max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs]
+        if not (all(map(isfinite, rem_l)) and all(isfinite(v) for r in rows for v in r)):
             return self.allocation_reference(snap, jobs)  # linprog's ValueError
         if nt == 1:  # jobs with all of the type share one mapping (run_round's memos)
             t0 = tnames[0]
-            x1 = one_type(rate[:, 0], rem, gpus, float(types[t0][0]))
+            x1 = one_type([r[0] for r in rows], rem_l, [float(j.num_gpus) for j in jobs],
+                          float(types[t0][0]))
             whole = {t0: 1.0}
             return {j.id: (whole if v == 1.0 else {t0: v} if v > 1e-9 else {})
-                    for j, v in zip(jobs, x1.tolist())}
+                    for j, v in zip(jobs, x1)}
+        import numpy as np  # here, not at import: listing policies stays light (start-up)
+        rate = np.array(rows).reshape(nj, nt)
+        rem = np.array(rem_l)
+        gpus = np.array([float(j.num_gpus) for j in jobs])
         fast = entry()
         if fast is None:
             return self.allocation_reference(snap, jobs)
