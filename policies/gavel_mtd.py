@@ -18,8 +18,9 @@ other shares, so other round priorities and pre-emptions).  A second stage fixes
 keeping ``z ≥ (1 − 10⁻⁶) z*`` (:data:`Z_SLACK`, on several types: HiGHS's own
 feasibility tolerance is 10⁻⁷; the closed form keeps z* itself) it maximises ``Σ_j Σ_t r[j][t] X[j][t] / remaining_j`` — per job the fraction of its
 remaining work done per second — so what is left goes to the jobs nearest to finishing.
-That stage's costs are scaled so the largest is 1 (the same optimum; HiGHS's dual
-tolerance is absolute).  On one GPU type both stages have a closed form (:func:`one_type`),
+That stage's costs are scaled so the largest is 1, and both stages' makespan rows and z
+are scaled to order 1 (:func:`lp_scale`; the same optimum: HiGHS's tolerances are
+absolute).  On one GPU type both stages have a closed form (:func:`one_type`),
 used instead of the LPs; on several types both are solved with HiGHS.
 """
 from __future__ import annotations
@@ -91,10 +92,25 @@ def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
     return x
 
 
+def lp_scale(rate, rem) -> tuple:
+    """(d, z_ub) for the LPs on several types: each job's makespan row divided by
+    ``d_j`` = its largest rate (1 where it has none), and z = z_ub · w with z_ub =
+    min_j d_j / remaining_j (no job finishes sooner than on its fastest type alone, so
+    w ≤ 1).  The same LP, but its rows and w of order 1: z itself is 1 / makespan in
+    seconds (10⁻⁴ for a 3-hour makespan, 10⁻⁷ at four months) and HiGHS's feasibility
+    tolerance is 10⁻⁷ absolute, so unscaled it could take z = 0 for a feasible z*
+    (found by hypothesis: an 8-GPU job of 10⁷ iterations beside a short one)."""
+    import numpy as np
+
+    rmax = rate.max(axis=1) if rate.shape[1] else np.zeros(rate.shape[0])
+    d = np.where(rmax > 0.0, rmax, 1.0)
+    return d, float((rmax / rem).min())
+
+
 def second_stage(rate, rem, z: float, bounds):
     """Stage 2's costs and bounds for the LP of :meth:`GavelMinTotalDuration.allocation`
-    (X row-major, then z): minimise ``−Σ r X / remaining`` scaled so the largest cost is
-    1, z at least (1 − Z_SLACK) ``z`` (stage 1's)."""
+    (X row-major, then w = z / z_ub, :func:`lp_scale`): minimise ``−Σ r X / remaining``
+    scaled so the largest cost is 1, w at least (1 − Z_SLACK) ``z`` (stage 1's w)."""
     import numpy as np
 
     c = np.zeros(bounds.shape[0])
@@ -170,11 +186,13 @@ class GavelMinTotalDuration(Policy):
         if fast is None:
             return self.allocation_reference(snap, jobs)
         nx = nj * nt
-        nv = nx + 1  # X (row-major) then z
+        nv = nx + 1  # X (row-major) then w = z / z_ub
         c = np.zeros(nv)
         c[-1] = -1.0
-        # column (i, k) of X: rows i (1), nj + k (n_i), nj + nt + i (−r_ik), in this order;
-        # column z: rows nj + nt + i (rem_i); zeros left out (the entries linprog keeps)
+        d, z_ub = lp_scale(rate, rem)
+        # column (i, k) of X: rows i (1), nj + k (n_i), nj + nt + i (−r_ik / d_i), in this
+        # order; column w: rows nj + nt + i (rem_i z_ub / d_i); zeros left out (the entries
+        # linprog keeps)
         ridx = np.empty((nj, nt, 3), dtype=np.int64)
         ridx[:, :, 0] = np.arange(nj, dtype=np.int64)[:, None]
         ridx[:, :, 1] = (nj + np.arange(nt, dtype=np.int64))[None, :]
@@ -182,20 +200,21 @@ class GavelMinTotalDuration(Policy):
         vals = np.empty((nj, nt, 3))
         vals[:, :, 0] = 1.0
         vals[:, :, 1] = gpus[:, None]
-        vals[:, :, 2] = -rate
+        vals[:, :, 2] = -rate / d[:, None]
+        zval = rem * z_ub / d
         keep = vals != 0.0
-        zkeep = rem != 0.0
+        zkeep = zval != 0.0
         indptr = np.zeros(nv + 1, dtype=np.int64)
         indptr[1:nx + 1] = np.cumsum(keep.sum(axis=2).reshape(-1))
         indptr[nv] = indptr[nx] + int(zkeep.sum())
         indices = np.concatenate((ridx[keep], (nj + nt + np.arange(nj, dtype=np.int64))[zkeep]))
-        data = np.concatenate((vals[keep], rem[zkeep]))
+        data = np.concatenate((vals[keep], zval[zkeep]))
         b_ub = np.array([1.0] * nj + [float(types[t][0]) for t in tnames] + [0.0] * nj)
         if not np.isfinite(b_ub).all():
             return self.allocation_reference(snap, jobs)  # linprog's ValueError
         bounds = np.zeros((nv, 2))
         bounds[:nx, 1] = np.where(rate.reshape(-1) > 0, 1.0, 0.0)
-        bounds[nx, 1] = np.inf
+        bounds[nx, 1] = 1.0
         x = fast.solve(c, indptr, indices, data, b_ub, bounds)
         if x is None:  # not linprog's plain success: linprog itself (its answer or error)
             return self.allocation_reference(snap, jobs)
@@ -225,9 +244,10 @@ class GavelMinTotalDuration(Policy):
         rate = np.array([[iter_rate(snap, j, t, types[t][1]) if j.num_gpus <= types[t][0] else 0.0
                           for t in tnames] for j in jobs])
         rem = np.array([max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs])
-        nv = nj * nt + 1  # X (row-major) then z
+        nv = nj * nt + 1  # X (row-major) then w = z / z_ub (lp_scale)
         c = np.zeros(nv)
         c[-1] = -1.0
+        d, z_ub = lp_scale(rate, rem)
         # A_ub as a sparse matrix (2 nj + nt rows of nv columns would be ~3.6 GB dense at
         # 15,000 jobs); the same non-zero entries as the dense rows, so HiGHS gets the same
         # CSC input (linprog converts a dense A_ub to CSC dropping its zeros)
@@ -245,17 +265,17 @@ class GavelMinTotalDuration(Policy):
         for k in range(nt):  # Σ_j n_j X ≤ G_t
             for i, j in enumerate(jobs):
                 put(nj + k, i * nt + k, float(j.num_gpus))
-        for i in range(nj):  # rem_j z − Σ_t r X ≤ 0
+        for i in range(nj):  # (rem_j z − Σ_t r X) / d_j ≤ 0, z = z_ub w
             for k in range(nt):
-                put(nj + nt + i, i * nt + k, -rate[i, k])
-            put(nj + nt + i, nv - 1, rem[i])
+                put(nj + nt + i, i * nt + k, -rate[i, k] / d[i])
+            put(nj + nt + i, nv - 1, rem[i] * z_ub / d[i])
         rhs = [1.0] * nj + [float(types[t][0]) for t in tnames] + [0.0] * nj
         a_ub = coo_array((vals, (ri, ci)), shape=(2 * nj + nt, nv)).tocsr()
-        bounds = [(0.0, 1.0 if rate[i // nt, i % nt] > 0 else 0.0) for i in range(nj * nt)] + [(0, None)]
+        bounds = [(0.0, 1.0 if rate[i // nt, i % nt] > 0 else 0.0) for i in range(nj * nt)] + [(0, 1.0)]
         res = linprog(c, A_ub=a_ub, b_ub=np.array(rhs), bounds=bounds, method="highs")
         if res.status != 0:
             raise RuntimeError(f"gavel-mtd: LP failed ({res.message})")
-        # stage 2 (module docstring): the same rows, z kept, Σ r X / remaining maximised
+        # stage 2 (module docstring): the same rows, w kept, Σ r X / remaining maximised
         c2, bounds2 = second_stage(rate, rem, float(res.x[-1]),
                                    np.array([(lo, np.inf if hi is None else hi)
                                              for lo, hi in bounds], dtype=float))
