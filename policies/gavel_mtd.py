@@ -16,12 +16,13 @@ job has its share ``remaining_j · z* / r_j``, the capacity left over can go any
 a solver's pivoting decided where (another method, presolve setting or HiGHS release gave
 other shares, so other round priorities and pre-emptions).  A second stage fixes it:
 keeping ``z ≥ (1 − 10⁻⁶) z*`` (:data:`Z_SLACK`, on several types: HiGHS's own
-feasibility tolerance is 10⁻⁷; the closed form keeps z* itself) it maximises ``Σ_j Σ_t r[j][t] X[j][t] / remaining_j`` — per job the fraction of its
-remaining work done per second — so what is left goes to the jobs nearest to finishing.
-That stage's costs are scaled so the largest is 1, and both stages' makespan rows and z
-are scaled to order 1 (:func:`lp_scale`; the same optimum: HiGHS's tolerances are
-absolute).  On one GPU type both stages have a closed form (:func:`one_type`),
-used instead of the LPs; on several types both are solved with HiGHS.
+feasibility tolerance is 10⁻⁷; the closed form keeps z* itself) it maximises
+``Σ_j Σ_t r[j][t] X[j][t] / remaining_j`` — per job the fraction of its remaining work
+done per second — so what is left goes to the jobs nearest to finishing.  That stage's
+costs are scaled so the largest is 1, and both stages' makespan rows and z are scaled to
+order 1 (:func:`lp_scale`; the same optimum: HiGHS's tolerances are absolute).  On one
+GPU type both stages have a closed form (:func:`one_type`), used instead of the LPs; on
+several types both are solved with HiGHS.
 """
 from __future__ import annotations
 
