@@ -266,10 +266,13 @@ class GavelMinTotalDuration(Policy):
         for k in range(nt):  # Σ_j n_j X ≤ G_t
             for i, j in enumerate(jobs):
                 put(nj + k, i * nt + k, float(j.num_gpus))
+        # an infinite length makes its rem·z_ub inf·0 = NaN: linprog's ValueError, unwarned
+        with np.errstate(invalid="ignore"):
+            zval = rem * z_ub / d
         for i in range(nj):  # (rem_j z − Σ_t r X) / d_j ≤ 0, z = z_ub w
             for k in range(nt):
                 put(nj + nt + i, i * nt + k, -rate[i, k] / d[i])
-            put(nj + nt + i, nv - 1, rem[i] * z_ub / d[i])
+            put(nj + nt + i, nv - 1, zval[i])
         rhs = [1.0] * nj + [float(types[t][0]) for t in tnames] + [0.0] * nj
         a_ub = coo_array((vals, (ri, ci)), shape=(2 * nj + nt, nv)).tocsr()
         bounds = [(0.0, 1.0 if rate[i // nt, i % nt] > 0 else 0.0) for i in range(nj * nt)] + [(0, 1.0)]
