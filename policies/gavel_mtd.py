@@ -108,10 +108,10 @@ def lp_scale(rate, rem) -> tuple:
     return d, float((rmax / rem).min())
 
 
-def second_stage(rate, rem, z: float, bounds):
+def second_stage(rate, rem, w: float, bounds):
     """Stage 2's costs and bounds for the LP of :meth:`GavelMinTotalDuration.allocation`
     (X row-major, then w = z / z_ub, :func:`lp_scale`): minimise ``−Σ r X / remaining``
-    scaled so the largest cost is 1, w at least (1 − Z_SLACK) ``z`` (stage 1's w)."""
+    scaled so the largest cost is 1, w at least (1 − Z_SLACK) ``w`` (stage 1's)."""
     import numpy as np
 
     c = np.zeros(bounds.shape[0])
@@ -120,7 +120,7 @@ def second_stage(rate, rem, z: float, bounds):
     if top > 0.0:
         c[:-1] = -(g / top)
     b = bounds.copy()
-    b[-1, 0] = max(0.0, z) * (1.0 - Z_SLACK)
+    b[-1, 0] = max(0.0, w) * (1.0 - Z_SLACK)
     return c, b
 
 
