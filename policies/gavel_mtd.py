@@ -22,19 +22,23 @@ done per second — so what is left goes to the jobs nearest to finishing.  That
 costs are scaled so the largest is 1, and both stages' makespan rows and z are scaled to
 order 1 (:func:`lp_scale`; the same optimum: HiGHS's tolerances are absolute).  On one
 GPU type both stages have a closed form (:func:`one_type`), used instead of the LPs; on
-several types both are solved with HiGHS.
+several types both are solved with HiGHS.  Where one GPU type has room for every job (the
+usual round on a large cluster), every X is 1 and the round is served without the
+allocation or a per-job reason (:meth:`GavelMinTotalDuration._whole`,
+:func:`policies.gavel_rounds.run_round_whole`: the same Plan).
 """
 from __future__ import annotations
 
-from math import isfinite
+from math import inf, isfinite
+from operator import attrgetter, is_
 from typing import Optional
 
 from .base import Policy
-from .gavel_rounds import iter_rate, run_round
+from .gavel_rounds import iter_rate, keeps_gpus, run_round, run_round_whole
 from .model import ClusterSnapshot
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
-from .typed_rounds import type_capacity
+from .typed_rounds import node_memo, type_capacity
 
 
 def _caps(types: dict) -> list:
@@ -49,6 +53,7 @@ def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
     return [iter_rate(snap, job, t, per) if job.num_gpus <= g else 0.0 for t, g, per in caps]
 
 
+_NGPU = attrgetter("num_gpus")
 Z_SLACK = 1e-6  # the second stage keeps z >= (1 - Z_SLACK) z* (module docstring)
 
 
@@ -63,12 +68,16 @@ def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
     itself: no slack is needed without a solver's tolerance), and what capacity is left
     raises jobs to 1 in decreasing ``r_j / (remaining_j n_j)`` (the objective per GPU),
     ties in the LP's order (submit time, id), the last one fractionally — the second
-    stage's exact optimum."""
+    stage's exact optimum.  Where every job has a rate and Σ_j n_j ≤ cap, every X is 1
+    (both stages' optimum: X ≤ 1 bounds z by min r/remaining, and every cost is
+    positive), returned as such: the knapsack's subtractions could round one below 1."""
     n = len(rate)
     x = [0.0] * n
     pos = [i for i in range(n) if rate[i] > 0.0]
     if not pos or not cap > 0.0:
         return x
+    if len(pos) == n and sum(gpus) <= cap:  # all fit: X = 1 is both stages' optimum, exactly
+        return [1.0] * n
     if len(pos) == n:
         z = min(min(r / m for r, m in zip(rate, rem)),
                 cap / sum(g * m / r for r, m, g in zip(rate, rem, gpus)))
@@ -136,6 +145,7 @@ class GavelMinTotalDuration(Policy):
         if not round_length > 0:
             raise ValueError(f"gavel-mtd: round_length must be > 0 seconds, not {round_length!r}")
         self.round_length = float(round_length)
+        self._whole_memo: dict = {}  # _whole's checked views, across calls
 
     def allocation(self, snap: ClusterSnapshot, jobs,
                    rate_rows: Optional[dict] = None) -> dict[str, dict[str, float]]:
@@ -290,6 +300,47 @@ class GavelMinTotalDuration(Policy):
         return {j.id: {t: float(x[i, k]) for k, t in enumerate(tnames) if x[i, k] > 1e-9}
                 for i, j in enumerate(jobs)}
 
+    def _whole(self, snap: ClusterSnapshot, types: dict):
+        """The Plan where one GPU type has room for every job of the snapshot and every
+        running job keeps its GPUs (:func:`run_round_whole`), or None.  There every X is
+        1 (:func:`one_type`'s first case, whatever the lengths, so none is read).  What
+        :meth:`schedule` would do otherwise is left to it: a job with no rate or a
+        non-finite one, a non-finite length (linprog's error), a running job that does
+        not keep its GPUs.  Those checks read a job's view and the call's context only
+        (profiles, speed table, node map, the type's GPUs), so a view that passed them is
+        remembered by identity (views are immutable) while the context stays: a round
+        checks only the views new since the last one."""
+        ((t0, (cap, per, _)),) = types.items()
+        gtype_of = node_memo(snap.nodes)[1]
+        memo = self._whole_memo
+        ctx = memo.get("ctx")
+        if (ctx is None or ctx[0] is not snap.profiles or ctx[1] is not snap.gpu_types
+                or ctx[2] is not gtype_of or ctx[3:] != (t0, cap, per)):
+            memo.clear()
+            memo["ctx"] = (snap.profiles, snap.gpu_types, gtype_of, t0, cap, per)
+            memo["views"], memo["ok"] = {}, {}
+        jobs = list(snap.jobs.values())
+        ids = list(map(id, jobs))
+        if not all(map(is_, map(memo["views"].get, ids), jobs)):
+            views, ok_of, caps = memo["views"], memo["ok"], [(t0, cap, per)]
+            for j in jobs:
+                if views.get(id(j)) is j:
+                    continue
+                key = (j.app, j.num_gpus, j.global_batch)
+                ok = ok_of.get(key)
+                if ok is None:
+                    ok = ok_of[key] = 0.0 < _rate_row(snap, j, caps)[0] < inf
+                it = j.total_iters
+                if (not ok or (it is not None and not isfinite(it))
+                        or (j.running and not keeps_gpus(j, gtype_of, t0))):
+                    return None
+        memo["views"] = dict(zip(ids, jobs))  # the views of this call only
+        if sum(map(_NGPU, jobs)) > cap:
+            return None
+        running = [j for j in jobs if j.running]
+        waiting = [j for j in jobs if not j.running] if len(running) < len(jobs) else []
+        return run_round_whole(snap, self.name, running, waiting, t0, "min-total-duration")
+
     def schedule(self, snap: ClusterSnapshot):
         """The LP over the jobs with a positive rate on some GPU type, served by
         :func:`run_round`.  A job with rate 0 on every type (more GPUs than any type has,
@@ -298,8 +349,12 @@ class GavelMinTotalDuration(Policy):
         z = 0, which makes every X optimal — all zero included — and idled the whole
         cluster.  Such a job waits: INFEASIBLE (in ``plan.infeasible``) where it asks more
         GPUs than any type has, WAIT_RESOURCES naming the missing rate otherwise."""
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         types = type_capacity(snap)
+        if len(types) == 1:
+            plan = self._whole(snap, types)
+            if plan is not None:
+                return plan
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         most = max((v[0] for v in types.values()), default=0)
         caps = _caps(types)
         rows: dict = {}  # (app, GPUs, batch) -> rate row, handed on to allocation

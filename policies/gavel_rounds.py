@@ -17,8 +17,9 @@ from typing import Mapping
 
 from .model import ClusterSnapshot, Job
 from .plan import ReasonCode, make_plan, reason
-from .base import keep_running_reasons
-from .typed_rounds import apply_decisions, type_capacity
+from .base import FreeGpus, keep_running_reasons
+from .typed_rounds import (all_of_type, apply_decisions, current_batch, free_of_type, node_memo,
+                           start_on, type_capacity)
 
 
 class _Pick:
@@ -38,6 +39,19 @@ def iter_rate(snap: ClusterSnapshot, job: Job, gtype: str, per_node: int) -> flo
     s = prof.min_accum_steps(local)
     nodes = -(-n // max(per_node, 1))
     return snap.gpu_types.speed(job.app, gtype) / prof.iter_time(local, n, nodes, s)
+
+
+def _nums(xs: Mapping[str, float], gpu_type: str) -> dict:
+    return {f"x_{t}": v for t, v in sorted(xs.items())} | {"gpu_type_x": xs.get(gpu_type, 0.0)}
+
+
+def _started(j: Job, opt, label: str, nums: dict):
+    code = ReasonCode.RESUMED if j.start_time is not None else ReasonCode.STARTED
+    return reason(code, f"{opt.ngpu} x {opt.gpu_type}: highest {label} priority", **nums)
+
+
+def _kept(label: str, nums: dict):
+    return reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share", **nums)
 
 
 def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
@@ -80,12 +94,10 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
                 break
 
     def nums(j, opt):
-        xs = alloc.get(j.id, {})
-        return {f"x_{t}": v for t, v in sorted(xs.items())} | {"gpu_type_x": xs.get(opt.gpu_type, 0.0)}
+        return _nums(alloc.get(j.id, {}), opt.gpu_type)
 
     def started(j, opt):
-        code = ReasonCode.RESUMED if j.start_time is not None else ReasonCode.STARTED
-        return reason(code, f"{opt.ngpu} x {opt.gpu_type}: highest {label} priority", **nums(j, opt))
+        return _started(j, opt, label, nums(j, opt))
 
     kept_reason: dict[tuple, object] = {}
 
@@ -93,8 +105,7 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
         key = (id(alloc.get(j.id, empty)), opt.gpu_type)
         r = kept_reason.get(key)
         if r is None:
-            r = kept_reason[key] = reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share",
-                                          **nums(j, opt))
+            r = kept_reason[key] = _kept(label, nums(j, opt))
         return r
 
     preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
@@ -107,3 +118,54 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
                                        f"lower {label} priority this round")
     keep_running_reasons(snap, reasons)
     return make_plan(name, list(preempted.values()) + starts, order, reasons)
+
+
+
+def keeps_gpus(j: Job, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
+    """Whether running job ``j`` keeps its GPUs at a round that decides it ``gpu_type``
+    with its own GPU count and batch (:func:`apply_decisions`' test)."""
+    alloc = j.allocation
+    return (len(alloc.gpus) == j.num_gpus and current_batch(j) == j.global_batch
+            and all_of_type(alloc, gtype_of, gpu_type))
+
+
+def run_round_whole(snap: ClusterSnapshot, name: str, running: list[Job], waiting: list[Job],
+                    gpu_type: str, label: str):
+    """:func:`run_round`'s Plan where every job of the snapshot (``running`` and
+    ``waiting``, in any order) has the allocation ``{gpu_type: 1.0}``, the type has GPUs
+    for them all and every running job :func:`keeps_gpus` (the caller checked: one GPU
+    type, Σ n_j ≤ its GPUs).
+
+    Why it is the same Plan.  Every X totals 1, so every job is decided (the type's count
+    covers them all, in whatever order) on ``gpu_type`` with its own GPU count and batch;
+    the running jobs keep their GPUs with the one KEEP_RUNNING reason of the mapping, the
+    jobs started are the waiting ones, in priority order (``x / received``: the same key
+    as :func:`run_round`'s), on the GPUs the kept jobs leave, and no job is left in the
+    order.  What is spared is per-job work at every round: the allocation mappings, the
+    sort of the running jobs, a reason per running job (one shared segment)."""
+    nums = _nums({gpu_type: 1.0}, gpu_type)
+    shared = ((tuple(j.id for j in running), _kept(label, nums)),) if running else ()
+    if not waiting:
+        return make_plan(name, [], [], {}, shared=shared)
+    now, executed = snap.now, snap.executed_time
+
+    def prio(j: Job):  # run_round's key with x = 1
+        age = now - j.submit_time
+        got = executed(j) / age if age > 0 else 0.0
+        p = math.inf if got <= 0 else 1.0 / got
+        return (-p, j.submit_time, j.id)
+
+    kept = {j.id: j.allocation.gpus for j in running}
+    of_type = node_memo(snap.nodes)[2]
+    pool = FreeGpus(free_of_type(of_type, gpu_type, kept, set(), set()), snap.node_rank)
+    starts, reasons = [], {}
+    for j in sorted(waiting, key=prio):
+        opt = _Pick(gpu_type, j.num_gpus, j.global_batch)
+        gpus = pool.pick(opt.ngpu)
+        if gpus is None:
+            raise AssertionError(f"no {opt.ngpu} free {gpu_type} GPUs for {j.id}: "
+                                 "the caller counted capacity wrongly")
+        pool.take(gpus)
+        starts.append(start_on(snap, j, gpus, opt.batch))
+        reasons[j.id] = _started(j, opt, label, nums)
+    return make_plan(name, starts, [], reasons, shared=shared)
