@@ -34,11 +34,11 @@ from operator import attrgetter, is_
 from typing import Optional
 
 from .base import Policy
-from .gavel_rounds import iter_rate, keeps_gpus, run_round, run_round_whole
+from .gavel_rounds import iter_rate, run_round, run_round_whole
 from .model import ClusterSnapshot
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
-from .typed_rounds import node_memo, type_capacity
+from .typed_rounds import keeps_own, node_memo, type_capacity
 
 
 def _caps(types: dict) -> list:
@@ -332,7 +332,7 @@ class GavelMinTotalDuration(Policy):
                     ok = ok_of[key] = 0.0 < _rate_row(snap, j, caps)[0] < inf
                 it = j.total_iters
                 if (not ok or (it is not None and not isfinite(it))
-                        or (j.running and not keeps_gpus(j, gtype_of, t0))):
+                        or (j.running and not keeps_own(j, gtype_of, t0))):
                     return None
         memo["views"] = dict(zip(ids, jobs))  # the views of this call only
         if sum(map(_NGPU, jobs)) > cap:

@@ -18,8 +18,7 @@ from typing import Mapping
 from .model import ClusterSnapshot, Job
 from .plan import ReasonCode, make_plan, reason
 from .base import FreeGpus, keep_running_reasons
-from .typed_rounds import (all_of_type, apply_decisions, current_batch, free_of_type, node_memo,
-                           start_on, type_capacity)
+from .typed_rounds import apply_decisions, free_of_type, node_memo, take_start, type_capacity
 
 
 class _Pick:
@@ -54,6 +53,15 @@ def _kept(label: str, nums: dict):
     return reason(ReasonCode.KEEP_RUNNING, f"still within its {label} share", **nums)
 
 
+def _priority(j: Job, x: float, now: float, executed) -> tuple:
+    """Sort key of Gavel's priority ``x / received`` (highest first; nothing received:
+    first; x = 0: last), ties by submit time and id."""
+    age = now - j.submit_time
+    got = executed(j) / age if age > 0 else 0.0
+    p = math.inf if got <= 0 else x / got
+    return (-p if x > 1e-9 else math.inf, j.submit_time, j.id)
+
+
 def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
               alloc: Mapping[str, Mapping[str, float]], label: str):
     """Serve ``jobs`` by Gavel priority under allocation ``alloc`` (job -> type -> X).
@@ -74,10 +82,7 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
         x = total_of.get(id(xs))
         if x is None:
             x = total_of[id(xs)] = sum(xs.values())
-        age = now - j.submit_time
-        got = executed(j) / age if age > 0 else 0.0
-        p = math.inf if got <= 0 else x / got
-        return (-p if x > 1e-9 else math.inf, j.submit_time, j.id)
+        return _priority(j, x, now, executed)
 
     ordered = sorted(jobs, key=prio)
     decided = {}
@@ -120,20 +125,11 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
     return make_plan(name, list(preempted.values()) + starts, order, reasons)
 
 
-
-def keeps_gpus(j: Job, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
-    """Whether running job ``j`` keeps its GPUs at a round that decides it ``gpu_type``
-    with its own GPU count and batch (:func:`apply_decisions`' test)."""
-    alloc = j.allocation
-    return (len(alloc.gpus) == j.num_gpus and current_batch(j) == j.global_batch
-            and all_of_type(alloc, gtype_of, gpu_type))
-
-
 def run_round_whole(snap: ClusterSnapshot, name: str, running: list[Job], waiting: list[Job],
                     gpu_type: str, label: str):
     """:func:`run_round`'s Plan where every job of the snapshot (``running`` and
     ``waiting``, in any order) has the allocation ``{gpu_type: 1.0}``, the type has GPUs
-    for them all and every running job :func:`keeps_gpus` (the caller checked: one GPU
+    for them all and every running job keeps its GPUs (:func:`~policies.typed_rounds.keeps_own`; the caller checked: one GPU
     type, Σ n_j ≤ its GPUs).
 
     Why it is the same Plan.  Every X totals 1, so every job is decided (the type's count
@@ -148,24 +144,12 @@ def run_round_whole(snap: ClusterSnapshot, name: str, running: list[Job], waitin
     if not waiting:
         return make_plan(name, [], [], {}, shared=shared)
     now, executed = snap.now, snap.executed_time
-
-    def prio(j: Job):  # run_round's key with x = 1
-        age = now - j.submit_time
-        got = executed(j) / age if age > 0 else 0.0
-        p = math.inf if got <= 0 else 1.0 / got
-        return (-p, j.submit_time, j.id)
-
     kept = {j.id: j.allocation.gpus for j in running}
     of_type = node_memo(snap.nodes)[2]
     pool = FreeGpus(free_of_type(of_type, gpu_type, kept, set(), set()), snap.node_rank)
     starts, reasons = [], {}
-    for j in sorted(waiting, key=prio):
+    for j in sorted(waiting, key=lambda j: _priority(j, 1.0, now, executed)):
         opt = _Pick(gpu_type, j.num_gpus, j.global_batch)
-        gpus = pool.pick(opt.ngpu)
-        if gpus is None:
-            raise AssertionError(f"no {opt.ngpu} free {gpu_type} GPUs for {j.id}: "
-                                 "the caller counted capacity wrongly")
-        pool.take(gpus)
-        starts.append(start_on(snap, j, gpus, opt.batch))
+        starts.append(take_start(snap, pool, j, opt))
         reasons[j.id] = _started(j, opt, label, nums)
     return make_plan(name, starts, [], reasons, shared=shared)

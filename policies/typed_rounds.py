@@ -98,6 +98,26 @@ def current_batch(job: Job) -> int:
     return (job.allocation.global_batch if job.allocation is not None else None) or job.global_batch
 
 
+def keeps_own(job: Job, gtype_of: Mapping[str, str], gpu_type: str) -> bool:
+    """Whether running ``job`` keeps its GPUs under :func:`apply_decisions` with re-scheduling
+    when its choice is ``gpu_type`` with its own GPU count and batch (that function's test,
+    inlined in its loops)."""
+    alloc = job.allocation
+    return (len(alloc.gpus) == job.num_gpus and current_batch(job) == job.global_batch
+            and all_of_type(alloc, gtype_of, gpu_type))
+
+
+def take_start(snap: ClusterSnapshot, pool: FreeGpus, job: Job, opt: Choice) -> StartJob:
+    """Start ``job`` as ``opt`` on GPUs picked from ``pool`` (a type's free GPUs), taken from
+    it; the caller counted the type's capacity, so there are enough."""
+    gpus = pool.pick(opt.ngpu)  # = pick_consolidated over the type's free GPUs
+    if gpus is None:
+        raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}: "
+                             "the caller counted capacity wrongly")
+    pool.take(gpus)
+    return start_on(snap, job, gpus, opt.batch)
+
+
 _NOHIT = (None, None, None, None)
 _ID = attrgetter("id")
 _GPUS = attrgetter("allocation.gpus")
@@ -215,13 +235,9 @@ def apply_decisions(snap: ClusterSnapshot, queue: list[Job], decided: Mapping[st
         if pool is None:
             pool = free[opt.gpu_type] = FreeGpus(
                 free_of_type(of_type, opt.gpu_type, kept, held, held_nodes), rank)
-        gpus = pool.pick(opt.ngpu)  # = pick_consolidated over the type's free GPUs
-        if gpus is None:
-            raise AssertionError(f"no {opt.ngpu} free {opt.gpu_type} GPUs for {job.id}: "
-                                 "the caller counted capacity wrongly")
-        pool.take(gpus)
-        placed[job.id] = gpus
+        st = take_start(snap, pool, job, opt)
+        placed[job.id] = st.gpus
         batch_of[job.id] = opt.batch
-        starts.append(start_on(snap, job, gpus, opt.batch))
+        starts.append(st)
         reasons[job.id] = started_why(job, opt)
     return preempted, starts, placed, batch_of, reasons
