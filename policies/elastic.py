@@ -327,7 +327,8 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                         ReasonCode.KEEP_RUNNING, f"keeps its share of {n} GPUs",
                         **base, share=float(n), decided_share=decided))
                 reasons[jid] = hit[1]
-    keep_running_reasons(snap, reasons)
+    if len(reasons) < len(jobs):  # else every job has its reason (all are ``jobs``')
+        keep_running_reasons(snap, reasons)
     return make_plan(policy, actions, waiting, reasons)
 
 

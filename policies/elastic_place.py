@@ -44,7 +44,10 @@ from itertools import chain
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from .model import ClusterSnapshot, Gpu, identity_memo
+from .model import ClusterSnapshot, Gpu, JobState, identity_memo
+from .records import any_shared_gpu
+
+_RUNNING = JobState.RUNNING
 
 
 class _FreeNodes:
@@ -115,6 +118,7 @@ def _rebucket(buckets: dict[int, list], kx: tuple, old: int, new: int) -> None:
             insort(buckets.setdefault(new, []), kx)
 
 
+_NONE: Mapping[str, int] = MappingProxyType({})
 _EMPTY: dict = {}  # node tuple id -> (that tuple, its empty _FreeNodes parts)
 
 
@@ -137,10 +141,43 @@ def _empty_cluster(nodes) -> tuple:
 
 
 _KEEP: dict[int, tuple] = {}  # identity_memo: allocation -> {share: (node tuple, _keep_of)}
+_HELD: dict[int, tuple] = {}  # identity_memo: allocation -> [(node tuple, _held_of)]
 
 
 def _per_share(alloc) -> dict:
     return {}
+
+
+def _slot(alloc) -> list:
+    return [None]
+
+
+def _held_of(alloc, free: Mapping[str, list]) -> tuple:
+    """(the GPUs of ``alloc`` as a frozenset, node -> how many of them lie there for the nodes
+    of ``free``, those GPUs sorted — ``alloc.gpus`` itself where that is the same tuple —,
+    one more than the largest index among them, and their indexes where they are one node's
+    (else ``None``)): what :func:`place` reads of a running job's record, the same for every
+    call with the same node tuple."""
+    held = frozenset(alloc.gpus)
+    mine: dict[str, int] = {}
+    for g in held:
+        if g.node in free:
+            mine[g.node] = mine.get(g.node, 0) + 1
+    on = tuple(sorted(g for g in held if g.node in mine))
+    if on == alloc.gpus:
+        on = alloc.gpus
+    top = max((g.index for g in on), default=-1) + 1
+    one = frozenset(g.index for g in on) if len(mine) == 1 else None
+    return held, MappingProxyType(mine), on, top, one
+
+
+def held_facts(alloc, nodes: tuple, free: Mapping[str, list]) -> tuple:
+    """:func:`_held_of` memoised per allocation record (by identity) and node tuple."""
+    slot = identity_memo(_HELD, alloc, _slot, 100_000)
+    hit = slot[0]
+    if hit is None or hit[0] is not nodes:
+        hit = slot[0] = (nodes, _held_of(alloc, free))
+    return hit[1]
 
 
 def _keep_of(alloc, k: int, per_node: int, nkey: Mapping[str, tuple],
@@ -296,12 +333,11 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
     fn = _FreeNodes(snap)
     free, nkey = fn.free, fn.key
     jobs = snap.jobs
-    gpu_jobs = snap.gpu_jobs
     placed: set[str] = set()
     claims: list[_Claims] = []  # built when first needed
     # a GPU held by two jobs (a daemon snapshot after a packing policy): claims GPU by GPU,
     # and no job keeps its GPUs on the shortcuts below without the general path's tests
-    shared = max(map(len, gpu_jobs.values()), default=0) > 1
+    shared = any_shared_gpu(snap)
 
     def claims_now() -> _Claims:
         if not claims:
@@ -320,17 +356,32 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
 
     # a placed job's current GPUs, and every GPU a placed job holds now: both read from the
     # snapshot (never changed here), so built when first asked for
-    cur: dict[str, Optional[frozenset]] = {}
+    cur: dict[str, Optional[tuple]] = {}
     held_now: set[Gpu] = set()
     held_built = []
 
-    def held(jid: str) -> Optional[frozenset]:
+    nodes = snap.nodes
+
+    def facts(jid: str) -> Optional[tuple]:
+        """:func:`held_facts` of ``jid``'s record (``None``: not running); the memo's hit
+        read inline (this is asked of every running job placed)."""
         h = cur.get(jid, False)
         if h is False:
             job = jobs[jid]
-            h = cur[jid] = (frozenset(job.allocation.gpus)
-                            if job.running and job.allocation is not None else None)
+            alloc = job.allocation
+            if job.state is not _RUNNING or alloc is None:
+                h = None
+            else:
+                hit = _HELD.get(id(alloc))
+                slot = hit[1][0] if hit is not None and hit[0] is alloc else None
+                h = (slot[1] if slot is not None and slot[0] is nodes
+                     else held_facts(alloc, nodes, free))
+            cur[jid] = h
         return h
+
+    def held(jid: str) -> Optional[frozenset]:
+        h = facts(jid)
+        return None if h is None else h[0]
 
     def held_by_any() -> set[Gpu]:
         if not held_built:
@@ -342,12 +393,9 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         return held_now
     out: dict[str, tuple[Gpu, ...]] = {}
 
-    def mine_by_node(jid: str) -> dict[str, int]:
-        m: dict[str, int] = {}
-        for g in held(jid) or ():
-            if g.node in free:
-                m[g.node] = m.get(g.node, 0) + 1
-        return m
+    def mine_by_node(jid: str) -> Mapping[str, int]:
+        h = facts(jid)
+        return _NONE if h is None else h[1]
 
     def take(jid: str, node: str, n: int) -> list[Gpu]:
         idx = free[node]
@@ -393,30 +441,31 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
                 have += min(c, k - have)
         return picked
 
-    def new(j: str) -> bool:
-        job = jobs[j]
-        return not job.running or job.allocation is None
-
     # stable: largest share first, running jobs before new ones, then the priority order
-    order = sorted(sorted(shares, key=new), key=lambda j: -shares[j])
+    order = sorted(shares, key=lambda j: (-shares[j], jobs[j].state is not _RUNNING
+                                          or jobs[j].allocation is None))
     for jid in order:
         k = shares[jid]
         if k < per_node:
             continue
         mark(jid)
-        mine = mine_by_node(jid)
-        if sum(mine.values()) == k and all(c == per_node and len(free[x]) == per_node
-                                           for x, c in mine.items()) \
+        h = facts(jid)
+        mine = _NONE if h is None else h[1]
+        if h is not None and len(h[2]) == k and all(
+                c == per_node and len(free[x]) == per_node for x, c in mine.items()) \
                 and not shared:
             # the job keeps whole nodes, all still free and nobody else's: they come first
             # in the order below (others cannot claim more of a node than the whole node it
             # holds), so the loop takes every free GPU of each (the general path gives the
             # same; its GPUs on nodes not in the snapshot, if any, are left out); where a GPU
-            # is held twice the general path takes them, so that the claims on it lapse
-            gpus = [Gpu(x, i) for x in mine for i in free[x]]
+            # is held twice the general path takes them, so that the claims on it lapse.
+            # A node with ``per_node`` free GPUs has them all, 0 .. per_node - 1: where the
+            # job's indexes lie below that, what it takes is its own GPUs there (h[2])
+            gpus = (h[2] if h[3] <= per_node
+                    else tuple(sorted(Gpu(x, i) for x in mine for i in free[x])))
             for x in mine:
                 setf(x, [])
-            out[jid] = tuple(sorted(gpus))
+            out[jid] = gpus
             continue
         cl = claims_now()
         c = cl.c
@@ -465,14 +514,16 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
                     out[jid] = tuple(now)
                     continue
             elif idx is not None:
-                # k distinct indexes on ``node`` <=> its k GPUs are all that node's
-                mine_idx = {g.index for g in now if g.node == node}
-                if len(mine_idx) == k and mine_idx.issubset(idx):
+                # k distinct GPUs on ``node`` <=> its k GPUs are all that node's (then
+                # h[4] holds their indexes and h[2] the k GPUs sorted)
+                h = facts(jid)
+                if h[1].get(node) == k and h[4].issubset(idx):
+                    mine_idx = h[4]
                     if claims:
                         claims[0].note(node)
                         claims[0].c[node] -= k
                     fn.set(node, [i for i in idx if i not in mine_idx])
-                    out[jid] = tuple(sorted(now))
+                    out[jid] = h[2]
                     continue
         if claims:
             claims[0].release(jid)

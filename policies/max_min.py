@@ -46,6 +46,24 @@ def _demand(rates: Rates, job, cap: int, bound: int) -> int:
     return c
 
 
+def _demands(rates: Rates, jobs: list, cap: dict, bound: int) -> list[int]:
+    """``[_demand(rates, j, cap[j.id], bound) for j in jobs]``, with the memo's final answers
+    for profiled jobs read inline (most jobs of a call, every call)."""
+    upto, unprofiled, profiles = rates.useful_upto, rates.unprofiled, rates.profiles
+    out = []
+    for j in jobs:
+        c = cap[j.id]
+        if j.id not in unprofiled and j.app in profiles:  # rates.profiled(j)
+            m = upto.get((j.app, j.global_batch))
+            if m is not None:
+                top = min(max(c, 1), bound)
+                if m[1] or m[0] >= top:
+                    out.append(min(m[0], top))
+                    continue
+        out.append(_demand(rates, j, c, bound))
+    return out
+
+
 def water_fill(rates: Rates, jobs: list, cap: dict, left: int) -> dict[str, int]:
     """Shares of ``jobs`` (each holding 1 GPU, in priority order) after handing out ``left``
     GPUs one at a time to the job holding the fewest (ties: that order), a job dropping
@@ -60,7 +78,7 @@ def water_fill(rates: Rates, jobs: list, cap: dict, left: int) -> dict[str, int]
     are asked again)."""
     n = len(jobs)
     bound = left // max(n, 1) + 2
-    d = [_demand(rates, j, cap[j.id], bound) for j in jobs]
+    d = _demands(rates, jobs, cap, bound)
     while True:
         srt = sorted(d)
         pre = list(accumulate(srt, initial=0))

@@ -45,3 +45,30 @@ def records_usable(snap: ClusterSnapshot) -> bool:
     """Whether the snapshot carries usable change records of both its GPU map and its job
     map (the simulator's; the daemon's snapshots have none)."""
     return gpu_record(snap) is not None and job_record(snap) is not None
+
+
+_SHARED: list = []  # [gpu record log last read, GPUs held by two jobs or more then]
+
+
+def any_shared_gpu(snap: ClusterSnapshot) -> bool:
+    """Whether some GPU of ``snap.gpu_jobs`` is held by two jobs or more.
+
+    With the simulator's GPU record the answer is kept from the last call that asked, and
+    only the GPUs logged since are looked at again (their entries now decide whether they
+    are shared); otherwise every entry is read."""
+    gj = snap.gpu_jobs
+    log = gpu_record(snap)
+    if log is None:
+        return max(map(len, gj.values()), default=0) > 1
+    if _SHARED and log.extends(_SHARED[0]):
+        shared = _SHARED[1]
+        for g in set(log[len(_SHARED[0]):]):
+            if len(gj.get(g, ())) > 1:
+                shared.add(g)
+            else:
+                shared.discard(g)
+    else:
+        shared = {g for g, on in gj.items() if len(on) > 1}
+        _SHARED[:] = [log, shared]
+    _SHARED[0] = log
+    return bool(shared)
