@@ -268,6 +268,7 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     # (id of a numbers mapping, decided share) -> (that mapping, its WAIT_RESOURCES reason);
     # the mapping is held, so its id names it for the whole call
     idle: dict = {}
+    accum = rates._accum
     for jid in order:
         job = jobs[jid]
         gpus = placed.get(jid)
@@ -288,11 +289,13 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                                   **dict(numbers(job), share=0.0,
                                          decided_share=float(shares.get(jid, 0))))
             continue
-        b, s = rates.config(job, len(gpus))
-        if job.running:
-            old = job.allocation.gpus
-            if (old == gpus or set(old) == set(gpus)) \
-                    and (job.allocation.sub_batch, job.allocation.accum_steps) == (b, s):
+        c = accum.get((job.app, job.global_batch, len(gpus)))  # Rates.config's memo
+        b, s = c if c is not None else rates.config(job, len(gpus))
+        if job.state is running_state:
+            alloc = job.allocation
+            old = alloc.gpus
+            if (old is gpus or old == gpus or set(old) == set(gpus)) \
+                    and alloc.sub_batch == b and alloc.accum_steps == s:
                 # KEEP_RUNNING below: its numbers are asked for there, once (every
                 # ``numbers`` is pure, so when it is asked does not matter)
                 continue
@@ -315,7 +318,7 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
         # immutable KEEP_RUNNING reason for the kept jobs with the same three
         kept: dict = {}
         for jid in jobs:  # in the snapshot's order
-            if jid in missing and jobs[jid].running:
+            if jid in missing and jobs[jid].state is running_state:
                 job = jobs[jid]
                 base = numbers(job)
                 n = len(job.allocation.gpus)

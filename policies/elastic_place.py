@@ -173,7 +173,7 @@ def _held_of(alloc, free: Mapping[str, list]) -> tuple:
 
 def held_facts(alloc, nodes: tuple, free: Mapping[str, list]) -> tuple:
     """:func:`_held_of` memoised per allocation record (by identity) and node tuple."""
-    slot = identity_memo(_HELD, alloc, _slot, 100_000)
+    slot = identity_memo(_HELD, alloc, _slot, 20_000)
     hit = slot[0]
     if hit is None or hit[0] is not nodes:
         hit = slot[0] = (nodes, _held_of(alloc, free))
