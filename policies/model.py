@@ -404,6 +404,22 @@ class Deferred(Frozen):
         return f"Deferred({tuple(self)!r})"
 
 
+class Counted(Deferred):
+    """A :class:`Deferred` whose length is known before it is made: the simulator's
+    ``free_gpus``, whose count it keeps, while the GPUs are chained from its free index
+    only when a consumer reads them (most policies ask only the count, the elastic ones
+    not even that)."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, parts, n: int):
+        super().__init__(parts)
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+
 @dataclass(frozen=True)
 class WaitingQueue:
     """The waiting jobs in submit order (ties by id), as :meth:`ClusterSnapshot.pending`

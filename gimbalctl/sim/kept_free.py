@@ -4,14 +4,17 @@ A snapshot carries three views of the free GPUs (:class:`policies.model.ClusterS
 
 * ``free_index``: node -> its free GPUs (ascending index), only nodes with a free GPU, in
   node order (the order of the node tuple);
-* ``free_gpus``: all free GPUs, node by node in that order (the index's values, chained);
+* ``free_gpus``: all free GPUs, node by node in that order (the index's values, chained
+  only when a consumer reads them: a :class:`policies.model.Counted` whose length, the free
+  count kept here, is known without them; most policies read only the count);
 * ``free_buckets``: free count -> ((node rank, node), ...) ascending, counts with no node
   left out.
 
 Before this module the three were rebuilt from every node at each call after a change
 (O(nodes + free GPUs) per call).  Here only the nodes that changed since the last call are
 looked at: their tuples are rebuilt, their bucket entries moved (one bisection each) and
-the index and bucket dicts changed in place.  A dict handed out (behind a read-only proxy)
+the index and bucket dicts changed in place (the free GPUs' view holds the index's proxy,
+so an unread view keeps the index it was made from, as a held proxy does).  A dict handed out (behind a read-only proxy)
 must never change under a snapshot or a policy that kept it: in-place changes are made
 only when nothing but this object holds the dict (``sys.getrefcount``), else a copy is
 changed.  A node that gets its first free GPU back must enter the index at its place in
@@ -19,7 +22,7 @@ node order: the index is then rebuilt from the per-node tuples (a dict only appe
 
 Exact: after :meth:`views` the index equals ``{n: t for n, t in tuples.items() if t}``
 (same items, same order: a node leaving is deleted, a node staying changes its value in
-place, a node entering rebuilds), the free tuple is the index's values chained, and the
+place, a node entering rebuilds), the free GPUs are the index's values chained, and the
 buckets map each count to ``tuple(lists[count])`` for the non-empty lists, as the old code
 built them.  ``tests/test_sim_kept_free.py`` checks this against a from-scratch build at
 every change of random sequences.
@@ -35,7 +38,7 @@ from itertools import chain
 from types import MappingProxyType
 from typing import Optional, Sequence
 
-from policies.model import Gpu, Node
+from policies.model import Counted, Gpu, Node
 
 
 class KeptFree:
@@ -43,7 +46,7 @@ class KeptFree:
     :meth:`views` answers the snapshot's (free_gpus, free_index, free_buckets)."""
 
     __slots__ = ("gpu_obj", "rank", "free", "tuples", "lists", "index", "bucket_map",
-                 "dirty", "cache")
+                 "dirty", "cache", "count")
 
     def __init__(self, nodes: Sequence[Node]):
         self.gpu_obj = {n.name: n.gpus() for n in nodes}
@@ -58,6 +61,7 @@ class KeptFree:
         self.bucket_map: dict[int, tuple] = {}
         self.dirty = set(self.tuples)  # nodes changed since the last views
         self.cache: Optional[tuple] = None  # the last views while nothing changed
+        self.count = 0  # free GPUs in ``tuples``
 
     def take(self, g: Gpu) -> None:
         """``g`` now holds a job."""
@@ -91,6 +95,7 @@ class KeptFree:
             own = objs[name]
             t = tuples[name] = tuple(own[i] for i in sorted(free[name]))
             new = len(t)
+            self.count += new - old
             if not rebuild:
                 if not new:
                     index.pop(name, None)
@@ -117,6 +122,9 @@ class KeptFree:
             else:
                 bmap.pop(c, None)
         self.index, self.bucket_map = index, bmap
-        self.cache = (tuple(chain.from_iterable(index.values())), MappingProxyType(index),
-                      MappingProxyType(bmap))
+        proxy = MappingProxyType(index)
+        # free_gpus: chained from the index only if read (the closure holds the proxy the
+        # snapshot holds, so ``index`` is copied, not changed, while either is alive)
+        self.cache = (Counted((lambda: chain.from_iterable(proxy.values()),), self.count),
+                      proxy, MappingProxyType(bmap))
         return self.cache
