@@ -71,6 +71,7 @@ from typing import Iterable, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc, identity_memo
 from .plan import ResizeJob
+from .records import any_shared_gpu
 
 OBJECTIVES = ("jct", "deadline", "makespan")
 LGRR_STEP = 10  # percent of the GPU per LGRR step (§4.1, §7.4); same grid as launcher.mps
@@ -179,7 +180,7 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
     """Packing sets (two or more running jobs sharing GPUs) that keep §5.1, by J_max id.  A
     set breaking the rules is left out: GIMBAL does not coordinate it (§5: it would run such
     jobs one after the other)."""
-    if max(map(len, snap.gpu_jobs.values()), default=0) < 2:
+    if not any_shared_gpu(snap):
         return ()  # no GPU holds two jobs: no set (the walk below would find none)
     jg = {j.id: j.allocation.gpus for j in snap.jobs.values()
           if j.running and j.allocation is not None}
