@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Optional, Sequence
 
 INF = math.inf
@@ -157,7 +158,10 @@ def _fast_stage_one(jobs: list[Cand], m: int) -> Optional[int]:
     zero = [(c.length(1), -i, c) for i, c in enumerate(jobs)]
     if any(x[0] == INF for x in zero):
         return None
-    zero.sort(key=lambda x: (x[0], x[1]))
+    # by (length, -i): the tuples themselves, whose second items are distinct, so the
+    # third is never compared (the same comparisons as a (length, -i) key, without a key
+    # tuple per job)
+    zero.sort()
     step = 0
     for _, _, c in zero:
         if m == 0:
@@ -168,6 +172,18 @@ def _fast_stage_one(jobs: list[Cand], m: int) -> Optional[int]:
         step += 1
         m -= 1
     return m
+
+
+_PICK = attrgetter("pick")
+
+
+def pick_order(cands: Sequence[Cand]) -> list[Cand]:
+    """``cands`` sorted by (pick < 0, pick): the picked ones in pick order, then the rest
+    by pick (two stable sorts with a C-level key, the same order as one stable sort by
+    that key, without a key tuple per job)."""
+    out = sorted((c for c in cands if c.pick >= 0), key=_PICK)
+    out.extend(sorted((c for c in cands if c.pick < 0), key=_PICK))
+    return out
 
 
 def _reset(jobs: Sequence[Cand]) -> None:

@@ -23,10 +23,10 @@ the longer job ``j_b``), ``ineq3_right`` = (p'-p)/p (its side as the shorter job
 """
 from __future__ import annotations
 
-from .afs_core import Cand, INF, afs_l_shares
+from .afs_core import Cand, INF, afs_l_shares, pick_order
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
-from .model import JobState, plain_progress
+from .model import JobState, SUBMIT_ORDER, plain_progress
 from .registry import register
 
 _RUNNING = JobState.RUNNING
@@ -92,7 +92,7 @@ class AfsL(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
 
         # a known length as ClusterSnapshot.remaining_iters computes it (the same float
         # operations, inlined: one call per job per call), unless a snapshot class overrides
@@ -114,7 +114,7 @@ class AfsL(Policy):
         cands = candidates(snap, rates, jobs, rem)
         afs_l_shares(cands, snap.total_gpus)
         by_id = {c.id: c for c in cands}
-        shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
+        shares = {c.id: c.cnt for c in pick_order(cands)}
         order = list(shares)
         return elastic_plan(snap, self.name, shares, rates, order, numbers_of(by_id),
                             packing=self.packing)

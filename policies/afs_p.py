@@ -26,10 +26,11 @@ Throughput, network packing, placement and the ``explain`` numbers are as in AFS
 from __future__ import annotations
 
 
-from .afs_core import INF, afs_p_shares
+from .afs_core import INF, afs_p_shares, pick_order
 from .afs_l import candidates, numbers_of
 from .base import Policy
 from .elastic import Rates, elastic_plan
+from .model import SUBMIT_ORDER
 from .registry import register
 
 
@@ -59,7 +60,7 @@ class AfsP(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         if len(jobs) > M:
             return self._sharing(snap, rates, jobs, M)
@@ -71,7 +72,7 @@ class AfsP(Policy):
             return dict(base(job), counter=float(self.counter(snap, job)))
 
         afs_p_shares(cands, M, snap.seed)
-        shares = {c.id: c.cnt for c in sorted(cands, key=lambda c: (c.pick < 0, c.pick))}
+        shares = {c.id: c.cnt for c in pick_order(cands)}
         return elastic_plan(snap, self.name, shares, rates, list(shares), numbers,
                             packing=self.packing)
 

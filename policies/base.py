@@ -14,7 +14,7 @@ from bisect import bisect_left, insort
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from .model import ClusterSnapshot, Gpu, Job, WaitingQueue
-from .plan import Plan, PreemptJob, ReasonCode, StartJob, make_plan, reason
+from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason, start_job
 
 
 class Policy:
@@ -335,7 +335,7 @@ def schedule_nonpreemptive(snap: ClusterSnapshot, policy: str, order: list[Job],
         free.take(gpus)
         nfree -= len(gpus)
         b, s = exclusive_config(snap, job)
-        actions.append(StartJob(job.id, gpus, b, s))
+        actions.append(start_job(job.id, gpus, b, s))
         reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
     shared.append(keep_running_segment(snap))
     return make_plan(policy, actions, out_order, reasons, infeasible, shared)
@@ -404,7 +404,7 @@ def start_admitted(snap: ClusterSnapshot, free: FreeGpus, job: Job, actions: lis
     assert gpus is not None, "admission guarantees enough GPUs"
     free.take(gpus)
     b, s = exclusive_config(snap, job)
-    actions.append(StartJob(job.id, gpus, b, s))
+    actions.append(start_job(job.id, gpus, b, s))
     code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
     reasons[job.id] = reason(code, "within the top of the priority order", **numbers(job))
 

@@ -44,7 +44,7 @@ from typing import Callable, Mapping, Optional
 from .base import exclusive_config, keep_running_reasons
 from .elastic_place import place
 from .model import ClusterSnapshot, Job, JobState
-from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, StartJob, make_plan, reason
+from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, make_plan, reason, start_job
 
 MEASURED_RATES = "measured_rates"  # predictors key: job id -> {gpus: iterations/s}
 UNPROFILED = "unprofiled"  # predictors key: ids of jobs whose app has no fitted profile
@@ -309,7 +309,7 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                                   + (" (migrated: no old GPU kept)" if moved else ""),
                                   **nums, migrated=float(moved))
         else:
-            actions.append(StartJob(jid, gpus, b, s))
+            actions.append(start_job(jid, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
             reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
     missing = jobs.keys() - reasons.keys()

@@ -35,7 +35,7 @@ from typing import Optional
 
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round, run_round_whole
-from .model import ClusterSnapshot
+from .model import ClusterSnapshot, SUBMIT_ORDER
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .typed_rounds import keeps_own, node_memo, type_capacity
@@ -354,7 +354,7 @@ class GavelMinTotalDuration(Policy):
             plan = self._whole(snap, types)
             if plan is not None:
                 return plan
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         most = max((v[0] for v in types.values()), default=0)
         caps = _caps(types)
         rows: dict = {}  # (app, GPUs, batch) -> rate row, handed on to allocation

@@ -69,7 +69,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from .model import ClusterSnapshot, Gpu, Job, WorkerAlloc, identity_memo
+from .model import ClusterSnapshot, Gpu, Job, SUBMIT_ORDER, WorkerAlloc, identity_memo
 from .plan import ResizeJob
 from .records import any_shared_gpu
 
@@ -624,7 +624,7 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
         hit = memo.get(id(a))
         if (hit[1] if hit is not None and hit[0] is a else _below_ceiling(a)) and j.running:
             below.append(j)
-    below.sort(key=lambda j: (j.submit_time, j.id))
+    below.sort(key=SUBMIT_ORDER)
     for job in below:
         if job.id in in_sets or job.id in skip:
             continue

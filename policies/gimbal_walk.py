@@ -70,7 +70,7 @@ import math
 from bisect import bisect_left
 from typing import Iterable, Optional
 
-from .model import ClusterSnapshot, plain_progress
+from .model import ClusterSnapshot, SUBMIT_ORDER, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
     _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
@@ -529,7 +529,7 @@ class CoordKept:
         ids = {j.id for j in jobs.values()
                if j.allocation is not None and j.running and _below_ceiling(j.allocation)}
         out = [jobs[j] for j in ids]
-        out.sort(key=lambda j: (j.submit_time, j.id))
+        out.sort(key=SUBMIT_ORDER)
         keys = [(j.submit_time, j.id) for j in out]
         self.below = (jr.log, ids, out, keys, {k[1]: k for k in keys}) if usable else None
         return out, False

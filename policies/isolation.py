@@ -13,7 +13,7 @@ from __future__ import annotations
 from .base import Policy
 from .gavel_rounds import run_round
 from .isolation_round import RoundMemo, isolation_round
-from .model import ClusterSnapshot
+from .model import ClusterSnapshot, SUBMIT_ORDER
 from .registry import register
 from .typed_rounds import type_capacity
 
@@ -37,7 +37,7 @@ class Isolation(Policy):
     def schedule_reference(self, snap: ClusterSnapshot):
         """The round as Gavel's mechanism over a mapping per job (the reference)."""
         types = type_capacity(snap)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         demand = sum(j.num_gpus for j in jobs) or 1
         alloc = {}
         per_count: dict[int, dict] = {}  # a job's shares depend only on its GPU count

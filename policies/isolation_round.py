@@ -24,7 +24,7 @@ done here instead, each step giving what the reference gives:
   (two texts), a waiting job's, and a started / kept job's per (count, type, code);
   ``PreemptJob`` per job id and ``exclusive_config`` per (app, batch, count) are memoised
   (immutable results, pure functions of what the memo is keyed by); a StartJob is built
-  as its attribute dict (the dataclass's __init__ only sets the fields).
+  as its attribute dict (:func:`policies.plan.start_job`).
 
 What it does not change: the simulator's work per start and pre-emption (about 4.5M of
 each over the whole trace at 64x8), which is most of that run's time.
@@ -33,38 +33,20 @@ Plans are compared with the reference at every call of simulator runs and on ran
 rounds in tests/policies/test_isolation_differential.py."""
 from __future__ import annotations
 
-import dataclasses
 from bisect import insort
 from math import inf
 from operator import attrgetter
 from typing import Optional
 
 from .base import FreeGpus, exclusive_steps, keep_running_reasons, min_gpu_mem
-from .model import ClusterSnapshot, Gpu, Job, JobState
-from .plan import PreemptJob, ReasonCode, StartJob, make_plan, reason
+from .model import ClusterSnapshot, Gpu, Job, JobState, SUBMIT_ORDER
+from .plan import PreemptJob, ReasonCode, make_plan, reason, start_job
 from .typed_rounds import (TYPES_MEMO, all_of_type, node_memo, free_of_type, start_on,
                            type_capacity)
 
 _GPUS = attrgetter("num_gpus")
-_SUBMIT_ORDER = attrgetter("submit_time", "id")
 _RUN = JobState.RUNNING
 _KEEP = ReasonCode.KEEP_RUNNING
-_START_FIELDS = ("job_id", "gpus", "sub_batch", "accum_steps", "share_with", "mps_pct",
-                 "workers", "global_batch")
-# StartJob(jid, gpus, b, s) built as its attribute dict (a frozen dataclass without
-# __post_init__: its __init__ only sets the fields; ~1.7 µs a start otherwise)
-_FAST_START = (tuple(f.name for f in dataclasses.fields(StartJob)) == _START_FIELDS
-               and not hasattr(StartJob, "__post_init__") and not hasattr(StartJob, "__slots__"))
-
-
-def _start(jid: str, gpus: tuple, b: int, s: int) -> StartJob:
-    """``StartJob(jid, gpus, b, s, share_with=(), global_batch=None)``."""
-    if not _FAST_START:
-        return StartJob(jid, gpus, b, s, share_with=(), global_batch=None)
-    a = object.__new__(StartJob)
-    a.__dict__.update(job_id=jid, gpus=gpus, sub_batch=b, accum_steps=s, share_with=(),
-                      mps_pct=None, workers=(), global_batch=None)
-    return a
 
 
 class _Pool(FreeGpus):
@@ -229,7 +211,7 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
 
     # apply_decisions(snap, ordered, decided, True, started, kept)
     _, gtype_of, of_type, _ = node_memo(snap.nodes)
-    running.sort(key=_SUBMIT_ORDER)  # snap.running()'s order
+    running.sort(key=SUBMIT_ORDER)  # snap.running()'s order
     reasons: dict = {}
     preempted: dict[str, PreemptJob] = {}
     kept: dict[str, tuple[Gpu, ...]] = {}
@@ -277,7 +259,7 @@ def isolation_round(snap: ClusterSnapshot, name: str, memo: RoundMemo,
         placed.add(jid)
         if opt.batch == job.global_batch and gpus:
             b, s = memo.steps(snap, job, len(gpus))
-            starts.append(_start(jid, tuple(gpus), b, s))
+            starts.append(start_job(jid, tuple(gpus), b, s))
         else:  # not reached for isolation (its batch is the job's): the general form
             starts.append(start_on(snap, job, gpus, opt.batch))
         code = ReasonCode.RESUMED if job.start_time is not None else ReasonCode.STARTED

@@ -34,7 +34,7 @@ from operator import attrgetter, itemgetter, ne
 from typing import Callable, Optional
 
 from .base import free_gpus_of, keep_running_segment, start_admitted
-from .model import ClusterSnapshot, Frozen, Joined, Job, WaitingQueue
+from .model import ClusterSnapshot, Frozen, Job, Joined, SUBMIT_ORDER, WaitingQueue
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 from .quiet_calls import QuietCalls, quiet_calls_of
 from .records import queue_record
@@ -44,7 +44,6 @@ _FIRST = itemgetter(0)
 _GPUS = attrgetter("num_gpus")
 _ID = attrgetter("id")
 _RUNNING = attrgetter("running")
-_SUBMIT_ORDER = attrgetter("submit_time", "id")
 
 
 class KeptOrder:
@@ -347,7 +346,7 @@ def schedule_preemptive_kept(snap: ClusterSnapshot, policy: str,
     free = free_gpus_of(snap)
     # not admitted: the ones the walk passed over and every one it did not reach
     out = notin + [j for j in sjobs[r:] if j.id not in admitted]
-    for job in sorted(out, key=_SUBMIT_ORDER):  # snap.running()'s order
+    for job in sorted(out, key=SUBMIT_ORDER):  # snap.running()'s order
         actions.append(PreemptJob(job.id))
         reasons[job.id] = reason(ReasonCode.PREEMPTED, "higher-priority jobs need its GPUs",
                                  **numbers(job))

@@ -15,6 +15,7 @@ from itertools import accumulate
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, useful_share
+from .model import SUBMIT_ORDER
 from .registry import register
 
 
@@ -123,7 +124,7 @@ class MaxMin(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         n = len(jobs)
         cap = {j.id: rates.cap(j, n) for j in jobs}

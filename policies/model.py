@@ -238,7 +238,8 @@ class FinishedJob:
 
 
 _EMPTY: Mapping = MappingProxyType({})
-_SUBMIT_ORDER = attrgetter("submit_time", "id")
+# (submit time, id): the waiting and running orders (a job view's key, made in C)
+SUBMIT_ORDER = attrgetter("submit_time", "id")
 _FACTS: dict[int, tuple] = {}
 _XIT: dict[tuple, tuple] = {}  # ClusterSnapshot.exclusive_iter_time's memo
 
@@ -450,7 +451,7 @@ class WaitingQueue:
     @classmethod
     def of(cls, jobs: Mapping[str, Job]) -> "WaitingQueue":
         """The queue of the waiting jobs of the job map ``jobs`` (its source)."""
-        js = tuple(sorted((j for j in jobs.values() if j.waiting), key=_SUBMIT_ORDER))
+        js = tuple(sorted((j for j in jobs.values() if j.waiting), key=SUBMIT_ORDER))
         return cls(js, tuple(j.id for j in js), max((j.num_gpus for j in js), default=0), jobs)
 
 
@@ -567,12 +568,12 @@ class ClusterSnapshot:
             return q.jobs
         if self.waiting_ids is not None:
             jobs = self.jobs
-            return tuple(sorted([jobs[i] for i in self.waiting_ids], key=_SUBMIT_ORDER))
-        return tuple(sorted((j for j in self.jobs.values() if j.waiting), key=_SUBMIT_ORDER))
+            return tuple(sorted([jobs[i] for i in self.waiting_ids], key=SUBMIT_ORDER))
+        return tuple(sorted((j for j in self.jobs.values() if j.waiting), key=SUBMIT_ORDER))
 
     def running(self) -> tuple[Job, ...]:
         return tuple(sorted((j for j in self.jobs.values() if j.running),
-                            key=lambda j: (j.submit_time, j.id)))
+                            key=SUBMIT_ORDER))
 
     def completed(self, job: Job) -> float:
         """Iterations done by ``now`` (no progress during ``restore_left``)."""

@@ -18,6 +18,7 @@ import heapq
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
+from .model import SUBMIT_ORDER
 from .registry import register
 
 
@@ -34,7 +35,7 @@ class Optimus(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         n = len(jobs)
         shares = {j.id: (1 if i < M else 0) for i, j in enumerate(jobs)}

@@ -30,7 +30,7 @@ from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
 from .pack_queue import PackQueue, pack_queue_of
-from .plan import Plan, ReasonCode, StartJob, make_plan, reason
+from .plan import Plan, ReasonCode, make_plan, reason, start_job
 
 __all__ = ["PACK_MPS", "PackingHost", "pair_progress"]
 
@@ -132,7 +132,7 @@ class PackingHost(Policy):
                 free.take(gpus)
                 nfree -= n
                 b, s, _ = config(job)
-                actions.append(StartJob(job.id, gpus, b, s))
+                actions.append(start_job(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{n} GPUs free",
                                          **self.numbers(snap, job))
                 cuts.append((k, nfree))
@@ -148,8 +148,7 @@ class PackingHost(Policy):
                 rnd.take(host, gpus)
                 touched.update((job.id, host.id))
                 b, s, _ = config(job)
-                actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,),
-                                        mps_pct=PACK_MPS))
+                actions.append(start_job(job.id, gpus, b, s, (host.id,), PACK_MPS))
                 reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
                                          score=rnd.score(job, host), **self.numbers(snap, job))
             removed.append(k)
@@ -227,7 +226,7 @@ class PackingHost(Policy):
                 free.take(gpus)
                 nfree -= len(gpus)
                 b, s = exclusive_config(snap, job)
-                actions.append(StartJob(job.id, gpus, b, s))
+                actions.append(start_job(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{job.num_gpus} GPUs free", **nums)
                 continue
             if rnd is None:
@@ -243,7 +242,7 @@ class PackingHost(Policy):
             rnd.take(host, gpus)
             touched.update((job.id, host.id))
             b, s = exclusive_config(snap, job)
-            actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,), mps_pct=PACK_MPS))
+            actions.append(start_job(job.id, gpus, b, s, (host.id,), PACK_MPS))
             reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
                                      score=rnd.score(job, host), **nums)
         self._coordinate(snap, touched, actions, reasons)

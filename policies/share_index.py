@@ -554,8 +554,8 @@ class Round:
                 self.n_one += len(gpus)
             return
         snap = self.snap
-        nodes = len({g.node for g in gpus})
         k = len(gpus)
+        nodes = 1 if k == 1 else len({g.node for g in gpus})
         # t_A of the started job: eq. 7 of its profile, a pure function of these five
         tkey = (job.app, job.global_batch, k, nodes, s)
         t = self._occ_t.get(tkey)
@@ -566,7 +566,7 @@ class Round:
         rem = job.total_iters - job.completed_iters if job.total_iters is not None else None
         occ = Occupant(job, tuple(gpus), b, t, rem)
         self.occupants[job.id] = occ
-        freed = set(from_free)
+        freed = set(from_free) if from_free else ()
         for g in gpus:
             on = self._on(g)
             on.append(job.id)
@@ -588,9 +588,13 @@ class Round:
         gr = self.groups.get(jid)
         if gr is None:
             return
-        i = gr.gpus.index(g)
         cls = gr.cls
         cls.remove(gr)
+        if len(gr.gpus) == 1:  # g was its only GPU: the group is left empty, as below
+            gr.gpus = gr.pos = ()
+            del self.groups[jid]
+            return
+        i = gr.gpus.index(g)
         # new tuples: a group's GPUs are the kept entry's tuples (_Entry.units)
         gr.gpus = gr.gpus[:i] + gr.gpus[i + 1:]
         gr.pos = gr.pos[:i] + gr.pos[i + 1:]
@@ -703,8 +707,10 @@ def evaluate(rnd: Round, cand: Candidate, gr: Group) -> ShareChoice:
         ok = any(cand.fits_beside(b, a_mb, cap) for b, _ in cand.cands)
         return ShareChoice(False, b0, s0, float("inf"), float("inf"), float("inf"), 0,
                            xi_run, xi_new, ok)
-    c = algorithm2_fitted(fitted(cand, cls), cand.cands[0] if cand.cands else (1, 1),
-                          a.t_iter, a.rem_iters, cand.iters, xi_run, xi_new, cand.t_excl)
+    fl, positive = fitted_checked(cand, cls)
+    c = algorithm2_fitted(fl, cand.cands[0] if cand.cands else (1, 1),
+                          a.t_iter, a.rem_iters, cand.iters, xi_run, xi_new, cand.t_excl,
+                          positive)
     if c is not None:
         return c
     return algorithm2(cand.cands, cand.iter_time, lambda b: cand.fits_beside(b, a_mb, cap),
@@ -715,13 +721,21 @@ def fitted(cand: Candidate, cls: Cls) -> tuple:
     """The (b, s, t_B) of B's sub-batch search order that fit beside ``cls``'s jobs, in
     that order (B profiled), kept in the class's memo per B's signature (it holds while
     the memo does: the profile and memory tables and the nodes the same)."""
+    return fitted_checked(cand, cls)[0]
+
+
+def fitted_checked(cand: Candidate, cls: Cls) -> tuple:
+    """(:func:`fitted`, whether each of its t_B is > 0), memoised together: the check
+    :func:`~policies.sharing.algorithm2_fitted` makes of its input is made once per
+    memo entry instead of once per evaluation."""
     job = cand.job
     key = ((job.app, job.global_batch, job.num_gpus), "fitted")
     v = cls.memo.get(key)
     if v is None:
         a_mb, cap = cls.a_mb, cls.cap
-        v = cls.memo[key] = tuple((b, s, cand.iter_time(b, s)) for b, s in cand.cands
-                                  if cand.fits_beside(b, a_mb, cap))
+        fl = tuple((b, s, cand.iter_time(b, s)) for b, s in cand.cands
+                   if cand.fits_beside(b, a_mb, cap))
+        v = cls.memo[key] = (fl, all(t_b > 0 for _, _, t_b in fl))
     return v
 
 

@@ -233,18 +233,53 @@ def _best_fitting(fitted: Iterable[tuple[int, int, float]], t_run: float, i_run:
     return share_choice(t_share < t_seq, b, s, t, t_share, t_seq, case, xi_run, xi_new, True)
 
 
+def _best_fitting_seq(fitted: Iterable[tuple[int, int, float]], t_run: float, i_run: float,
+                      i_new: float, xi_run: float, xi_new: float,
+                      t_new_seq: float) -> Optional[ShareChoice]:
+    """:func:`_best_fitting` where B's run-after time is given: Theorem 1's numbers
+    (:func:`_theorem1_numbers`) with what does not depend on t_b computed once (t_seq,
+    ξ_A·t_A·i_A, t_A·i_A/2, 2ξ_A and Case 2's first term): each product is the same
+    floating-point operation on the same operands, so the same ShareChoice; the lowest
+    pair JCT ``min(t_share, t_seq)`` kept with the strict ``<`` (ties to the earlier,
+    larger sub-batch)."""
+    ha = xi_run * t_run
+    haia = ha * i_run
+    half_a = t_run * i_run / 2.0
+    two_xa = 2.0 * xi_run
+    p2 = (1.0 - 1.0 / (2.0 * xi_new)) * ha * i_run
+    t_seq = t_run * i_run + t_new_seq * i_new / 2.0
+    best_t = best = None
+    for b, s, t_b in fitted:
+        hbib = xi_new * t_b * i_new
+        if haia >= hbib:  # Case 1
+            t_share = hbib + half_a - hbib / two_xa
+            case = 1
+        else:  # Case 2
+            t_share = p2 + t_b * i_new / 2.0
+            case = 2
+        t = t_seq if t_seq < t_share else t_share  # min(t_share, t_seq)
+        if best is None or t < best_t:
+            best_t, best = t, (b, s, t_share, case)
+    if best is None:
+        return None
+    b, s, t_share, case = best
+    return share_choice(t_share < t_seq, b, s, best_t, t_share, t_seq, case, xi_run, xi_new,
+                        True)
+
+
 def algorithm2_fitted(fitted: Sequence[tuple[int, int, float]], first: tuple[int, int],
                       t_run: float, i_run: float, i_new: float, xi_run: float, xi_new: float,
-                      t_new_seq: float) -> Optional[ShareChoice]:
+                      t_new_seq: float, positive: bool = False) -> Optional[ShareChoice]:
     """:func:`algorithm2` where the fitting candidates are known: ``fitted`` the (b, s, t_b)
     of those of the search order that fit beside the running job (t_b = ``iter_time(b,
     s)``), ``first`` the search order's first (b, s), ``t_new_seq`` given.  The same
     arithmetic in the same order, so the same ShareChoice; None where :func:`algorithm2`
-    would raise (an input its checks refuse): the caller runs it for its error."""
+    would raise (an input its checks refuse): the caller runs it for its error.
+    ``positive``: the caller knows every t_b of ``fitted`` is > 0 (not checked again)."""
     if not (min(t_run, xi_run, xi_new) > 0 and i_run >= 0 and i_new >= 0) \
-            or any(t_b <= 0 for _, _, t_b in fitted):
+            or (not positive and any(t_b <= 0 for _, _, t_b in fitted)):
         return None
-    best = _best_fitting(fitted, t_run, i_run, i_new, xi_run, xi_new, t_new_seq)
+    best = _best_fitting_seq(fitted, t_run, i_run, i_new, xi_run, xi_new, t_new_seq)
     if best is not None:
         return best
     t_seq = t_run * i_run + t_new_seq * i_new / 2.0

@@ -49,7 +49,7 @@ from itertools import chain
 from typing import Mapping, Optional
 
 from .base import Policy, exclusive_config, keep_running_reasons
-from .model import ClusterSnapshot, Job
+from .model import ClusterSnapshot, Job, SUBMIT_ORDER
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .similarity_kept import SimilarityState, kept_schedule
@@ -209,7 +209,7 @@ class Similarity(Policy):
 
         if self.cd:  # everything is re-allocated: all GPUs count, queue = started then new
             started = sorted((j for j in snap.jobs.values() if j.start_time is not None),
-                             key=lambda j: (j.submit_time, j.id))
+                             key=SUBMIT_ORDER)
             queue = started + [j for j in waiting if j.start_time is None]
         else:  # running jobs keep their GPUs: only free GPUs count
             queue = list(waiting)

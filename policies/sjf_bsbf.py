@@ -65,7 +65,7 @@ from .base import Policy, _running_ids, node_order
 from .bsbf_marks import RunRef, kept_marks_of
 from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
-from .plan import Plan, ReasonCode, StartJob, make_plan, reason
+from .plan import Plan, ReasonCode, make_plan, reason, start_job
 from .registry import register
 from .share_index import (REL, Candidate, Lin, Round, evaluate, fitted, rejected, runs,
                           share_keep_of, x_now)
@@ -219,7 +219,7 @@ class SjfBsbf(Policy):
                 nums = _nums(kk[0])
                 gpus = rnd.free.pick(need)
                 b, s = rnd.exclusive(job)
-                actions.append(StartJob(job.id, gpus, b, s))
+                actions.append(start_job(job.id, gpus, b, s))
                 reasons[job.id] = reason(ReasonCode.STARTED, f"{need} GPUs free, exclusive",
                                          sub_batch=b, accum_steps=s, free_gpus=nfree, **nums)
                 self._take_free(rnd, gpus)
@@ -429,6 +429,11 @@ class SjfBsbf(Policy):
         the margin REL·t_B·i_B: 1024 · 1e-16 ≪ 1e-9)."""
         need = job.num_gpus
         t_runs, f_runs, u_true, u_false = [], [], [], []
+        # shareable / nobenefit: GPUs, except that a run split by the bounds (``split``:
+        # (class, lo, hi, is a "T" run)) counts its groups (each holds ≥ 1 GPU) until the
+        # exact count is needed: a start needs only shareable ≥ 1 and shareable + nfree ≥
+        # need, which the lower bound proves where it holds
+        split = []
         shareable = nobenefit = blocked = 0
         margin_max = 0.0
         sure = cand.usable  # every group not shared with is surely not (see above)
@@ -504,10 +509,12 @@ class SjfBsbf(Policy):
             for label, lo, hi in runs(xs, Lin(v[2], ib, v[3], v[4], s_half), margin):
                 if label == "T":
                     t_runs.append((cls, lo, hi, v))
-                    shareable += cls.gpus_in(lo, hi)
+                    shareable += hi - lo  # its groups; their GPUs counted when needed
+                    split.append((cls, lo, hi, True))
                 elif label == "F":
                     f_runs.append((cls, lo, hi, v))
-                    nobenefit += cls.gpus_in(lo, hi)
+                    nobenefit += hi - lo  # as above
+                    split.append((cls, lo, hi, False))
                     if sure and (consts[1] < 0.0 or consts[2] < 0.0):
                         sure = False
                     elif robust:  # as a whole "F" class, over [0, the run's largest X]
@@ -522,6 +529,14 @@ class SjfBsbf(Policy):
                             u_false.append(gr)
                             nobenefit += len(gr.gpus)
                             sure = False
+        if split and not (shareable >= 1 and shareable + nfree >= need):
+            # the lower bounds do not decide the start: the split runs' GPUs, exactly
+            for cls, lo, hi, is_t in split:
+                extra = cls.gpus_in(lo, hi) - (hi - lo)
+                if is_t:
+                    shareable += extra
+                else:
+                    nobenefit += extra
         if shareable >= 1 and shareable + nfree >= need:
             chosen = self._best_t(rnd, cand, need, t_runs, u_true, 2.0 * margin_max)
             return self._start(rnd, job, chosen, nfree, norder, nums, actions, reasons)
@@ -581,11 +596,18 @@ class SjfBsbf(Policy):
         """Line 14: the shared groups in ascending pair JCT t (ties: GPU order), as many
         as the request needs.  Within a run t grows with X, so runs are merged lazily."""
         s_half = cand.t_excl * cand.iters / 2.0 if cand.usable else 0.0
-        t_runs = [(cls, lo, hi, Lin(v[2], cand.iters, v[3], v[4], s_half))
-                  for cls, lo, hi, v in t_runs]
+        ib = cand.iters
         heap = []
-        for n, (cls, lo, hi, lin) in enumerate(t_runs):
-            heap.append((lin.t(cls.xs[lo]), cls.groups[lo].first, n, lo))
+        for n, (cls, lo, hi, v) in enumerate(t_runs):
+            # Lin(v[2], i_B, v[3], v[4], ·).t(X) of the run's first group, the same
+            # operations (the run's Lin is made only when the walk goes past it)
+            t_b, xi_a, xi_b = v[2], v[3], v[4]
+            hbib = xi_b * t_b * ib
+            x = cls.xs[lo]
+            key = (hbib * (1.0 - 1.0 / (2.0 * xi_a)) + x / 2.0 if x >= hbib / xi_a
+                   else t_b * ib / 2.0 + (1.0 - 1.0 / (2.0 * xi_b)) * xi_a * x)
+            heap.append((key, cls.groups[lo].first, n, lo))
+        lins: dict = {}
         for gr in u_true:
             heap.append((gr.choice.t, gr.first, -1, gr))
         heapq.heapify(heap)
@@ -597,10 +619,13 @@ class SjfBsbf(Policy):
             if n < 0:
                 gr = at
             else:
-                cls, lo, hi, lin = t_runs[n]
+                cls, lo, hi, v = t_runs[n]
                 gr = cls.groups[at]
                 gr.choice = evaluate(rnd, cand, gr)
                 if at + 1 < hi:
+                    lin = lins.get(n)
+                    if lin is None:
+                        lin = lins[n] = Lin(v[2], ib, v[3], v[4], s_half)
                     heapq.heappush(heap, (lin.t(cls.xs[at + 1]), cls.groups[at + 1].first,
                                           n, at + 1))
             assert gr.choice.share, "bounds said Theorem 1 shares"
@@ -671,7 +696,7 @@ class SjfBsbf(Policy):
                 b, s = c.sub_batch, c.accum_steps
         share_with = (tuple(dict.fromkeys(gr.occ.job.id for gr in partners))
                       if len(partners) > 1 else (partners[0].occ.job.id,))
-        actions.append(StartJob(job.id, tuple(taken), b, s, share_with=share_with))
+        actions.append(start_job(job.id, tuple(taken), b, s, share_with))
         reasons[job.id] = reason(
             ReasonCode.STARTED_SHARED,
             f"shares {n_shared} GPU(s) with {', '.join(share_with)}, sub-batch {b} x {s} "

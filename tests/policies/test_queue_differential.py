@@ -264,6 +264,28 @@ def test_a_reasons_numbers_are_its_own():
         r.numbers["share"] = 3.0  # type: ignore[index]
 
 
+def test_start_job_is_the_dataclass_object():
+    """``start_job()`` writes the instance dict directly: the object equals, hashes, prints,
+    copies and pickles as ``StartJob(...)`` makes it, fields in order, and stays frozen."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from policies.model import Gpu
+    from policies.plan import StartJob, start_job
+
+    gpus = (Gpu("n1", 0), Gpu("n1", 3))
+    for args, kw in ((("j1", gpus, 8), {}), (("j2", gpus, 4, 2), {"share_with": ("a", "b")})):
+        a, made = start_job(*args, **kw), StartJob(*args, **kw)
+        assert type(a) is StartJob and a == made and hash(a) == hash(made)
+        assert repr(a) == repr(made) and dataclasses.asdict(a) == dataclasses.asdict(made)
+        assert list(vars(a)) == [f.name for f in dataclasses.fields(StartJob)] == list(vars(made))
+        assert pickle.loads(pickle.dumps(a)) == made and copy.deepcopy(a) == made
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.sub_batch = 1  # type: ignore[misc]
+    assert start_job("j1", gpus, 8) != start_job("j1", gpus, 8, 2)
+
+
 def test_reason_is_the_dataclass_object():
     """``reason()`` writes the instance dict directly: the object equals, prints, copies
     and pickles as ``Reason(...)`` makes it, with the fields in order, and stays frozen."""

@@ -150,8 +150,11 @@ def test_algorithm2_fitted_is_algorithm2(B, times, cap, t_run, i_run, i_new, xi_
     table = {bs: times[i] for i, bs in enumerate(cands)}
     cap = -1 if no_fit else cap
     fits = lambda b: b <= cap  # noqa: E731
-    got = algorithm2_fitted(tuple((b, s, table[(b, s)]) for b, s in cands if fits(b)),
-                            cands[0], t_run, i_run, i_new, xi_r, xi_n, t_seq)
+    fl = tuple((b, s, table[(b, s)]) for b, s in cands if fits(b))
+    got = algorithm2_fitted(fl, cands[0], t_run, i_run, i_new, xi_r, xi_n, t_seq)
+    if all(t_b > 0 for _, _, t_b in fl):  # the caller's positive t_b known: the same answer
+        again = algorithm2_fitted(fl, cands[0], t_run, i_run, i_new, xi_r, xi_n, t_seq, True)
+        assert (got is None) == (again is None) and (got is None or repr(got) == repr(again))
     try:
         ref = algorithm2(cands, lambda b, s: table[(b, s)], fits, t_run, i_run, i_new, xi_r,
                          xi_n, t_seq)
@@ -165,6 +168,26 @@ def test_algorithm2_fitted_is_algorithm2(B, times, cap, t_run, i_run, i_new, xi_
     assert checked
     same = lambda x, y: x == y or (x != x and y != y)  # noqa: E731
     assert all(same(getattr(got, f), getattr(ref, f)) for f in got.__dataclass_fields__)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 4096), st.lists(st.floats(0.01, 3.0), min_size=13, max_size=13),
+       st.integers(1, 5000), pos_t, iters, iters, st.floats(0.3, 4.0), st.floats(0.3, 4.0),
+       pos_t)
+def test_algorithm2_fitted_is_algorithm2_on_valid_inputs(B, times, cap, t_run, i_run, i_new,
+                                                         xi_r, xi_n, t_seq):
+    """Where every input is valid (the random inputs above are mostly refused), the fitted
+    form's arithmetic (t_b-free terms computed once) gives Algorithm 2's ShareChoice bit for
+    bit, told or not that every t_b is positive; both of Theorem 1's cases are drawn."""
+    cands = sub_batch_candidates(B)
+    table = {bs: times[i] for i, bs in enumerate(cands)}
+    fits = lambda b: b <= cap  # noqa: E731
+    fl = tuple((b, s, table[(b, s)]) for b, s in cands if fits(b))
+    ref = algorithm2(cands, lambda b, s: table[(b, s)], fits, t_run, i_run, i_new, xi_r, xi_n,
+                     t_seq)
+    for positive in (False, True):
+        got = algorithm2_fitted(fl, cands[0], t_run, i_run, i_new, xi_r, xi_n, t_seq, positive)
+        assert got is not None and repr(got) == repr(ref) and got == ref
 
 
 def test_algorithm2_prefers_largest_fitting_with_eq7_times():
