@@ -133,12 +133,12 @@ def main() -> int:
     ap.add_argument("--cluster", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.refit <= 0:  # the arguments first: their errors do not depend on the files
+        ap.error(f"--refit must be > 0 seconds, got {a.refit}")
     if not a.trace.exists():
         print(f"error: {a.trace} not found (needs the shared traces folder; --trace FILE)",
               file=sys.stderr)
         return 2
-    if a.refit <= 0:
-        ap.error(f"--refit must be > 0 seconds, got {a.refit}")
     if a.one:
         print(json.dumps(one(a)))
         return 0

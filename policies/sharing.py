@@ -236,12 +236,13 @@ def _best_fitting(fitted: Iterable[tuple[int, int, float]], t_run: float, i_run:
 def _best_fitting_seq(fitted: Iterable[tuple[int, int, float]], t_run: float, i_run: float,
                       i_new: float, xi_run: float, xi_new: float,
                       t_new_seq: float) -> Optional[ShareChoice]:
-    """:func:`_best_fitting` where B's run-after time is given: Theorem 1's numbers
-    (:func:`_theorem1_numbers`) with what does not depend on t_b computed once (t_seq,
-    ξ_A·t_A·i_A, t_A·i_A/2, 2ξ_A and Case 2's first term): each product is the same
-    floating-point operation on the same operands, so the same ShareChoice; the lowest
-    pair JCT ``min(t_share, t_seq)`` kept with the strict ``<`` (ties to the earlier,
-    larger sub-batch)."""
+    """:func:`_best_fitting` (Algorithm 2 lines 6–11) where B's run-after time is given:
+    Theorem 1's numbers (Case 1 eq. 21, Case 2 eq. 25 at κ = 0) as
+    :func:`_theorem1_numbers` makes them, with what does not depend on t_b computed once
+    (t_seq, ξ_A·t_A·i_A, t_A·i_A/2, 2ξ_A and Case 2's first term): each product is the
+    same floating-point operation on the same operands, so the same ShareChoice; the
+    lowest pair JCT ``min(t_share, t_seq)`` kept with the strict ``<`` (ties to the
+    earlier, larger sub-batch)."""
     ha = xi_run * t_run
     haia = ha * i_run
     half_a = t_run * i_run / 2.0

@@ -30,9 +30,18 @@ def test_a_predictor_changes_what_spjf_sees():
 
 
 def test_refit_must_be_positive():
+    """Checked before the trace is looked for: the same error in a checkout without the
+    shared traces folder beside it (the default trace)."""
     out = subprocess.run([sys.executable, str(BENCH), "--refit", "0", "--one", "spjf"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--refit must be > 0 seconds, got 0.0" in out.stderr
+
+
+def test_a_missing_trace_is_named(tmp_path):
+    missing = tmp_path / "nope.csv"
+    out = subprocess.run([sys.executable, str(BENCH), "--one", "spjf", "--trace", str(missing)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"{missing} not found" in out.stderr
 
 
 def test_digest_names_the_results():
