@@ -50,6 +50,7 @@ class JobState(str, enum.Enum):
 # the member itself: on Python 3.11 ``JobState.RUNNING`` is a class-attribute lookup through
 # the enum's machinery, about 0.3 µs, and ``Job.running`` is asked in every policy's loops
 _RUNNING = JobState.RUNNING
+_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,22 @@ def uniform_workers(gpus: tuple[Gpu, ...], sub_batch: int, accum_steps: int = 1,
     splits); without it every worker's share is ``sub_batch * accum_steps``."""
     k = len(gpus)
     if global_batch is None or k == 0:
-        return tuple(WorkerAlloc(g, sub_batch * accum_steps, sub_batch, accum_steps, mps_pct)
-                     for g in gpus)
-    base, extra = divmod(int(global_batch), k)
-    return tuple(WorkerAlloc(g, base + (1 if i < extra else 0), sub_batch, accum_steps, mps_pct)
-                 for i, g in enumerate(gpus))
+        base, extra = sub_batch * accum_steps, 0
+    else:
+        base, extra = divmod(int(global_batch), k)
+    # each record is ``WorkerAlloc(g, share, sub_batch, accum_steps, mps_pct)``, written as
+    # its attribute dict (every field, in field order: a frozen dataclass with no
+    # ``__post_init__`` is nothing else; policies.plan.reason says why): the generated
+    # ``__init__``'s eight ``object.__setattr__`` calls were most of a simulated start's cost
+    # (tests/policies/test_model.py checks the records against the constructor's)
+    out = []
+    for i, g in enumerate(gpus):
+        w = _new(WorkerAlloc)
+        w.__dict__.update(gpu=g, share=base + 1 if i < extra else base, micro_batch=sub_batch,
+                          accum_steps=accum_steps, mps_pct=mps_pct, mem_limit_mb=None, stage=0,
+                          mps_cap=None)
+        out.append(w)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

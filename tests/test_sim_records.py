@@ -7,12 +7,13 @@ import dataclasses
 import gc
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import policies
 from gimbalctl.sim import PlanError, SimConfig
 from gimbalctl.sim.engine import Simulator
 from gimbalctl.sim.records import PLAIN, plain
-from policies.model import (ClusterSnapshot, FinishedJob, GpuChanges, JobChanges, Node,
+from policies.model import (ClusterSnapshot, FinishedJob, Gpu, GpuChanges, JobChanges, Node,
                             WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.plan import Plan, StartJob
 
@@ -38,7 +39,7 @@ class Probe:
         for a in ("name", "preemptive", "elastic", "needs_lengths", "round_length",
                   "rounds_only"):
             setattr(self, a, getattr(self.inner, a))
-        self.calls = self.workers = self.history = 0
+        self.calls = self.workers = self.history = self.allocs = 0
         self.thresholds = set()
 
     def schedule(self, snap):
@@ -53,6 +54,9 @@ class Probe:
             self.history += 1
         for j in snap.jobs.values():
             a = j.allocation
+            if a is not None:
+                same_as_constructed(a)  # the engine writes its attribute dict
+                self.allocs += 1
             if j.running and len({w.share for w in a.workers}) <= 2 and \
                     a.workers == uniform_workers(a.gpus, a.sub_batch, a.accum_steps, a.mps_pct,
                                                  a.global_batch or j.global_batch):
@@ -75,7 +79,7 @@ def test_records_equal_the_constructors_at_every_call(name):
     finally:
         gc.set_threshold(*saved)
     assert res.jobs.end.notna().all() and probe.calls > 30
-    assert probe.history > 10 and probe.workers > 10
+    assert probe.history > 10 and probe.workers > 10 and probe.allocs > 10
     # during the run: no automatic full collection, the young generations as the caller's
     assert probe.thresholds == {(650, 9, 1 << 30)}
 
@@ -104,3 +108,24 @@ def test_plain_classes_and_fields():
     f = plain(FinishedJob, id="x", user="u", submit_time=1.0, start_time=2.0, end_time=3.0,
               num_gpus=1, app="a", name="", group_id=None, iterations=5.0, global_batch=None)
     assert same_as_constructed(f) == FinishedJob("x", "u", 1.0, 2.0, 3.0, 1, "a", "", None, 5.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.integers(0, 9), sub=st.integers(1, 64), accum=st.integers(1, 8),
+       mps=st.one_of(st.none(), st.integers(1, 100)),
+       batch=st.one_of(st.none(), st.integers(1, 2048)))
+def test_uniform_workers_are_the_constructors_records(k, sub, accum, mps, batch):
+    """policies.model.uniform_workers writes each WorkerAlloc's attribute dict; the records
+    are the constructor's: same fields in order, the same objects, equal, frozen."""
+    gpus = tuple(Gpu(f"n{i % 3}", i) for i in range(k))
+    got = uniform_workers(gpus, sub, accum, mps, batch)
+    if batch is None or k == 0:
+        shares = [sub * accum] * k
+    else:
+        shares = [batch // k + (1 if i < batch % k else 0) for i in range(k)]
+    want = tuple(WorkerAlloc(g, s, sub, accum, mps) for g, s in zip(gpus, shares))
+    assert got == want and type(got) is tuple
+    for w in got:
+        assert type(w) is WorkerAlloc
+        same_as_constructed(w)
+        assert hash(w) == hash(WorkerAlloc(**vars(w)))
