@@ -13,8 +13,8 @@ import policies
 from gimbalctl.sim import PlanError, SimConfig
 from gimbalctl.sim.engine import Simulator
 from gimbalctl.sim.records import PLAIN, plain
-from policies.model import (ClusterSnapshot, FinishedJob, Gpu, GpuChanges, JobChanges, Node,
-                            WaitingQueue, WorkerAlloc, uniform_workers)
+from policies.model import (ClusterSnapshot, FinishedJob, Gpu, GpuChanges, Job, JobChanges,
+                            JobState, Node, WaitingQueue, WorkerAlloc, uniform_workers)
 from policies.plan import Plan, StartJob
 
 from tests.test_sim_kept_free import MODELS, _jobs
@@ -129,3 +129,40 @@ def test_uniform_workers_are_the_constructors_records(k, sub, accum, mps, batch)
         assert type(w) is WorkerAlloc
         same_as_constructed(w)
         assert hash(w) == hash(WorkerAlloc(**vars(w)))
+
+
+class _ViewChecked(Simulator):
+    """After every call, each active job's view is the ``dataclasses.replace`` of its spec
+    with the simulator's state (the form before views were filled in place)."""
+
+    checked = 0
+
+    def _schedule(self):
+        super()._schedule()
+        for rec in self.active.values():
+            run = rec.state is JobState.RUNNING
+            ref = dataclasses.replace(
+                rec.spec, total_iters=rec.spec.total_iters if self.reveal else None,
+                state=rec.state, allocation=rec.alloc, start_time=rec.first_start,
+                as_of=rec.as_of, completed_iters=rec.done_iters, attained_service=rec.service,
+                executed_time=rec.executed, iter_rate=rec.rate if run else 0.0,
+                restore_left=rec.overhead if run else 0.0, preemptions=rec.preemptions,
+                run_start=rec.run_start if run else None)
+            view = self._view(rec)
+            assert list(vars(view)) == list(vars(ref))  # every field, in field order
+            assert all(vars(view)[k] is vars(ref)[k] or vars(view)[k] == vars(ref)[k]
+                       for k in vars(ref))
+            assert view == ref and type(view) is Job
+            self.checked += 1
+
+
+@pytest.mark.parametrize("name,reveal", [("tiresias", True), ("srsf", True), ("fifo", False),
+                                         ("afs-l", True), ("isolation", True)])
+def test_views_equal_the_replaced_spec_at_every_call(name, reveal):
+    nodes = (Node("b", 8), Node("a", 4))
+    sim = _ViewChecked(_jobs(50), nodes, policies.get_policy(name), MODELS,
+                       SimConfig(interval=120.0, reveal_lengths=reveal))
+    res = sim.run()
+    assert res.jobs.end.notna().all() and sim.checked > 100
+    if not reveal:  # the lengths were hidden from the policy
+        assert not sim.reveal
