@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import policies
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator
 from gimbalctl.sim.kept_free import KeptFree
 from policies.model import Counted, Node
 from random_jobs import plain_jobs
+from policy_probe import PolicyProbe
 
 MODELS = default_models()
 
@@ -104,14 +104,11 @@ def test_held_views_copied_not_changed():
 def _jobs(n=90):
     return plain_jobs(n, 5)
 
-class Probe:
+class Probe(PolicyProbe):
     """Checks every snapshot's free views against a build from its own GPU map."""
 
     def __init__(self, name, keep):
-        self.inner = policies.get_policy(name)
-        for a in ("name", "preemptive", "elastic", "needs_lengths", "round_length",
-                  "rounds_only"):
-            setattr(self, a, getattr(self.inner, a))
+        super().__init__(name)
         self.keep, self.kept, self.calls = keep, [], 0
 
     def schedule(self, snap):

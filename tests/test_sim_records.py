@@ -18,6 +18,7 @@ from policies.model import (ClusterSnapshot, FinishedJob, Gpu, GpuChanges, Job, 
 from policies.plan import Plan, StartJob
 
 from tests.test_sim_kept_free import MODELS, _jobs
+from policy_probe import PolicyProbe
 
 
 def same_as_constructed(obj):
@@ -33,12 +34,9 @@ def same_as_constructed(obj):
     return ref
 
 
-class Probe:
+class Probe(PolicyProbe):
     def __init__(self, name):
-        self.inner = policies.get_policy(name)
-        for a in ("name", "preemptive", "elastic", "needs_lengths", "round_length",
-                  "rounds_only"):
-            setattr(self, a, getattr(self.inner, a))
+        super().__init__(name)
         self.calls = self.workers = self.history = self.allocs = 0
         self.thresholds = set()
 

@@ -16,18 +16,16 @@ from gimbalctl.sim import SimConfig
 from policies.records import any_shared_gpu, gpu_record
 
 from tests.test_sim_kept_free import MODELS, _jobs
+from policy_probe import PolicyProbe
 
 
 def scan(snap) -> bool:
     return any(len(on) > 1 for on in snap.gpu_jobs.values())
 
 
-class Probe:
+class Probe(PolicyProbe):
     def __init__(self, name):
-        self.inner = policies.get_policy(name)
-        for a in ("name", "preemptive", "elastic", "needs_lengths", "round_length",
-                  "rounds_only"):
-            setattr(self, a, getattr(self.inner, a))
+        super().__init__(name)
         self.answers = []
 
     def schedule(self, snap):
