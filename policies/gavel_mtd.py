@@ -35,7 +35,7 @@ from typing import Optional
 
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round, run_round_whole
-from .model import ClusterSnapshot, SUBMIT_ORDER
+from .model import ClusterSnapshot, JobState, SUBMIT_ORDER
 from .plan import ReasonCode, make_plan, reason
 from .registry import register
 from .typed_rounds import keeps_own, node_memo, type_capacity
@@ -54,6 +54,7 @@ def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
 
 
 _NGPU = attrgetter("num_gpus")
+_RUNNING = JobState.RUNNING
 Z_SLACK = 1e-6  # the second stage keeps z >= (1 - Z_SLACK) z* (module docstring)
 
 
@@ -179,7 +180,26 @@ class GavelMinTotalDuration(Policy):
             if r is None:
                 r = memo[key] = _rate_row(snap, j, caps)
             rows.append(r)
-        rem_l = [max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs]
+        if type(snap) is ClusterSnapshot:
+            # ``max(snap.remaining_iters(j) or 1.0, 1e-9)`` with ClusterSnapshot.completed's
+            # arithmetic written out: the same floats, without two method calls per job
+            now = snap.now
+            rem_l = []
+            for j in jobs:
+                it = j.total_iters
+                if it is None:
+                    rem_l.append(1.0)  # max(None or 1.0, 1e-9)
+                    continue
+                if j.state is _RUNNING:
+                    dt = now - j.as_of
+                    if j.restore_left:
+                        dt = max(0.0, dt - j.restore_left)
+                    done = j.completed_iters + j.iter_rate * dt
+                else:
+                    done = j.completed_iters
+                rem_l.append(max(max(0.0, it - done) or 1.0, 1e-9))
+        else:
+            rem_l = [max(snap.remaining_iters(j) or 1.0, 1e-9) for j in jobs]
         if not (all(map(isfinite, rem_l)) and all(isfinite(v) for r in rows for v in r)):
             return self.allocation_reference(snap, jobs)  # linprog's ValueError
         if nt == 1:  # jobs with all of the type share one mapping (run_round's memos)

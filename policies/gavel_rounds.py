@@ -13,12 +13,17 @@ time over its time in the system (our simplification, stated).
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Mapping
 
-from .model import ClusterSnapshot, Job
+from .model import ClusterSnapshot, Job, JobState
 from .plan import ReasonCode, make_plan, reason
 from .base import FreeGpus, keep_running_reasons
 from .typed_rounds import apply_decisions, free_of_type, node_memo, take_start, type_capacity
+
+
+_NGPU = attrgetter("num_gpus")
+_RUNNING = JobState.RUNNING
 
 
 class _Pick:
@@ -77,21 +82,51 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
     total_of: dict[int, float] = {}
     empty: Mapping[str, float] = {}
 
-    def prio(j: Job):
-        xs = alloc.get(j.id, empty)
-        x = total_of.get(id(xs))
-        if x is None:
-            x = total_of[id(xs)] = sum(xs.values())
-        return _priority(j, x, now, executed)
+    if type(snap) is ClusterSnapshot:
+        # _priority's key with ClusterSnapshot.executed_time's arithmetic written out (the
+        # same floats), built in one pass and sorted as tuples: ids are unique, so the job
+        # itself is never compared and the order is ``sorted(jobs, key=prio)``'s
+        keyed = []
+        append = keyed.append
+        for j in jobs:
+            xs = alloc.get(j.id, empty)
+            x = total_of.get(id(xs))
+            if x is None:
+                x = total_of[id(xs)] = sum(xs.values())
+            if x > 1e-9:
+                age = now - j.submit_time
+                e = (j.executed_time + (now - j.as_of) if j.state is _RUNNING
+                     else j.executed_time)
+                got = e / age if age > 0 else 0.0
+                k = -math.inf if got <= 0 else -(x / got)
+            else:
+                k = math.inf
+            append((k, j.submit_time, j.id, j))
+        keyed.sort()
+        ordered = [item[3] for item in keyed]
+    else:  # a snapshot type of its own: its own executed_time
+        def prio(j: Job):
+            xs = alloc.get(j.id, empty)
+            x = total_of.get(id(xs))
+            if x is None:
+                x = total_of[id(xs)] = sum(xs.values())
+            return _priority(j, x, now, executed)
 
-    ordered = sorted(jobs, key=prio)
+        ordered = sorted(jobs, key=prio)
     decided = {}
     by_share: dict[int, list] = {}
+    # once no type has room for the fewest GPUs any job asks, no later job is decided: the
+    # walk stops there (under overload most of the order lies beyond that point)
+    smallest = min(map(_NGPU, jobs), default=0)
     for j in ordered:
+        if max(cap.values(), default=0) < smallest:
+            break
         xs = alloc.get(j.id, empty)
         ts = by_share.get(id(xs))
         if ts is None:
-            ts = by_share[id(xs)] = sorted(xs, key=lambda t: (-xs[t], t))
+            # one type: its name is the order (gavel-mtd's one-type shares, isolation's)
+            ts = by_share[id(xs)] = (list(xs) if len(xs) == 1
+                                     else sorted(xs, key=lambda t: (-xs[t], t)))
         for t in ts:
             if xs[t] > 1e-9 and cap.get(t, 0) >= j.num_gpus:
                 decided[j.id] = _Pick(t, j.num_gpus, j.global_batch)
@@ -115,12 +150,14 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
 
     preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
     order = []
+    wait = None  # one immutable WAIT_RESOURCES reason for every job left waiting
     for j in ordered:
         if j.id not in placed:
             order.append(j.id)
             if j.id not in reasons:
-                reasons[j.id] = reason(ReasonCode.WAIT_RESOURCES,
-                                       f"lower {label} priority this round")
+                if wait is None:
+                    wait = reason(ReasonCode.WAIT_RESOURCES, f"lower {label} priority this round")
+                reasons[j.id] = wait
     keep_running_reasons(snap, reasons)
     return make_plan(name, list(preempted.values()) + starts, order, reasons)
 
