@@ -92,7 +92,14 @@ def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
     if left <= 0.0:
         return x
     # by gain, descending; ties: LP order
-    for i in sorted(pos, key=lambda i: (-rate[i] / (rem[i] * gpus[i]), i)):
+    keys = [(-rate[i] / (rem[i] * gpus[i]), i) for i in pos]
+    i = min(keys)[1]  # the order's first (the keys are distinct: i)
+    need = gpus[i] * (1.0 - x[i])
+    if need > left:  # the usual case over capacity (left is the rounding of z): no sort
+        v = x[i] + left / gpus[i]
+        x[i] = v if v < 1.0 else 1.0
+        return x
+    for _, i in sorted(keys):
         need = gpus[i] * (1.0 - x[i])
         if need > left:  # the first that does not fit whole: what is left
             v = x[i] + left / gpus[i]
