@@ -80,3 +80,37 @@ class RefGavelMinTotalDuration(Policy):
     def schedule(self, snap: ClusterSnapshot):
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         return run_round(snap, self.name, jobs, self.allocation(snap, jobs), "min-total-duration")
+
+
+def one_type_sorted(rate, rem, gpus, cap):
+    """one_type as it was before its knapsack looked at the first key before sorting
+    (verbatim but for the name)."""
+    n = len(rate)
+    x = [0.0] * n
+    pos = [i for i in range(n) if rate[i] > 0.0]
+    if not pos or not cap > 0.0:
+        return x
+    if len(pos) == n and sum(gpus) <= cap:
+        return [1.0] * n
+    if len(pos) == n:
+        z = min(min(r / m for r, m in zip(rate, rem)),
+                cap / sum(g * m / r for r, m, g in zip(rate, rem, gpus)))
+    else:
+        z = 0.0
+    left = cap
+    for i in pos:
+        v = rem[i] * z / rate[i]
+        x[i] = v = v if v < 1.0 else 1.0
+        left -= gpus[i] * v
+    if left <= 0.0:
+        return x
+    for i in sorted(pos, key=lambda i: (-rate[i] / (rem[i] * gpus[i]), i)):
+        need = gpus[i] * (1.0 - x[i])
+        if need > left:
+            v = x[i] + left / gpus[i]
+            x[i] = v if v < 1.0 else 1.0
+            break
+        x[i] = 1.0
+        left -= need
+    return x
+

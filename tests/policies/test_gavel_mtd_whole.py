@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from policies.gavel_mtd import GavelMinTotalDuration, one_type
+from reference_gavel_mtd import one_type_sorted
 from policies.model import Allocation, JobState, Node
 from test_similarity import APPS, M, TYPES, job, snap
 from test_sjf_differential import assert_same
@@ -202,39 +203,6 @@ def test_closed_form_gives_all_one_exactly_when_all_fit(rows, spare):
         assert min(one_type(rate, rem, gpus, float(need - 1))) < 1.0
 
 
-def _one_type_sorted(rate, rem, gpus, cap):
-    """one_type as it was before its knapsack looked at the first key before sorting
-    (verbatim but for the name)."""
-    n = len(rate)
-    x = [0.0] * n
-    pos = [i for i in range(n) if rate[i] > 0.0]
-    if not pos or not cap > 0.0:
-        return x
-    if len(pos) == n and sum(gpus) <= cap:
-        return [1.0] * n
-    if len(pos) == n:
-        z = min(min(r / m for r, m in zip(rate, rem)),
-                cap / sum(g * m / r for r, m, g in zip(rate, rem, gpus)))
-    else:
-        z = 0.0
-    left = cap
-    for i in pos:
-        v = rem[i] * z / rate[i]
-        x[i] = v = v if v < 1.0 else 1.0
-        left -= gpus[i] * v
-    if left <= 0.0:
-        return x
-    for i in sorted(pos, key=lambda i: (-rate[i] / (rem[i] * gpus[i]), i)):
-        need = gpus[i] * (1.0 - x[i])
-        if need > left:
-            v = x[i] + left / gpus[i]
-            x[i] = v if v < 1.0 else 1.0
-            break
-        x[i] = 1.0
-        left -= need
-    return x
-
-
 @settings(max_examples=400, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.7, 10.0]),
                                st.floats(1.0, 1e6), st.sampled_from([1, 2, 4, 8])),
@@ -245,4 +213,4 @@ def test_one_type_knapsack_as_the_sorted_walk(rows, cap):
     rate = [r for r, _, _ in rows]
     rem = [m for _, m, _ in rows]
     gpus = [float(g) for _, _, g in rows]
-    assert one_type(rate, rem, gpus, cap) == _one_type_sorted(rate, rem, gpus, cap)
+    assert one_type(rate, rem, gpus, cap) == one_type_sorted(rate, rem, gpus, cap)
