@@ -347,6 +347,8 @@ class GavelMinTotalDuration(Policy):
             memo["ctx"] = (snap.profiles, snap.gpu_types, gtype_of, t0, cap, per)
             memo["views"], memo["ok"] = {}, {}
         jobs = list(snap.jobs.values())
+        if sum(map(_NGPU, jobs)) > cap:  # None whatever the views (asked first: overload)
+            return None
         ids = list(map(id, jobs))
         if not all(map(is_, map(memo["views"].get, ids), jobs)):
             views, ok_of, caps = memo["views"], memo["ok"], [(t0, cap, per)]
@@ -362,8 +364,6 @@ class GavelMinTotalDuration(Policy):
                         or (j.running and not keeps_own(j, gtype_of, t0))):
                     return None
         memo["views"] = dict(zip(ids, jobs))  # the views of this call only
-        if sum(map(_NGPU, jobs)) > cap:
-            return None
         running = [j for j in jobs if j.running]
         waiting = [j for j in jobs if not j.running] if len(running) < len(jobs) else []
         return run_round_whole(snap, self.name, running, waiting, t0, "min-total-duration")

@@ -13,17 +13,20 @@ time over its time in the system (our simplification, stated).
 from __future__ import annotations
 
 import math
-from operator import attrgetter
+from itertools import chain
+from heapq import heapify, heappop
+from operator import attrgetter, itemgetter, ne
 from typing import Mapping
 
-from .model import ClusterSnapshot, Job, JobState
+from .model import ClusterSnapshot, Deferred, Job, JobState
 from .plan import ReasonCode, make_plan, reason
-from .base import FreeGpus, keep_running_reasons
+from .base import FreeGpus, keep_running_reasons, keep_running_segment
 from .typed_rounds import apply_decisions, free_of_type, node_memo, take_start, type_capacity
 
 
 _NGPU = attrgetter("num_gpus")
 _RUNNING = JobState.RUNNING
+_FIRST = itemgetter(0)
 
 
 class _Pick:
@@ -82,45 +85,13 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
     total_of: dict[int, float] = {}
     empty: Mapping[str, float] = {}
 
-    if type(snap) is ClusterSnapshot:
-        # _priority's key with ClusterSnapshot.executed_time's arithmetic written out (the
-        # same floats), built in one pass and sorted as tuples: ids are unique, so the job
-        # itself is never compared and the order is ``sorted(jobs, key=prio)``'s
-        keyed = []
-        append = keyed.append
-        for j in jobs:
-            xs = alloc.get(j.id, empty)
-            x = total_of.get(id(xs))
-            if x is None:
-                x = total_of[id(xs)] = sum(xs.values())
-            if x > 1e-9:
-                age = now - j.submit_time
-                e = (j.executed_time + (now - j.as_of) if j.state is _RUNNING
-                     else j.executed_time)
-                got = e / age if age > 0 else 0.0
-                k = -math.inf if got <= 0 else -(x / got)
-            else:
-                k = math.inf
-            append((k, j.submit_time, j.id, j))
-        keyed.sort()
-        ordered = [item[3] for item in keyed]
-    else:  # a snapshot type of its own: its own executed_time
-        def prio(j: Job):
-            xs = alloc.get(j.id, empty)
-            x = total_of.get(id(xs))
-            if x is None:
-                x = total_of[id(xs)] = sum(xs.values())
-            return _priority(j, x, now, executed)
-
-        ordered = sorted(jobs, key=prio)
     decided = {}
     by_share: dict[int, list] = {}
     # once no type has room for the fewest GPUs any job asks, no later job is decided: the
     # walk stops there (under overload most of the order lies beyond that point)
     smallest = min(map(_NGPU, jobs), default=0)
-    for j in ordered:
-        if max(cap.values(), default=0) < smallest:
-            break
+
+    def decide(j: Job) -> None:
         xs = alloc.get(j.id, empty)
         ts = by_share.get(id(xs))
         if ts is None:
@@ -132,6 +103,42 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
                 decided[j.id] = _Pick(t, j.num_gpus, j.global_batch)
                 cap[t] -= j.num_gpus
                 break
+
+    walked: list[Job] = []
+    rest: list[Job] = []  # with the sort: the jobs the walk did not reach, in order
+    tail: list = []  # with the heap: the keyed items the walk did not reach (a heap)
+    keyed = _keyed(snap, jobs, alloc, total_of, empty) if type(snap) is ClusterSnapshot else None
+    if keyed is not None:
+        # the walk pops the keyed items in order (keys are unique: they end in the id, so
+        # the pops come in ``keyed.sort()``'s order); what it does not reach is sorted
+        # only if the Plan's order is read (the simulator reads the actions only)
+        heapify(keyed)
+        pop = heappop
+        while keyed and max(cap.values(), default=0) >= smallest:
+            j = pop(keyed)[3]
+            walked.append(j)
+            decide(j)
+        tail = keyed
+    else:  # a snapshot type of its own (its own executed_time), or a NaN key: sorted
+        if type(snap) is ClusterSnapshot:
+            items = _keyed(snap, jobs, alloc, total_of, empty, True)
+            items.sort()
+            ordered = [item[3] for item in items]
+        else:
+            def prio(j: Job):
+                xs = alloc.get(j.id, empty)
+                x = total_of.get(id(xs))
+                if x is None:
+                    x = total_of[id(xs)] = sum(xs.values())
+                return _priority(j, x, now, executed)
+
+            ordered = sorted(jobs, key=prio)
+        for j in ordered:
+            if max(cap.values(), default=0) < smallest:
+                break
+            walked.append(j)
+            decide(j)
+        rest = ordered[len(walked):]
 
     def nums(j, opt):
         return _nums(alloc.get(j.id, {}), opt.gpu_type)
@@ -148,18 +155,72 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
             r = kept_reason[key] = _kept(label, nums(j, opt))
         return r
 
-    preempted, starts, placed, _, reasons = apply_decisions(snap, ordered, decided, True, started, kept)
+    # only walked jobs are decided: the start loop needs no other
+    preempted, starts, placed, _, reasons = apply_decisions(snap, walked, decided, True,
+                                                            started, kept)
     order = []
     wait = None  # one immutable WAIT_RESOURCES reason for every job left waiting
-    for j in ordered:
+    for j in chain(walked, rest):
         if j.id not in placed:
             order.append(j.id)
             if j.id not in reasons:
                 if wait is None:
                     wait = reason(ReasonCode.WAIT_RESOURCES, f"lower {label} priority this round")
                 reasons[j.id] = wait
-    keep_running_reasons(snap, reasons)
-    return make_plan(name, list(preempted.values()) + starts, order, reasons)
+    actions = list(preempted.values()) + starts
+    if not tail:
+        keep_running_reasons(snap, reasons)
+        return make_plan(name, actions, order, reasons)
+    # the jobs the walk did not reach, in order, made when read; each without a reason of
+    # its own (a running one has its pre-emption's) waits with the shared one, as above
+    if wait is None:
+        wait = reason(ReasonCode.WAIT_RESOURCES, f"lower {label} priority this round")
+    ids = _sorted_ids(tail)
+    return make_plan(name, actions, Deferred([order, ids]), reasons, [],
+                     [(ids, wait), keep_running_segment(snap)])
+
+
+def _sorted_ids(heap: list):
+    """A no-argument callable: the ids of ``heap``'s items in sorted order, made once."""
+    made: list = []
+
+    def ids() -> list:
+        if not made:
+            made.append([item[2] for item in sorted(heap)])
+        return made[0]
+
+    return ids
+
+
+def _keyed(snap: ClusterSnapshot, jobs: list, alloc, total_of: dict, empty,
+           nan_ok: bool = False):
+    """``[(key, submit time, id, job)]``: :func:`_priority`'s key with
+    ClusterSnapshot.executed_time's arithmetic written out (the same floats), built in one
+    pass; ids are unique, so the job itself is never compared and sorting the items gives
+    ``sorted(jobs, key=prio)``'s order.  ``None`` where a key is NaN (only from NaN
+    inputs) unless ``nan_ok``: a heap's pops need not then follow ``sort``'s order."""
+    now = snap.now
+    keyed = []
+    append = keyed.append
+    for j in jobs:
+        xs = alloc.get(j.id, empty)
+        x = total_of.get(id(xs))
+        if x is None:
+            x = total_of[id(xs)] = sum(xs.values())
+        if x > 1e-9:
+            age = now - j.submit_time
+            e = (j.executed_time + (now - j.as_of) if j.state is _RUNNING
+                 else j.executed_time)
+            got = e / age if age > 0 else 0.0
+            k = -math.inf if got <= 0 else -(x / got)
+        else:
+            k = math.inf
+        append((k, j.submit_time, j.id, j))
+    if not nan_ok:
+        ks = list(map(_FIRST, keyed))
+        if any(map(ne, ks, ks)):  # NaN != NaN (C-level)
+            return None
+    return keyed
 
 
 def run_round_whole(snap: ClusterSnapshot, name: str, running: list[Job], waiting: list[Job],
