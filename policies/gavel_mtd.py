@@ -33,6 +33,7 @@ from math import inf, isfinite
 from operator import attrgetter, is_
 from typing import Optional
 
+from . import gavel_mtd_arrays as arrays
 from .base import Policy
 from .gavel_rounds import iter_rate, run_round, run_round_whole
 from .model import ClusterSnapshot, JobState, SUBMIT_ORDER
@@ -180,6 +181,11 @@ class GavelMinTotalDuration(Policy):
             return {}
         caps = _caps(types)
         memo: dict = {} if rate_rows is None else rate_rows
+        if nt == 1 and nj >= arrays.MIN_JOBS and type(snap) is ClusterSnapshot:
+            shares = arrays.one_type_shares(snap, jobs, memo, caps, float(types[tnames[0]][0]),
+                                            _rate_row)
+            if shares is not None:
+                return shares
         rows = []
         for j in jobs:
             key = (j.app, j.num_gpus, j.global_batch)
@@ -399,7 +405,7 @@ class GavelMinTotalDuration(Policy):
             served = [j for j in jobs if j.id in alloc or j.running]
             left = [j for j in left if not j.running]
         else:
-            served = jobs
+            served = lp_jobs  # = jobs; the list the shares were computed from (their memo)
         plan = run_round(snap, self.name, served, alloc, "min-total-duration")
         if not left:
             return plan

@@ -21,6 +21,7 @@ from typing import Mapping
 from .model import ClusterSnapshot, Deferred, Job, JobState
 from .plan import ReasonCode, make_plan, reason
 from .base import FreeGpus, keep_running_reasons, keep_running_segment
+from .gavel_mtd_arrays import OneTypeShares
 from .typed_rounds import apply_decisions, free_of_type, node_memo, take_start, type_capacity
 
 
@@ -107,7 +108,12 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
     walked: list[Job] = []
     rest: list[Job] = []  # with the sort: the jobs the walk did not reach, in order
     tail: list = []  # with the heap: the keyed items the walk did not reach (a heap)
-    keyed = _keyed(snap, jobs, alloc, total_of, empty) if type(snap) is ClusterSnapshot else None
+    keyed = None
+    if type(snap) is ClusterSnapshot:
+        if isinstance(alloc, OneTypeShares):  # gavel-mtd's large one-type rounds
+            keyed = alloc.keyed(now, jobs)
+        if keyed is None:
+            keyed = _keyed(snap, jobs, alloc, total_of, empty)
     if keyed is not None:
         # the walk pops the keyed items in order (keys are unique: they end in the id, so
         # the pops come in ``keyed.sort()``'s order); what it does not reach is sorted

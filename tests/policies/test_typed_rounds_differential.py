@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import policies
 import policies.gavel_mtd
+import policies.gavel_mtd_arrays
 import policies.gavel_rounds
 import policies.isolation
 import policies.model
@@ -42,6 +43,9 @@ def old_rounds():
     for m, n, _ in saved[:6]:
         setattr(m, n, getattr(ref, n))
     policies.gavel_mtd.run_round = ref.run_round
+    # gavel-mtd's array path off: the allocation of the scalar code (policies/gavel_mtd_arrays.py)
+    saved.append((policies.gavel_mtd_arrays, "MIN_JOBS", policies.gavel_mtd_arrays.MIN_JOBS))
+    policies.gavel_mtd_arrays.MIN_JOBS = 10 ** 9
     policies.isolation.Isolation.schedule = ref.isolation_schedule
     # similarity's queue kept across calls (policies/similarity_kept.py) off: the old walk
     policies.similarity.kept_schedule = lambda pol, snap, state: None
@@ -205,20 +209,36 @@ def test_apply_decisions_memo_answers_like_the_plain_pass(specs, fresh_view):
         assert found == (sn2.jobs[jid] is view and dec2.get(jid) is opt)
 
 
-@pytest.mark.parametrize("name", ["gavel-mtd", "isolation"])
-def test_every_call_of_an_overloaded_one_type_run(name):
+@pytest.mark.parametrize("name,arrays_from", [("gavel-mtd", None), ("gavel-mtd", 0),
+                                               ("gavel-mtd", 30), ("isolation", None)])
+def test_every_call_of_an_overloaded_one_type_run(name, arrays_from, monkeypatch):
     """One GPU type, far more jobs than GPUs: most of each round's order lies past the point
     where no type has room (run_round's walk stops there) and waits with the one shared
-    reason; gavel-mtd's shares are one-type mappings of one key each."""
+    reason; gavel-mtd's shares are one-type mappings of one key each.  ``arrays_from``:
+    gavel-mtd's array path (policies/gavel_mtd_arrays.py) from that many jobs on, against
+    the scalar code's Plans (None: the module's threshold, above these rounds)."""
     from gimbalctl.cluster import parse_cluster
     from gimbalctl.sim import SimConfig, simulate
     from random_jobs import plain_jobs
 
+    if arrays_from is not None:
+        monkeypatch.setattr(policies.gavel_mtd_arrays, "MIN_JOBS", arrays_from)
+    used = []
+    real = policies.gavel_mtd_arrays.OneTypeShares.keyed
+
+    def keyed(self, now, jobs):
+        out = real(self, now, jobs)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(policies.gavel_mtd_arrays.OneTypeShares, "keyed", keyed)
     nodes = parse_cluster("2x4")
     pol = Differential(name)
     res = simulate(plain_jobs(70, 3), nodes, pol, M, SimConfig(interval=180.0))
     assert res.jobs.end.notna().all()
     assert pol.calls > 20 and pol.kept_nodes > 10
+    # the array path answered rounds exactly where it was on
+    assert (sum(used) > 10) == (arrays_from is not None)
 
 
 class _OwnSnapshot(policies.model.ClusterSnapshot):
