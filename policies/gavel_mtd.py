@@ -30,7 +30,8 @@ allocation or a per-job reason (:meth:`GavelMinTotalDuration._whole`,
 from __future__ import annotations
 
 from math import inf, isfinite
-from operator import attrgetter, is_
+from itertools import compress
+from operator import attrgetter, is_, not_
 from typing import Optional
 
 from . import gavel_mtd_arrays as arrays
@@ -55,6 +56,8 @@ def _rate_row(snap: ClusterSnapshot, job, caps: list) -> list:
 
 
 _NGPU = attrgetter("num_gpus")
+_APP = attrgetter("app")
+_BATCH = attrgetter("global_batch")
 _RUNNING = JobState.RUNNING
 Z_SLACK = 1e-6  # the second stage keeps z >= (1 - Z_SLACK) z* (module docstring)
 
@@ -392,20 +395,24 @@ class GavelMinTotalDuration(Policy):
         caps = _caps(types)
         rows: dict = {}  # (app, GPUs, batch) -> rate row, handed on to allocation
         ok_of: dict = {}
-        lp_jobs, left = [], []
-        for j in jobs:
-            key = (j.app, j.num_gpus, j.global_batch)
-            ok = ok_of.get(key)
-            if ok is None:
+        # (application, GPUs, batch) per job; the rate row of each new key, once
+        keys = list(zip(map(_APP, jobs), map(_NGPU, jobs), map(_BATCH, jobs)))
+        for key, j in zip(keys, jobs):
+            if key not in ok_of:
                 row = rows[key] = _rate_row(snap, j, caps)
-                ok = ok_of[key] = any(r > 0.0 for r in row)
-            (lp_jobs if ok else left).append(j)
+                ok_of[key] = any(r > 0.0 for r in row)
+        oks = list(map(ok_of.__getitem__, keys))
+        if all(oks):
+            lp_jobs, left = jobs, []
+        else:
+            lp_jobs = list(compress(jobs, oks))
+            left = list(compress(jobs, map(not_, oks)))
         alloc = self.allocation(snap, lp_jobs, rows)
         if left:  # a running one stays in the round: with no share it is pre-empted there
             served = [j for j in jobs if j.id in alloc or j.running]
             left = [j for j in left if not j.running]
         else:
-            served = lp_jobs  # = jobs; the list the shares were computed from (their memo)
+            served = jobs  # = lp_jobs, the list the shares were computed from (their memo)
         plan = run_round(snap, self.name, served, alloc, "min-total-duration")
         if not left:
             return plan

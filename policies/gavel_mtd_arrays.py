@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, is_, itemgetter, le
 from typing import Optional
 
-from .model import ClusterSnapshot, JobState
+from .model import SUBMIT_ORDER, ClusterSnapshot, JobState
 
 MIN_JOBS = 256  # rounds with fewer jobs keep the scalar path
 _MISSING = object()
@@ -183,6 +183,17 @@ class OneTypeShares(Mapping):
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def running_of(self, jobs: list, n: int) -> Optional[list]:
+        """The running jobs of ``jobs`` in its order where ``jobs`` is the list these shares
+        were computed from and holds all ``n`` jobs of the snapshot (then, sorted by
+        (submit time, id), they are ``snap.running()``); else ``None``."""
+        if jobs is self._jobs and len(jobs) == n and self._cols is not None:
+            run = self._cols.running
+            keys = list(map(SUBMIT_ORDER, run))
+            if all(map(le, keys, keys[1:])):  # (gavel-mtd hands its jobs in that order)
+                return run
+        return None
 
     def keyed(self, now: float, jobs: list) -> Optional[list]:
         """:func:`policies.gavel_rounds.run_round`'s ``[(key, submit time, id, job)]`` for

@@ -161,9 +161,13 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
             r = kept_reason[key] = _kept(label, nums(j, opt))
         return r
 
-    # only walked jobs are decided: the start loop needs no other
+    # only walked jobs are decided: the start loop needs no other.  The running jobs in
+    # (submit time, id) order, as snap.running() gives them: the shares' own list where
+    # ``jobs`` is every job of the snapshot in that order (gavel-mtd's array path)
+    running = alloc.running_of(jobs, len(snap.jobs)) if isinstance(alloc, OneTypeShares) \
+        else None
     preempted, starts, placed, _, reasons = apply_decisions(snap, walked, decided, True,
-                                                            started, kept)
+                                                            started, kept, running)
     order = []
     wait = None  # one immutable WAIT_RESOURCES reason for every job left waiting
     for j in chain(walked, rest):
