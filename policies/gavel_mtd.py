@@ -397,10 +397,9 @@ class GavelMinTotalDuration(Policy):
         ok_of: dict = {}
         # (application, GPUs, batch) per job; the rate row of each new key, once
         keys = list(zip(map(_APP, jobs), map(_NGPU, jobs), map(_BATCH, jobs)))
-        for key, j in zip(keys, jobs):
-            if key not in ok_of:
-                row = rows[key] = _rate_row(snap, j, caps)
-                ok_of[key] = any(r > 0.0 for r in row)
+        for key, j in dict(zip(keys, jobs)).items():  # a row reads only the key's fields
+            row = rows[key] = _rate_row(snap, j, caps)
+            ok_of[key] = any(r > 0.0 for r in row)
         oks = list(map(ok_of.__getitem__, keys))
         if all(oks):
             lp_jobs, left = jobs, []
