@@ -25,7 +25,9 @@ GPU type both stages have a closed form (:func:`one_type`), used instead of the 
 several types both are solved with HiGHS.  Where one GPU type has room for every job (the
 usual round on a large cluster), every X is 1 and the round is served without the
 allocation or a per-job reason (:meth:`GavelMinTotalDuration._whole`,
-:func:`policies.gavel_rounds.run_round_whole`: the same Plan).
+:func:`policies.gavel_rounds.run_round_whole`: the same Plan).  Over capacity on one type,
+rounds of 256 jobs or more compute the lengths, the closed form and the priority keys
+with array arithmetic in the same floats (:mod:`policies.gavel_mtd_arrays`).
 """
 from __future__ import annotations
 

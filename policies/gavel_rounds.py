@@ -79,7 +79,13 @@ def run_round(snap: ClusterSnapshot, name: str, jobs: list[Job],
     same): what is derived from a mapping alone — its total, its types by decreasing share,
     a kept job's reason on one type — is computed once per mapping and call (by identity;
     ``alloc`` holds the mappings for the call), and a KEEP_RUNNING reason is one shared
-    immutable object per (mapping, type)."""
+    immutable object per (mapping, type).
+
+    On a ``ClusterSnapshot`` the keyed jobs are a heap the walk pops from; the jobs it does
+    not reach (under overload, most of them) are sorted into the Plan's order, and given
+    their shared WAIT_RESOURCES reason, only when a consumer reads them (``Deferred``, a
+    ``Reasons`` segment).  gavel-mtd's array path hands its shares as a
+    :class:`~policies.gavel_mtd_arrays.OneTypeShares`, whose keys come from arrays."""
     types = type_capacity(snap)
     cap = {t: v[0] for t, v in types.items()}
     now, executed = snap.now, snap.executed_time
