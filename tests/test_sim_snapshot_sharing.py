@@ -129,13 +129,22 @@ def test_waiting_order_and_history_views_never_change_once_handed_out(name, keep
             assert all(jid in what.reasons for jid in what.order)
 
 
+@pytest.mark.parametrize("min_arrays", [None, 0, 4])
 @pytest.mark.parametrize("name,preempt_cost", [("fifo", 0.0), ("tiresias", 30.0), ("srsf", 0.0),
                                                ("sjf-bsbf", 0.0)])
-def test_timeline_samples_equal_the_loop_over_every_active_job(name, preempt_cost, monkeypatch):
+def test_timeline_samples_equal_the_loop_over_every_active_job(name, preempt_cost, min_arrays,
+                                                               monkeypatch):
     """QL, CE and BI from the kept waiting order (fixed BI terms) and the running jobs
     sorted into arrival order are bit for bit the old loop over every active job
-    (tests/reference_sim_sample.py), pre-emptions, restores and sharing included."""
+    (tests/reference_sim_sample.py), pre-emptions, restores and sharing included; the BI
+    sums also with their numpy mirror (gimbalctl/sim/wait_terms.py) from 0 and 4 waiting
+    jobs."""
     import reference_sim_sample
+
+    from gimbalctl.sim import wait_terms
+
+    if min_arrays is not None:
+        monkeypatch.setattr(wait_terms, "MIN_ARRAYS", min_arrays)
 
     seen = []
     orig = Simulator._sample
@@ -152,6 +161,7 @@ def test_timeline_samples_equal_the_loop_over_every_active_job(name, preempt_cos
                     SimConfig(interval=120.0, preempt_cost=preempt_cost, sample_every=200.0))
     sim.run()
     assert len(seen) > 50 and max(s[0] for s in seen) > 10 and max(s[2] for s in seen) > 0
+    assert (sim.wterms.t0 is not None) == (min_arrays is not None)
 
 
 class ViewProbe:

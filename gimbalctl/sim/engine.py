@@ -67,6 +67,7 @@ from ..profiles import Models
 from .kept_free import KeptFree
 from .records import plain
 from .result import SimResult, TimelineSample
+from .wait_terms import WaitTerms
 
 _new = object.__new__
 _RUNNING = JobState.RUNNING  # a name lookup: the enum's class attribute costs ~0.3 µs on 3.11
@@ -203,7 +204,8 @@ class Simulator:
         self.wjobs: list[Job] = []
         self.wids: list[str] = []
         self.wgpus: dict[int, int] = {}
-        self.wterms: list[tuple[float, float]] = []  # per waiting job: _bi_term
+        # per waiting job, by key: its _bi_term (the timeline's BI sums: wait_terms)
+        self.wterms = WaitTerms()
         self.unqueue: list[Job] = []
         # the order's change record (WaitingQueue.changes): append-only, one id per job
         # entering or leaving the order or getting a new view in it; snapshots see views
@@ -529,12 +531,12 @@ class Simulator:
         i = bisect_left(self.wkeys, key)
         if i < len(self.wkeys) and self.wkeys[i] == key:
             self.wjobs[i] = view
-            self.wterms[i] = self._bi_term(view.id)
+            self.wterms.set(key, *self._bi_term(view.id))
         else:
             self.wkeys.insert(i, key)
             self.wjobs.insert(i, view)
             self.wids.insert(i, view.id)
-            self.wterms.insert(i, self._bi_term(view.id))
+            self.wterms.set(key, *self._bi_term(view.id))
             self.wgpus[view.num_gpus] = self.wgpus.get(view.num_gpus, 0) + 1
 
     def _unqueue(self, spec: Job) -> None:
@@ -544,7 +546,8 @@ class Simulator:
         if i < len(self.wkeys) and self.wkeys[i] == key:
             self._own_queue()
             self.wlog.append(spec.id)
-            del self.wkeys[i], self.wjobs[i], self.wids[i], self.wterms[i]
+            del self.wkeys[i], self.wjobs[i], self.wids[i]
+            self.wterms.remove(key)
             n = self.wgpus[spec.num_gpus] - 1
             if n:
                 self.wgpus[spec.num_gpus] = n
@@ -917,7 +920,9 @@ class Simulator:
         Sums run over the active jobs in arrival order ((submit time, id), the order
         ``active`` holds them in): the running ones from ``gpu_jobs``, sorted, and the
         waiting ones from the kept waiting order with their fixed BI terms, so a sample
-        costs O(running log running + waiting) with no per-job lookups."""
+        costs O(running log running) plus, from :data:`~gimbalctl.sim.wait_terms.MIN_ARRAYS`
+        waiting jobs, O(waiting) in numpy and O(changes since the last sample) in Python
+        (:class:`~gimbalctl.sim.wait_terms.WaitTerms`, the same floats as a loop)."""
         self._sync()
         now, recs = self.now, self.recs
         ce = 0.0
@@ -927,9 +932,8 @@ class Simulator:
             rec = recs[jid]
             if now - rec.as_of >= rec.overhead:  # restoring: no throughput yet
                 ce += rec.rate / self._one(jid)
-        bi_sum, n_wait = 0.0, len(self.wterms)
-        for t0, d in self.wterms:
-            bi_sum += (now - t0) / d
+        n_wait = len(self.wterms)
+        bi_sum = self.wterms.total(now, self.wkeys)
         self.timeline.append(TimelineSample(
             self.now, n_wait, ce / max(self.total_gpus, 1), bi_sum / n_wait if n_wait else 0.0,
             self.busy_gpus / max(self.total_gpus, 1)))
