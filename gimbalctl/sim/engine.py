@@ -531,12 +531,12 @@ class Simulator:
         i = bisect_left(self.wkeys, key)
         if i < len(self.wkeys) and self.wkeys[i] == key:
             self.wjobs[i] = view
-            self.wterms.set(key, *self._bi_term(view.id))
+            self.wterms.set(key, self._bi_term(view.id))
         else:
             self.wkeys.insert(i, key)
             self.wjobs.insert(i, view)
             self.wids.insert(i, view.id)
-            self.wterms.set(key, *self._bi_term(view.id))
+            self.wterms.set(key, self._bi_term(view.id))
             self.wgpus[view.num_gpus] = self.wgpus.get(view.num_gpus, 0) + 1
 
     def _unqueue(self, spec: Job) -> None:

@@ -17,7 +17,9 @@ last one (a few dozen, against thousands of entries):
   0.0 == s`` for every ``s`` but ``-0.0``, below);
 * a job that comes back (a pre-empted job waiting again: the same key) gets its slot back;
 * new keys are inserted at their places in one ``np.insert`` per sample;
-* the tombstones are dropped when they outnumber the live entries.
+* the tombstones are dropped when they outnumber the live entries;
+* the mirror itself is dropped when fewer than half of :data:`MIN_ARRAYS` jobs wait, and
+  built again from the live entries when :data:`MIN_ARRAYS` wait.
 
 The sum is then ``np.add.accumulate`` over the terms, which adds left to right (``np.sum``
 is pairwise: other floats), plus ``0.0``.  It equals the loop's float bit for bit: once a
@@ -55,11 +57,11 @@ class WaitTerms:
     def __len__(self) -> int:
         return len(self.live)
 
-    def set(self, key: Key, start: float, d: float) -> None:
-        """``key`` waits (again, or with new terms) with these two numbers."""
-        self.live[key] = (start, d)
+    def set(self, key: Key, terms: tuple[float, float]) -> None:
+        """``key`` waits (again, or with new terms) with ``terms``: (start, d)."""
+        self.live[key] = terms
         if self.t0 is not None:
-            self.pending[key] = (start, d)
+            self.pending[key] = terms
 
     def remove(self, key: Key) -> None:
         """``key`` no longer waits."""
@@ -71,6 +73,8 @@ class WaitTerms:
         """``sum((now - start) / d)`` over the waiting jobs, in ``order`` (the waiting
         keys ascending: the same set as this object's), added left to right from 0.0."""
         live = self.live
+        if self.t0 is not None and len(live) < self.min_arrays // 2:
+            self._drop()  # few jobs wait again: the loop is cheaper than numpy's calls
         if self.t0 is None:
             if len(live) < self.min_arrays:
                 s = 0.0
@@ -89,14 +93,19 @@ class WaitTerms:
         return float(np.add.accumulate(x)[-1]) + 0.0
 
     # ------------------------------------------------------------ the mirror
+    def _drop(self) -> None:
+        self.t0 = self.d = None
+        self.keys = []
+        self.dead = 0
+        self.pending.clear()
+
     def _build(self, order: Sequence[Key]) -> None:
         import numpy as np
         live, n = self.live, len(self.live)
         self.keys = list(order)
         self.t0 = np.fromiter((live[k][0] for k in self.keys), dtype=np.float64, count=n)
         self.d = np.fromiter((live[k][1] for k in self.keys), dtype=np.float64, count=n)
-        self.dead = 0
-        self.pending.clear()
+        self.dead = 0  # (``pending`` is empty: nothing is noted while there is no mirror)
 
     def _catch_up(self) -> None:
         import numpy as np
