@@ -68,8 +68,8 @@ class Rates:
         self.total_gpus = snap.total_gpus
         # model rates are pure functions of (profiles, memory, node size): reuse them across
         # calls while the snapshot carries the same objects (the simulator's do)
-        key = (id(snap.profiles), id(snap.memory), self.per_node,
-               min((n.gpu_mem_mb for n in snap.nodes), default=0))
+        mem = snap.min_gpu_mem_mb  # (memoised per node tuple; None: no node)
+        key = (id(snap.profiles), id(snap.memory), self.per_node, 0 if mem is None else mem)
         hit = _MEMO.get("rates")
         if hit is None or hit[0] != key or hit[1] is not snap.profiles or hit[2] is not snap.memory:
             hit = (key, snap.profiles, snap.memory, {}, {}, {}, {}, {})
