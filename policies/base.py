@@ -45,6 +45,16 @@ class Policy:
     # ``Job.stages``) by eq. 4-7 and needs no throughput profile for them; the daemon keeps
     # such a job's app (else the site's default app stands in, as for any unknown app)
     pipeline_models = False
+    # True: the Plan's actions are a function of what the snapshot holds apart from its
+    # time: the jobs' views, the GPUs, the predictors and the history, not ``snap.now`` and
+    # not what earlier calls saw (a cache that gives the same answer is allowed).  A
+    # non-pre-emptive policy's waiting jobs do not change between events, so this holds
+    # for an order of them by a fixed key.  The simulator then answers a tick (its
+    # ``interval`` call while jobs wait) at which nothing changed since a call that started
+    # nothing with no action, without calling the policy: the call would see the same
+    # jobs and GPUs and start nothing again (tests/test_sim_quiet_ticks.py calls each
+    # declaring policy at every such tick and checks it)
+    tick_invariant = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError

@@ -9,6 +9,8 @@ from .registry import register
 class Fifo(Policy):
     """FIFO: submit order, non-preemptive; strict order unless backfill=True."""
 
+    tick_invariant = True  # (base.Policy): submit order and the free GPUs, no time
+
     def __init__(self, backfill: bool = False):
         self.backfill = backfill
 

@@ -31,6 +31,8 @@ class PredictedOrder(Policy):
     """Base of the §V-A baselines; subclasses set ``work_conserving`` and :meth:`key`."""
 
     pipeline_models = True  # Table I jobs timed by eq. 4-7 (asrpt_core)
+    # (base.Policy) keys of the waiting jobs from their views and the predictors, no time
+    tick_invariant = True
 
     work_conserving = False
 

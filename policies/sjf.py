@@ -11,6 +11,7 @@ class Sjf(Policy):
     """SJF: shortest exclusive duration L_k first, non-preemptive (needs lengths)."""
 
     needs_lengths = True
+    tick_invariant = True  # (base.Policy): a waiting job's length is fixed while it waits
 
     def __init__(self, backfill: bool = False):
         self.backfill = backfill

@@ -161,6 +161,11 @@ class Simulator:
         self.round_length = getattr(policy, "round_length", None)
         # rounds only: called at multiples of round_length, never at arrivals/completions
         self.rounds_only = bool(getattr(policy, "rounds_only", False))
+        # policies.base.Policy.tick_invariant: a tick at which nothing changed since a call
+        # that made no action is answered with no action without calling the policy
+        self.tick_invariant = bool(getattr(policy, "tick_invariant", False))
+        self.last_idle = False  # the last call's Plan had no action
+        self.quiet_ticks = 0  # calls answered so (counted in policy_calls too)
         if self.rounds_only and self.round_length is None:
             raise ValueError("a policy with rounds_only needs a round_length")
         if self.round_length is not None and not self.round_length > 0:
@@ -320,7 +325,13 @@ class Simulator:
                                                            and active))) \
                     or (round_due and active)
             if call:
-                self._schedule()
+                if (self.last_idle and self.tick_invariant and not changed and not round_due
+                        and self._unchanged()):
+                    # what the call would see is what the last call saw, but for the time
+                    self.policy_calls += 1
+                    self.quiet_ticks += 1
+                else:
+                    self._schedule()
                 self._check_stall()
             if waiting and not self.tick_pending and not self.rounds_only:
                 self._push(t + self.cfg.interval, TICK, "", 0)
@@ -672,7 +683,17 @@ class Simulator:
         snap = self.snapshot()
         plan = self.policy.schedule(snap)
         self.policy_calls += 1
+        self.last_idle = isinstance(plan, Plan) and not plan.actions
         self.apply(plan)
+
+    def _unchanged(self) -> bool:
+        """No job view, waiting order, GPU or predictor would differ from the last call's
+        snapshot: no view made dirty or changed since, no start to take out of the queue,
+        no GPU change logged, no refit due."""
+        return (not self.dirty_views and not self.changed_views and not self.unqueue
+                and not self.gpu_log
+                and (self.refit is None or (self.last_fit is not None
+                                            and self.now - self.last_fit < self.refit_every)))
 
     def apply(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
