@@ -6,7 +6,10 @@ every arrival or completion, every ``interval`` seconds while jobs wait, and
 every ``Policy.round_length`` seconds while any job is active (round-based
 policies); its Plan is validated and applied.  A policy with ``rounds_only``
 (seed 002's rounds, Gavel's mechanism) is called only at multiples of its round
-length, never at arrivals or completions.
+length, never at arrivals or completions.  A tick at which nothing changed since a
+call that started nothing is answered with no action, without a call, for a policy
+declaring ``Policy.tick_invariant`` (its Plan does not depend on the time; counted as a
+call: ``policy_calls`` is the same either way).
 
 Rate model (docs/architecture.md, "Allocation record"): each worker of a
 running job (:class:`~policies.model.WorkerAlloc`) takes seed 000 eq. 7 on its
