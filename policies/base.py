@@ -53,7 +53,8 @@ class Policy:
     # ``interval`` call while jobs wait) at which nothing changed since a call that started
     # nothing with no action, without calling the policy: the call would see the same
     # jobs and GPUs and start nothing again (tests/test_sim_quiet_ticks.py calls each
-    # declaring policy at every such tick and checks it)
+    # declaring policy at every such tick and checks it).  A subclass inherits it: one that
+    # adds a rule depending on the time must set it back to False
     tick_invariant = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
