@@ -10,6 +10,7 @@ the two generic disciplines most baselines are made of.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
@@ -53,12 +54,23 @@ class Policy:
     # ``interval`` call while jobs wait) at which nothing changed since a call that started
     # nothing with no action, without calling the policy: the call would see the same
     # jobs and GPUs and start nothing again (tests/test_sim_quiet_ticks.py calls each
-    # declaring policy at every such tick and checks it).  A subclass inherits it: one that
-    # adds a rule depending on the time must set it back to False
+    # declaring policy at every such tick and checks it; :meth:`quiet_until` gives
+    # ``math.inf`` for it).  A subclass inherits it: one that adds a rule depending on the
+    # time must set it back to False
     tick_invariant = False
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:  # pragma: no cover
         raise NotImplementedError
+
+    def quiet_until(self, snap: ClusterSnapshot) -> float:
+        """Asked right after a call on ``snap`` whose Plan had no action: a time ``t`` such
+        that a call on a snapshot that differs from ``snap`` only in its time, later than
+        ``snap.now`` and at most ``t``, has no action either.  The simulator answers such a
+        tick or round with no action, without calling (the daemon does not ask).
+        ``math.inf`` for a :attr:`tick_invariant` policy, ``-math.inf`` (no such call)
+        otherwise.  It reads only what the policy kept from the call and changes nothing
+        (a host that keeps a time window overrides it: policies/packing_host.py)."""
+        return math.inf if self.tick_invariant else -math.inf
 
 
 def pick_consolidated(free: Iterable[Gpu], n: int, node_order=(),
@@ -393,6 +405,14 @@ class PreemptiveByKey(Policy):
         """A running view's key ``(key, submit time, id)`` as a function of ``now``
         (:data:`policies.running_keys.Rekey`), or ``None``: the key is evaluated."""
         return None
+
+    def quiet_until(self, snap: ClusterSnapshot) -> float:
+        """(:meth:`Policy.quiet_until`.)  The time up to which the quiet calls' record of this
+        call answers (:meth:`policies.quiet_calls.QuietCalls.until`): no running key rises
+        before it."""
+        from .quiet_calls import quiet_until_of
+
+        return quiet_until_of(self, snap)
 
     def schedule(self, snap):
         from .kept_order import preemptive_with_kept_order

@@ -568,6 +568,22 @@ class CoordKept:
         without their audit trail (:func:`walk_best`)."""
         return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
 
+    def quiet_until(self, snap: ClusterSnapshot) -> float:
+        """Asked after a :meth:`resizes` call on ``snap`` that gave none, by a host whose call
+        started nothing (so nothing was skipped): the latest time up to which such a call
+        gives none again while the change records get no entry.  Then :meth:`_run` takes
+        the kept candidates (none: each would be restored) and, within
+        :attr:`Still.window <policies.gimbal_still.Still.window>`, passes the plan over.
+        ``-math.inf`` when the records are not usable, a candidate is kept, or the window
+        does not hold ``snap.now``."""
+        still = self.still
+        if self.cands or not still.unchanged(snap, records_usable(snap)):
+            return -math.inf
+        w = still.window
+        if w is None or not w[0] <= snap.now <= w[1]:
+            return -math.inf
+        return w[1]
+
     def _run(self, snap, objective, lgrr, liss, skip, full):
         c = self.ctx
         if c is None or c[0] is not snap.profiles or c[1] is not snap.interference \

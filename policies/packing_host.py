@@ -21,6 +21,7 @@ actions with the new per-worker MPS shares and sample shares (:func:`~policies.g
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush
 from typing import Callable, Optional
@@ -98,6 +99,18 @@ class PackingHost(Policy):
                 1 <= c[0] <= total for c in pq.classes):
             return self._schedule_classes(snap, pq, config)
         return self._schedule_walk(snap)
+
+    def quiet_until(self, snap: ClusterSnapshot) -> float:
+        """(:meth:`policies.base.Policy.quiet_until`.)  A host's starts, and Gandiva's
+        introspection, read the views, the GPUs and the tables, never the time: the orders'
+        keys are fixed while a job waits (submit time, deadline, length, a waiting job's
+        remaining time), the pair scores read the profiles and the hosts' views.  Without
+        GIMBAL: ``math.inf``.  With it the coordinator's resizes move with the time:
+        :meth:`policies.gimbal_walk.CoordKept.quiet_until`."""
+        if not self.gimbal:
+            return math.inf
+        kept = self.__dict__.get("_gimbal_kept")
+        return -math.inf if kept is None else kept.quiet_until(snap)
 
     def _schedule_classes(self, snap: ClusterSnapshot, pq: PackQueue,
                           config: Optional[Callable] = None) -> Plan:

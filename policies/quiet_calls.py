@@ -158,6 +158,32 @@ class QuietCalls:
         return True
 
 
+    def until(self, snap: ClusterSnapshot) -> float:
+        """Asked right after a call on ``snap`` whose Plan had no action: the time up to which
+        a call on a snapshot that is ``snap`` but for a later ``now`` is answered quiet by
+        :meth:`answer` (for ``policies.base.Policy.quiet_until``), ``-inf`` without a
+        record of this very call.  With nothing started or pre-empted, conditions 1 and 3
+        hold for such a snapshot (the same views, the same waiting order), and 2 holds up
+        to ``steady``."""
+        log0 = self._log
+        if log0 is None or self._now != snap.now or self._started or self._preempted:
+            return -_INF
+        log = queue_record(snap)
+        if log is None or len(log) != len(log0) or not log.extends(log0):
+            return -_INF
+        steady = self._steady
+        if callable(steady):
+            steady = self._steady = steady()
+        return steady
+
+
+def quiet_until_of(pol, snap: ClusterSnapshot) -> float:
+    """``pol.quiet_until(snap)`` of a policy that answers quiet calls with :class:`QuietCalls`
+    (``pol._quiet_calls``): :meth:`QuietCalls.until`, ``-inf`` before its first call."""
+    q = pol.__dict__.get("_quiet_calls")
+    return -_INF if q is None else q.until(snap)
+
+
 def quiet_calls_of(pol) -> QuietCalls:
     """The policy instance's record (``pol._quiet_calls``), made on first use."""
     q = pol.__dict__.get("_quiet_calls")

@@ -31,6 +31,12 @@ class SjfFfs(SjfBsbf):
 
     per_gpu_groups = True  # first fit works GPU by GPU: one candidate per GPU of G_OJ
     marks_signatures = False  # no benefit test, no signature that surely cannot share
+    # (base.Policy) unlike SJF-BSBF, whose Theorem 1 reads the running jobs' remaining time
+    # X at ``now`` and which keeps marks across calls: the SJF order's keys are fixed while
+    # a job waits, first fit takes the groups in GPU order (X is 0 for every per-GPU
+    # group, policies/share_index.py) and only memory decides; Theorem 1's numbers enter
+    # the reasons only
+    tick_invariant = True
 
     @staticmethod
     def _first_fit_choice(rnd: Round, cand: Candidate, gr, fit) -> ShareChoice:

@@ -27,6 +27,7 @@ from typing import Optional
 
 from .base import Policy
 from .kept_order import preemptive_with_kept_order
+from .quiet_calls import quiet_until_of
 from .registry import register
 from .running_keys import tiresias_horizon
 
@@ -57,6 +58,13 @@ class Tiresias(Policy):
             if waited > self.promote_knob * snap.executed_time(job):
                 q = 0
         return q
+
+    def quiet_until(self, snap):
+        """(``Policy.quiet_until``.)  The quiet calls' record of this call
+        (:meth:`policies.quiet_calls.QuietCalls.until`): up to the first time a running
+        job's service reaches its queue's threshold; ``-inf`` with the promote knob on (no
+        record is kept) or a minimum run time."""
+        return quiet_until_of(self, snap)
 
     def schedule(self, snap):
         # a waiting job's attained service, hence its queue, is fixed while it waits unless

@@ -1,10 +1,12 @@
-"""Ticks answered without a call (``Policy.tick_invariant``, gimbalctl/sim/engine.py): each
-declaring policy, called at every tick the simulator answers so, starts nothing there, and
+"""Ticks and rounds answered without a call (``Policy.quiet_until``, gimbalctl/sim/engine.py):
+each policy that gives a time (the ``Policy.tick_invariant`` ones, and the packing hosts with
+and without GIMBAL), called at every tick the simulator answers so, has no action there, and
 a run that answers them is the run that calls the policy at every tick (the same records,
 timeline and summary, the policy calls counted alike)."""
 from __future__ import annotations
 
 import hashlib
+import math
 
 import pytest
 
@@ -14,10 +16,15 @@ from gimbalctl.predictor import refitter
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig
 from gimbalctl.sim.engine import Simulator
-from random_jobs import plain_jobs
+from random_jobs import plain_jobs, random_jobs
 
 MODELS = default_models()
-DECLARED = {"fifo", "sjf", "spjf", "spwf", "wcs-duration", "wcs-subtime", "wcs-workload"}
+DECLARED = {"fifo", "sjf", "sjf-ffs", "spjf", "spwf", "wcs-duration", "wcs-subtime",
+            "wcs-workload"}
+# the packing hosts: starts by fixed keys; with GIMBAL the coordinator's quiet window
+HOSTS = {"gandiva", "gandiva+gimbal", "lucid", "lucid+gimbal", "gavel", "gavel+gimbal"}
+# the pre-emptive policies with a quiet-call record (policies/quiet_calls.py)
+KEYED = {"srtf", "srsf", "tiresias"}
 
 
 class Checking(Simulator):
@@ -25,10 +32,20 @@ class Checking(Simulator):
     that the call starts nothing."""
 
     checked = 0
+    late = 0  # calls after a finite time given had passed, nothing else changed
+    late_actions = 0  # of those, calls with an action
 
     def _schedule(self):
-        quiet = self.last_idle and self._unchanged()
+        same = self.last_idle and self._unchanged()
+        quiet = same and self.now <= self.quiet_until
         if not quiet:
+            if same and self.quiet_until > -math.inf:
+                self.late += 1
+                n = self.policy_calls
+                super()._schedule()
+                assert self.policy_calls == n + 1
+                self.late_actions += not self.last_idle
+                return None
             return super()._schedule()
         snap = self.snapshot()
         plan = self.policy.schedule(snap)
@@ -36,6 +53,7 @@ class Checking(Simulator):
         self.checked += 1
         self.policy_calls += 1
         self.last_idle = True
+        self.quiet_until = self.quiet_hint(snap)
         self.apply(plan)
 
 
@@ -49,13 +67,22 @@ def test_the_declaring_policies():
     assert got == DECLARED
 
 
+def test_the_policies_that_give_a_time():
+    """The packing hosts and the keyed pre-emptive policies override the base's answer
+    (``inf`` for a tick-invariant policy, ``-inf``: never, for the others)."""
+    from policies.base import Policy
+    got = {n for n in policies.names()
+           if type(policies.get_policy(n)).quiet_until is not Policy.quiet_until}
+    assert got == HOSTS | KEYED
+
+
 def _run(cls, name, refit=None, answer=True):
     jobs = plain_jobs(160, 7, gpus=(1, 2, 4, 8), span=6000.0)
     kw = dict(refit=refitter("mean"), refit_every=900.0) if refit else {}
     sim = cls(jobs, parse_cluster("2x4"), policies.get_policy(name), MODELS,
               SimConfig(interval=60.0, sample_every=300.0), **kw)
     if not answer:
-        sim.tick_invariant = False
+        sim.answer_quiet = False
     return sim, sim.run()
 
 
@@ -81,7 +108,67 @@ def test_a_refit_due_is_a_call(name):
 
 
 def test_an_undeclared_policy_is_called_at_every_tick():
-    """srtf ranks by the running jobs' remaining work, which moves with the time: not
-    declared, called at every tick."""
-    sim, _ = _run(Simulator, "srtf")
-    assert not sim.tick_invariant and sim.quiet_ticks == 0
+    """sjf-bsbf's Theorem 1 reads the running jobs' remaining time, and it carries marks
+    across calls: it gives no time, it is called at every tick."""
+    sim, _ = _run(Simulator, "sjf-bsbf")
+    assert sim.quiet_until == -math.inf and sim.quiet_ticks == 0
+
+
+def _keyed(name, **kw):
+    return policies.get_policy(name, **kw) if kw else policies.get_policy(name)
+
+
+@pytest.mark.parametrize("name,kw", [("srtf", {}), ("srsf", {}), ("tiresias", {}),
+                                     ("tiresias", {"thresholds": (300.0, 3000.0)})])
+def test_a_keyed_policy_answered_has_no_action_and_changes_no_result(name, kw):
+    """SRTF, SRSF and Tiresias give the time up to which their quiet-call record answers (no
+    running key rises before it): called there, nothing starts or is pre-empted, and the
+    runs are the same.  With Tiresias's thresholds low enough to be crossed the time is
+    finite: calls after it, nothing else changed, are made, and some of them pre-empt."""
+    runs = []
+    for cls, answer in ((Checking, False), (Simulator, True)):
+        sim = cls(plain_jobs(160, 7, gpus=(1, 2, 4, 8), span=6000.0), parse_cluster("2x4"),
+                  _keyed(name, **kw), MODELS, SimConfig(interval=60.0, sample_every=300.0))
+        sim.answer_quiet = answer
+        runs.append((sim, sim.run()))
+    (checking, slow), (sim, fast) = runs
+    print(name, kw, checking.checked, checking.late, checking.late_actions,
+          fast.summary["policy_calls"])
+    assert checking.checked == sim.quiet_ticks > 100
+    assert fast.summary["policy_calls"] == slow.summary["policy_calls"]
+    assert digest(fast) == digest(slow)
+    if kw:
+        assert checking.late_actions > 0
+
+
+def test_a_minimum_run_time_gives_no_time():
+    """With a minimum run time the keyed policies keep no quiet-call record: every tick is a
+    call."""
+    sim = Simulator(plain_jobs(60, 7, span=3000.0), parse_cluster("2x4"),
+                    policies.get_policy("srtf", min_run_s=600.0), MODELS,
+                    SimConfig(interval=60.0, sample_every=300.0))
+    sim.run()
+    assert sim.quiet_ticks == 0
+
+
+@pytest.mark.parametrize("name", sorted(HOSTS))
+def test_a_host_answered_has_no_action_and_changes_no_result(name):
+    """The packing hosts on an overloaded 2x4 (jobs pack and wait; two jobs in three have a
+    deadline, which Gandiva's coordination objective reads): the answered ticks and rounds
+    have no action when called, and the runs are the same.  With GIMBAL the time given is
+    its coordinator's quiet window: calls after it ran out, nothing else changed, are
+    made, and some of them resize."""
+    runs = []
+    for cls, answer in ((Checking, False), (Simulator, True)):
+        sim = cls(random_jobs(160, 3), parse_cluster("2x4"), policies.get_policy(name), MODELS,
+                  SimConfig(interval=60.0, sample_every=300.0))
+        sim.answer_quiet = answer
+        runs.append((sim, sim.run()))
+    (checking, slow), (sim, fast) = runs
+    assert checking.checked == sim.quiet_ticks > 1000
+    assert fast.summary["policy_calls"] == slow.summary["policy_calls"]
+    assert digest(fast) == digest(slow)
+    if name.endswith("+gimbal"):
+        assert checking.late_actions > 0
+    else:  # no window: every call at which nothing changed is answered
+        assert checking.late == 0

@@ -6,10 +6,11 @@ every arrival or completion, every ``interval`` seconds while jobs wait, and
 every ``Policy.round_length`` seconds while any job is active (round-based
 policies); its Plan is validated and applied.  A policy with ``rounds_only``
 (seed 002's rounds, Gavel's mechanism) is called only at multiples of its round
-length, never at arrivals or completions.  A tick at which nothing changed since a
-call that started nothing is answered with no action, without a call, for a policy
-declaring ``Policy.tick_invariant`` (its Plan does not depend on the time; counted as a
-call: ``policy_calls`` is the same either way).
+length, never at arrivals or completions.  A tick or round at which nothing changed
+since a call that made no action is answered with no action, without a call, up to the
+time ``Policy.quiet_until`` gave after that call (``math.inf`` for a policy declaring
+``Policy.tick_invariant``, whose Plan does not depend on the time; counted as a call:
+``policy_calls`` is the same either way).
 
 Rate model (docs/architecture.md, "Allocation record"): each worker of a
 running job (:class:`~policies.model.WorkerAlloc`) takes seed 000 eq. 7 on its
@@ -164,9 +165,13 @@ class Simulator:
         self.round_length = getattr(policy, "round_length", None)
         # rounds only: called at multiples of round_length, never at arrivals/completions
         self.rounds_only = bool(getattr(policy, "rounds_only", False))
-        # policies.base.Policy.tick_invariant: a tick at which nothing changed since a call
-        # that made no action is answered with no action without calling the policy
-        self.tick_invariant = bool(getattr(policy, "tick_invariant", False))
+        # policies.base.Policy.quiet_until: a tick or round at which nothing changed since a
+        # call that made no action, up to the time the policy gave after that call, is
+        # answered with no action without calling the policy (objects that are not Policy
+        # subclasses: never); ``answer_quiet`` False calls at each (the tests' reference)
+        self.quiet_hint = getattr(policy, "quiet_until", None)
+        self.answer_quiet = True
+        self.quiet_until = -math.inf  # the last call's answer (-inf after an action)
         self.last_idle = False  # the last call's Plan had no action
         self.quiet_ticks = 0  # calls answered so (counted in policy_calls too)
         if self.rounds_only and self.round_length is None:
@@ -328,8 +333,8 @@ class Simulator:
                                                            and active))) \
                     or (round_due and active)
             if call:
-                if (self.last_idle and self.tick_invariant and not changed and not round_due
-                        and self._unchanged()):
+                if (self.last_idle and not changed and self.now <= self.quiet_until
+                        and self.answer_quiet and self._unchanged()):
                     # what the call would see is what the last call saw, but for the time
                     self.policy_calls += 1
                     self.quiet_ticks += 1
@@ -686,7 +691,9 @@ class Simulator:
         snap = self.snapshot()
         plan = self.policy.schedule(snap)
         self.policy_calls += 1
-        self.last_idle = isinstance(plan, Plan) and not plan.actions
+        self.last_idle = idle = isinstance(plan, Plan) and not plan.actions
+        hint = self.quiet_hint
+        self.quiet_until = hint(snap) if idle and hint is not None else -math.inf
         self.apply(plan)
 
     def _unchanged(self) -> bool:
