@@ -148,6 +148,10 @@ class Similarity(Policy):
         self._kept = SimilarityState()  # the queue kept across calls (policies.similarity_kept)
 
     rounds_only = True
+    # (base.Policy) Algorithms 1-3 read the jobs' models, GPU counts and batches, the
+    # GPUs, the reference database and the interference table, never the time: a round at
+    # which nothing changed since a round that changed nothing is answered without a call
+    tick_invariant = True
 
     # ------------------------------------------------------------------ helpers
     def _tput(self, snap, ref: str, gtype: str, ngpu: int, batch: int, per_node: int) -> float:

@@ -19,8 +19,8 @@ from gimbalctl.sim.engine import Simulator
 from random_jobs import plain_jobs, random_jobs
 
 MODELS = default_models()
-DECLARED = {"fifo", "sjf", "sjf-ffs", "spjf", "spwf", "wcs-duration", "wcs-subtime",
-            "wcs-workload"}
+DECLARED = {"fifo", "similarity", "sjf", "sjf-ffs", "spjf", "spwf", "wcs-duration",
+            "wcs-subtime", "wcs-workload"}
 # the packing hosts: starts by fixed keys; with GIMBAL the coordinator's quiet window
 HOSTS = {"gandiva", "gandiva+gimbal", "lucid", "lucid+gimbal", "gavel", "gavel+gimbal"}
 # the pre-emptive policies with a quiet-call record (policies/quiet_calls.py)
