@@ -157,7 +157,6 @@ class QuietCalls:
         self._steady = steady
         return True
 
-
     def until(self, snap: ClusterSnapshot) -> float:
         """Asked right after a call on ``snap`` whose Plan had no action: the time up to which
         a call on a snapshot that is ``snap`` but for a later ``now`` is answered quiet by
