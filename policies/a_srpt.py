@@ -87,6 +87,7 @@ class ASrpt(Policy):
         self.comm_heavy, self.tau = float(comm_heavy), float(tau)
         self.net = Network.from_units(intra_gbytes, inter_gbits)
         self._delay: dict[str, tuple[float, float]] = {}
+        self._quiet = None  # (now, time) of the last call when it had no action (quiet_until)
         # memo only (results are a pure function of the snapshot): per-job facts, history index
         self._token, self._facts, self._hidx, self._hitems, self._hobj = None, {}, None, {}, {}
         self._win = A1Window()
@@ -287,6 +288,15 @@ class ASrpt(Policy):
         return keys, [j for _, j in pairs], [k[2] for k in keys], \
             any(j.num_gpus > snap.total_gpus for _, j in pairs)
 
+    def quiet_until(self, snap):
+        """(``Policy.quiet_until``.)  After a call that started nothing, what changes the Plan
+        with the time alone: the next job to complete in Ã1 (line 2: it joins
+        ``pending_queue``; Ã1's completion times do not read the time), or a delayed head's
+        ``t0 + τ·p̃`` (line 20).  A head that waits for GPUs (line 25) waits while they
+        stay as they are (the queue only grows behind it): no time."""
+        q = self._quiet
+        return q[1] if q is not None and q[0] == snap.now else -math.inf
+
     def schedule(self, snap):
         now = snap.now
         facts, done = self.virtual(snap)
@@ -305,6 +315,8 @@ class ASrpt(Policy):
                         virtual_done=done_i, virtual_pos=i, **extra)
 
         blocked, i = None, 0
+        self._quiet = None
+        until = math.inf  # (quiet_until) while no action: up to when none comes
         while i < split:  # lines 3-25, pending_queue in order
             j = jobs[i]
             amin, amax, val, unit, src, p = keys[i][3]
@@ -322,7 +334,7 @@ class ASrpt(Policy):
                                        f"needs {j.num_gpus} GPUs, {nfree} free; " + src_text,
                                        **nums(i, free_gpus=nfree))
                 i += 1
-                break
+                break  # (the same head blocks while the GPUs stay: ``until`` inf)
             heavy = amax / amin >= comm_heavy  # line 8
             servers, gpus, workers, alpha = placer.place(j, heavy)  # lines 9-10 / 22-23
             why = "non-communication-heavy: fewest-free servers (line 22)"
@@ -340,6 +352,9 @@ class ASrpt(Policy):
                         f"communication-heavy, alpha/alpha_min {alpha / amin:.2f} > "
                         f"{comm_heavy}; delayed until {t0 + tau * p:.0f} s; " + src_text,
                         **nums(i, alpha=alpha, kappa=kappa, delay_until=t0 + tau * p))
+                    # line 20 holds from t0 + tau*p - EPS on (line 18 not before the
+                    # placement changes): the last time before it
+                    until = math.nextafter(t0 + tau * p - EPS, -math.inf)
                     i += 1
                     break
             elif heavy:
@@ -352,6 +367,10 @@ class ASrpt(Policy):
             reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text,
                                    **nums(i, alpha=alpha, servers=len(servers)))
             i += 1
+        if not actions:
+            if blocked is None and split < len(keys):  # line 2: the next job done in Ã1
+                until = _last_before(keys[split][0])
+            self._quiet = (now, until)
         if over:  # a job asks more than the cluster: the rest one by one, as written
             for i in range(i, len(keys)):
                 j = jobs[i]
@@ -372,6 +391,15 @@ class ASrpt(Policy):
         return make_plan(self.name, actions, Joined(tuple(order), tail), reasons, infeasible,
                          [(tail, _Waiting(keys, i, split, blocked)),
                           keep_running_segment(snap)])
+
+
+def _last_before(done: float) -> float:
+    """The largest ``now`` for which line 2's ``bisect_left(keys, (now + EPS, inf))`` leaves
+    out a job done in Ã1 at ``done``: ``now + EPS < done`` in floats (monotone in ``now``)."""
+    t = done - EPS
+    while t + EPS >= done:
+        t = math.nextafter(t, -math.inf)
+    return t
 
 
 def _waiting(k, i, split, blocked):

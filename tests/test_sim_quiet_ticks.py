@@ -25,6 +25,8 @@ DECLARED = {"fifo", "similarity", "sjf", "sjf-ffs", "spjf", "spwf", "wcs-duratio
 HOSTS = {"gandiva", "gandiva+gimbal", "lucid", "lucid+gimbal", "gavel", "gavel+gimbal"}
 # the pre-emptive policies with a quiet-call record (policies/quiet_calls.py)
 KEYED = {"srtf", "srsf", "tiresias"}
+# A-SRPT: Ã1's next completion, a delayed head's end (policies/a_srpt.py)
+ASRPT = {"a-srpt", "a-srpt-perfect"}
 
 
 class Checking(Simulator):
@@ -68,12 +70,12 @@ def test_the_declaring_policies():
 
 
 def test_the_policies_that_give_a_time():
-    """The packing hosts and the keyed pre-emptive policies override the base's answer
+    """The packing hosts, the keyed pre-emptive policies and A-SRPT override the base's answer
     (``inf`` for a tick-invariant policy, ``-inf``: never, for the others)."""
     from policies.base import Policy
     got = {n for n in policies.names()
            if type(policies.get_policy(n)).quiet_until is not Policy.quiet_until}
-    assert got == HOSTS | KEYED
+    assert got == HOSTS | KEYED | ASRPT
 
 
 def _run(cls, name, refit=None, answer=True):
@@ -172,3 +174,18 @@ def test_a_host_answered_has_no_action_and_changes_no_result(name):
         assert checking.late_actions > 0
     else:  # no window: every call at which nothing changed is answered
         assert checking.late == 0
+
+
+@pytest.mark.parametrize("name", sorted(ASRPT))
+def test_a_srpt_answered_has_no_action_and_changes_no_result(name):
+    """A-SRPT gives the time of Ã1's next completion (line 2) or a delayed head's end (line
+    20); a head waiting for GPUs gives none.  Called at every answered tick it starts
+    nothing, and the runs are the same; with the true lengths (a-srpt-perfect) the times
+    are finite and calls after them start jobs."""
+    checking, slow = _run(Checking, name, answer=False)
+    sim, fast = _run(Simulator, name)
+    assert checking.checked == sim.quiet_ticks > 1000
+    assert fast.summary["policy_calls"] == slow.summary["policy_calls"]
+    assert digest(fast) == digest(slow)
+    if name == "a-srpt-perfect":
+        assert checking.late_actions > 0
