@@ -315,7 +315,6 @@ class ASrpt(Policy):
                         virtual_done=done_i, virtual_pos=i, **extra)
 
         blocked, i = None, 0
-        self._quiet = None
         until = math.inf  # (quiet_until) while no action: up to when none comes
         while i < split:  # lines 3-25, pending_queue in order
             j = jobs[i]
@@ -367,10 +366,9 @@ class ASrpt(Policy):
             reasons[j.id] = reason(ReasonCode.STARTED, why + "; " + src_text,
                                    **nums(i, alpha=alpha, servers=len(servers)))
             i += 1
-        if not actions:
-            if blocked is None and split < len(keys):  # line 2: the next job done in Ã1
-                until = _last_before(keys[split][0])
-            self._quiet = (now, until)
+        if not actions and blocked is None and split < len(keys):  # line 2: next done in Ã1
+            until = _last_before(keys[split][0])
+        self._quiet = (now, until) if not actions else None
         if over:  # a job asks more than the cluster: the rest one by one, as written
             for i in range(i, len(keys)):
                 j = jobs[i]
