@@ -41,6 +41,7 @@ still made by ``_share`` on its own call's state (tests/policies/test_sjf_differ
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from .model import ClusterSnapshot, Frozen
@@ -190,6 +191,42 @@ class KeptMarks:
         self._expect = expect
         self._starts = tuple((a.job_id, tuple(a.gpus), a.sub_batch, a.accum_steps)
                              for a in starts)
+
+
+def bounded_until(snap: ClusterSnapshot, keep, bounded: dict) -> float:
+    """The time up to which every bounded mark of ``bounded`` (signature -> (mark,
+    constraints), as :meth:`KeptMarks.save` takes them: a class or :class:`RunRef` of this
+    call, or the job ids of a carried one, each with its low) still holds while only the
+    time moves: each constrained job's X (:func:`policies.share_index.x_now`) falls at most
+    at :func:`policies.share_index.x_fall`, so it stays ≥ its low until ``now + (X − low)
+    / fall``, less a margin of 1e-6 of X and 1 ms against the float error of a later X.
+    ``-inf`` where a job's X or its fall is not known, or X is at its low already (the
+    simulator then calls at every tick, as before)."""
+    from .share_index import x_fall, x_now
+
+    now = snap.now
+    until = math.inf
+    seen: set = set()
+    for _, cons in bounded.values():
+        for ref, low in cons:
+            if (id(ref), low) in seen:
+                continue
+            seen.add((id(ref), low))
+            if isinstance(ref, tuple):
+                jids = ref
+            else:
+                run = ref if isinstance(ref, RunRef) else RunRef(ref, 0, None)
+                jids = [gr.occ.job.id for gr in run.cls.groups[run.lo:run.hi]]
+            for jid in jids:
+                x, fall = x_now(snap, keep, jid), x_fall(snap, keep, jid)
+                if x is None or fall is None:
+                    return -math.inf
+                room = x - low - 1e-6 * max(abs(x), abs(low)) - 1e-3
+                if room < 0.0:
+                    return -math.inf
+                if fall > 0.0 and now + room / fall < until:
+                    until = now + room / fall
+    return until
 
 
 class RunRef:

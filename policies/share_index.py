@@ -107,6 +107,28 @@ def x_now(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> Optional[float]
     return t * rem
 
 
+def x_fall(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> Optional[float]:
+    """How fast :func:`x_now` of running job ``jid`` can fall while the GPU map stays the
+    same: X per second of ``now``.  With i_A known (:meth:`ClusterSnapshot.completed`:
+    ``iter_rate`` per second, none while restoring) it is at most t_A·``iter_rate``; from
+    the remaining-time estimate (executed time grows one second a second) t_A / the
+    exclusive iteration time.  ``None`` where X is not evaluable or the snapshot class
+    computes progress its own way."""
+    j = snap.jobs.get(jid)
+    if (j is None or not j.running or j.allocation is None or not j.allocation.gpus
+            or not plain_progress(type(snap))):
+        return None
+    e = keep.entries.get(jid)
+    t = e.t if e is not None and e.job is j else _alloc_iter_time(snap, j)
+    if t is None or not (t == t and t > 0):
+        return None
+    if j.total_iters is not None:
+        return t * max(j.iter_rate, 0.0)
+    if j.duration_estimate is None:
+        return None
+    return t / snap.exclusive_iter_time(j)
+
+
 def _node_mem(nodes: tuple) -> dict:
     """Node name -> its GPU memory (MiB; the last node of a name counts), memoised per node
     tuple (read only)."""

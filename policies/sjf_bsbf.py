@@ -57,12 +57,13 @@ Choices where the paper is silent (ours):
 from __future__ import annotations
 
 import heapq
+import math
 from itertools import islice
 
 from operator import itemgetter
 
 from .base import Policy, _running_ids, node_order
-from .bsbf_marks import RunRef, kept_marks_of
+from .bsbf_marks import RunRef, bounded_until, kept_marks_of
 from .kept_order import kept_order_of
 from .model import ClusterSnapshot, Frozen, Joined
 from .plan import Plan, ReasonCode, make_plan, reason, start_job
@@ -120,6 +121,45 @@ class SjfBsbf(Policy):
     preemptive = False
     per_gpu_groups = False  # SJF-FFS: one candidate per GPU
     marks_signatures = True  # SJF-FFS never marks (its _share): nothing to keep
+
+    def quiet_until(self, snap: ClusterSnapshot) -> float:
+        """(:meth:`policies.base.Policy.quiet_until`.)  After a walk that started nothing:
+        ``inf`` when every job it reached waits for a reason the time cannot end while the
+        GPU map and the queue stay as they are: counts (line 9: free and single-occupied
+        GPUs short; a job asking more than the cluster), or a robust mark — its own or its
+        signature's, kept or made this call (:mod:`policies.bsbf_marks`: every group it
+        does not share with is memory-blocked, not evaluable, or a bounds "F" class whose
+        D(X) stays above the margin for every X from 0 up, and X = t_A·i_A only falls); the
+        time up to which the walk's bounded marks hold (each constrained job's X above its
+        low, :func:`policies.bsbf_marks.bounded_until`) where it passed jobs on such marks
+        too; else ``-inf`` (a job that waited without a sure, robust or bounded mark: an
+        exactly evaluated group, a bounds "F" class whose D may fall, a length unknown).
+        Made when asked (the daemon never asks), from what the last call kept."""
+        if self.tick_invariant:  # (SJF-FFS)
+            return math.inf
+        q = self.__dict__.get("_quiet")
+        if q is None or q[0] != snap.now:
+            return -math.inf
+        if len(q) > 2:  # the walk's state, kept by schedule: the time, once
+            q = self._quiet = (q[0], self._quiet_time(*q[1:]))
+        return q[1]
+
+    @staticmethod
+    def _quiet_time(timed: bool, snap: ClusterSnapshot, keep, rnd: Round) -> float:
+        """(:meth:`quiet_until`) Of a walk that started nothing: ``-inf`` when one of its
+        waits may end as X falls (``timed``: a job waited without a robust or bounded mark
+        of its own; or a job was passed on a mark that is neither), else the time its
+        bounded marks hold to (:func:`policies.bsbf_marks.bounded_until`; ``inf`` without
+        any)."""
+        if timed:
+            return -math.inf
+        robust, bounded = rnd.robust, rnd.bounded
+        for sid, mark in rnd.fails.items():
+            if robust.get(sid) is not mark:
+                b = bounded.get(sid)
+                if b is None or b[0] is not mark:
+                    return -math.inf
+        return bounded_until(snap, keep, bounded) if bounded else math.inf
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
@@ -186,6 +226,7 @@ class SjfBsbf(Policy):
         can_share = snap.max_jobs_per_gpu >= 2
         total = snap.total_gpus
         norder = node_order(snap)
+        self._timed = False  # a wait of this call's walk may end as X falls (quiet_until)
 
         actions, reasons, waiting, infeasible = [], {}, [], []
         # signature number -> the i_B window of a job that could not start (see _share)
@@ -261,6 +302,8 @@ class SjfBsbf(Policy):
         if marks is not None:
             marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions,
                        rnd.bounded)
+        # (quiet_until) whether every wait holds while only the time moves: asked after
+        self._quiet = None if actions else (snap.now, self._timed, snap, keep, rnd)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))
@@ -548,6 +591,8 @@ class SjfBsbf(Policy):
                     rnd.robust[sid] = mark
                 elif sid not in rnd.robust:
                     rnd.bounded[sid] = (mark, lows)
+        if not (sure and robust) and actions is not None:
+            self._timed = True  # this wait may end as X falls (a walk's step, not a reason's)
         best = None
         if nfree + shareable + nobenefit >= need:
             if not u_false:
