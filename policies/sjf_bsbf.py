@@ -140,26 +140,32 @@ class SjfBsbf(Policy):
         q = self.__dict__.get("_quiet")
         if q is None or q[0] != snap.now:
             return -math.inf
-        if len(q) > 2:  # the walk's state, kept by schedule: the time, once
-            q = self._quiet = (q[0], self._quiet_time(*q[1:]))
+        if len(q) > 2:  # what the walk kept (schedule): the time, once
+            q = self._quiet = (q[0], self._quiet_time(q[1], snap, q[2], q[3]))
         return q[1]
 
     @staticmethod
-    def _quiet_time(timed: bool, snap: ClusterSnapshot, keep, rnd: Round) -> float:
-        """(:meth:`quiet_until`) Of a walk that started nothing: ``-inf`` when one of its
-        waits may end as X falls (``timed``: a job waited without a robust or bounded mark
-        of its own; or a job was passed on a mark that is neither), else the time its
-        bounded marks hold to (:func:`policies.bsbf_marks.bounded_until`; ``inf`` without
-        any)."""
+    def _quiet_time(timed: bool, snap: ClusterSnapshot, keep, bounded: dict) -> float:
+        """(:meth:`quiet_until`) Of a walk that started nothing on ``snap``: ``-inf`` when
+        one of its waits may end as X falls (``timed``: a job waited without a robust or
+        bounded mark of its own, or was passed on a mark that is neither), else the time
+        its bounded marks hold to (:func:`policies.bsbf_marks.bounded_until`; ``inf``
+        without any)."""
         if timed:
             return -math.inf
+        return bounded_until(snap, keep, bounded) if bounded else math.inf
+
+    @staticmethod
+    def _passed_on_kept(rnd: Round) -> bool:
+        """Whether every mark of the walk (those it passed jobs on among them) is robust or
+        bounded: the one :mod:`policies.bsbf_marks` keeps for its signature."""
         robust, bounded = rnd.robust, rnd.bounded
         for sid, mark in rnd.fails.items():
             if robust.get(sid) is not mark:
                 b = bounded.get(sid)
                 if b is None or b[0] is not mark:
-                    return -math.inf
-        return bounded_until(snap, keep, bounded) if bounded else math.inf
+                    return False
+        return True
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot) -> Plan:
@@ -302,8 +308,11 @@ class SjfBsbf(Policy):
         if marks is not None:
             marks.save(snap, keep.valid, self.per_gpu_groups, rnd.robust, actions,
                        rnd.bounded)
-        # (quiet_until) whether every wait holds while only the time moves: asked after
-        self._quiet = None if actions else (snap.now, self._timed, snap, keep, rnd)
+        # (quiet_until) whether every wait holds while only the time moves, asked after:
+        # neither the snapshot nor the round is held (the simulator reuses a job map in
+        # place only where nothing else holds it)
+        self._quiet = None if actions else (
+            snap.now, self._timed or not self._passed_on_kept(rnd), keep, rnd.bounded)
         shared = [*passed, (lambda: _running_ids(snap), _KEEP)]
         if rnd.deferred:  # rejected after the round's last start: reasons made on first use
             shared.append(self._deferred_segment(rnd))

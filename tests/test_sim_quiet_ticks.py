@@ -183,21 +183,21 @@ def test_sjf_bsbf_time_given_holds_on_a_fresh_walk(make, seed, shape):
 
     class Recording(SjfBsbf):
         @staticmethod
-        def _quiet_time(timed, snap, keep, rnd):
-            until = SjfBsbf._quiet_time(timed, snap, keep, rnd)
+        def _quiet_time(timed, snap, keep, bounded):
+            until = SjfBsbf._quiet_time(timed, snap, keep, bounded)
             if until == math.inf:
                 seen["inf"] += 1
                 for dt in (60.0, 86400.0, 3.2e7):
                     fresh_idle(snap, snap.now + dt)
             elif until > -math.inf:
                 seen["finite"] += 1
-                assert until > snap.now and rnd.bounded
+                assert until > snap.now and bounded
                 fresh_idle(snap, (snap.now + until) / 2.0)
                 fresh_idle(snap, until)
                 at = dataclasses.replace(snap, now=until)
                 later = dataclasses.replace(snap, now=snap.now + 1.25 * (until - snap.now) + 1.0)
                 below = False
-                for _, cons in rnd.bounded.values():
+                for _, cons in bounded.values():
                     for ref, low in cons:
                         for jid in _constrained(ref):
                             x = x_now(at, keep, jid)
