@@ -46,6 +46,7 @@ from typing import Optional
 
 from .model import ClusterSnapshot, Frozen
 from .records import gpu_record
+from .share_index import x_fall, x_now
 
 
 class KeptMarks:
@@ -171,12 +172,11 @@ class KeptMarks:
             out = []
             for cls, low in cons:
                 if not isinstance(cls, tuple):  # a class, or a run of one, of this call
-                    run = cls if isinstance(cls, RunRef) else RunRef(cls, 0, None)
+                    run = _run_of(cls)
                     key = (id(run.cls), run.lo, run.hi)
                     jids = jobs_of.get(key)
                     if jids is None:
-                        jids = jobs_of[key] = tuple(
-                            gr.occ.job.id for gr in run.cls.groups[run.lo:run.hi])
+                        jids = jobs_of[key] = run.job_ids()
                     cls = jids
                 out.append((cls, low))
             bounds[sid] = (mark, tuple(out))
@@ -202,8 +202,6 @@ def bounded_until(snap: ClusterSnapshot, keep, bounded: dict) -> float:
     / fall``, less a margin of 1e-6 of X and 1 ms against the float error of a later X.
     ``-inf`` where a job's X or its fall is not known, or X is at its low already (the
     simulator then calls at every tick, as before)."""
-    from .share_index import x_fall, x_now
-
     now = snap.now
     until = math.inf
     seen: set = set()
@@ -212,12 +210,7 @@ def bounded_until(snap: ClusterSnapshot, keep, bounded: dict) -> float:
             if (id(ref), low) in seen:
                 continue
             seen.add((id(ref), low))
-            if isinstance(ref, tuple):
-                jids = ref
-            else:
-                run = ref if isinstance(ref, RunRef) else RunRef(ref, 0, None)
-                jids = [gr.occ.job.id for gr in run.cls.groups[run.lo:run.hi]]
-            for jid in jids:
+            for jid in ref if isinstance(ref, tuple) else _run_of(ref).job_ids():
                 x, fall = x_now(snap, keep, jid), x_fall(snap, keep, jid)
                 if x is None or fall is None:
                     return -math.inf
@@ -243,6 +236,15 @@ class RunRef:
 
     def __init__(self, cls, lo: int, hi: Optional[int]):
         self.cls, self.lo, self.hi = cls, lo, hi
+
+    def job_ids(self) -> tuple:
+        """The job ids of the run's groups, in order."""
+        return tuple(gr.occ.job.id for gr in self.cls.groups[self.lo:self.hi])
+
+
+def _run_of(ref) -> RunRef:
+    """A constraint's class (the whole of it) or run of this call, as a :class:`RunRef`."""
+    return ref if isinstance(ref, RunRef) else RunRef(ref, 0, None)
 
 
 def kept_marks_of(pol) -> KeptMarks:

@@ -87,15 +87,24 @@ def _occupant(snap: ClusterSnapshot, job: Job, t: Optional[float]) -> Occupant:
                     t if t is not None else float("nan"), rem)
 
 
+def _held_t(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> tuple:
+    """(view, t_A) of running job ``jid`` holding GPUs (t_A of the kept entry while its view
+    is the same, else of its allocation; ``None`` without a profile); (None, None) where it
+    is not such a job."""
+    j = snap.jobs.get(jid)
+    if j is None or not j.running or j.allocation is None or not j.allocation.gpus:
+        return None, None
+    e = keep.entries.get(jid)
+    return j, (e.t if e is not None and e.job is j else _alloc_iter_time(snap, j))
+
+
 def x_now(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> Optional[float]:
     """X = t_A·i_A of running job ``jid`` at ``snap.now`` as :meth:`Round.build_shared`
     computes it (t_A of the kept entry while its view is the same, else of its allocation;
     i_A or its estimate as :func:`_occupant` says); ``None`` where it is not evaluable."""
-    j = snap.jobs.get(jid)
-    if j is None or not j.running or j.allocation is None or not j.allocation.gpus:
+    j, t = _held_t(snap, keep, jid)
+    if j is None:
         return None
-    e = keep.entries.get(jid)
-    t = e.t if e is not None and e.job is j else _alloc_iter_time(snap, j)
     rem = snap.remaining_iters(j)
     if rem is None or t is None:
         o = _occupant(snap, j, t)
@@ -114,13 +123,8 @@ def x_fall(snap: ClusterSnapshot, keep: "ShareKeep", jid: str) -> Optional[float
     the remaining-time estimate (executed time grows one second a second) t_A / the
     exclusive iteration time.  ``None`` where X is not evaluable or the snapshot class
     computes progress its own way."""
-    j = snap.jobs.get(jid)
-    if (j is None or not j.running or j.allocation is None or not j.allocation.gpus
-            or not plain_progress(type(snap))):
-        return None
-    e = keep.entries.get(jid)
-    t = e.t if e is not None and e.job is j else _alloc_iter_time(snap, j)
-    if t is None or not (t == t and t > 0):
+    j, t = _held_t(snap, keep, jid)
+    if j is None or not plain_progress(type(snap)) or t is None or not (t == t and t > 0):
         return None
     if j.total_iters is not None:
         return t * max(j.iter_rate, 0.0)
