@@ -22,6 +22,75 @@ from .model import SUBMIT_ORDER
 from .registry import register
 
 
+_SEP = 1.0 + 1e-12  # a rate step this large keeps r / p and r / p1 apart in floats
+_SAFE = (1e-100, 1e100)  # rates and remaining iterations where r / p is a normal float
+
+
+def _structural_stop(rates, job, cap: int, memo: dict) -> tuple:
+    """(s, separated) for a profiled job: ``s`` the first count ``k >= 1`` with ``k >= cap`` or
+    ``rate(k + 1) <= rate(k)`` (where the gain is 0.0 whatever the remaining time);
+    ``separated``: every rate below it lies in ``_SAFE`` and each step ``rate(k+1) / rate(k)``
+    exceeds ``_SEP``.  Depends on (application, global batch, cap) only: memoised with the
+    rates."""
+    key = (job.app, job.global_batch, cap)
+    hit = memo.get(key)
+    if hit is None:
+        rate = rates.rate
+        k, p = 1, rate(job, 1)
+        sep = _SAFE[0] < p < _SAFE[1]
+        while k < cap:
+            p1 = rate(job, k + 1)
+            if not p1 > p:
+                break
+            sep = sep and p1 > p * _SEP and p1 < _SAFE[1]
+            k, p = k + 1, p1
+        hit = memo[key] = (k, sep)
+    return hit
+
+
+def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict | None":
+    """Each job's (share, gain at that share) when the greedy hand-out ends with every job at
+    its own stop — the first count where ``gain`` is not positive — and GPUs to spare:
+    ``sum of stops <= M`` (with ``len(jobs) <= M``).  Then the order in which the heap hands
+    GPUs out does not matter and the hand-out's result is this (ours: a shortcut, the same
+    shares and numbers; tests/policies/test_elastic_differential.py against the heap).
+    ``None`` otherwise, or where a job is not profiled or its remaining time is not finite.
+
+    A stop is read from the memoised structural stop: with a remaining time ``r = 0`` the
+    gain is 0.0 from the first GPU; with ``r`` in ``_SAFE`` and separated rates, ``r/p`` and
+    ``r/p1`` are normal floats more than 2 ulp apart at every step below the structural
+    stop, so every gain there is positive and the stop is the structural one (its gain
+    0.0).  Other jobs walk their gains as the heap would."""
+    memo = rates.kept.setdefault("optimus-stop", {})
+    out: dict = {}
+    total = 0
+    lo, hi = _SAFE
+    for j in jobs:
+        if not rates.profiled(j):
+            return None
+        r = rem[j.id]
+        s, sep = _structural_stop(rates, j, cap[j.id], memo)
+        if r == 0.0 or s == 1:
+            k, g = 1, 0.0
+        elif sep and lo < r < hi:
+            k, g = s, 0.0
+        elif r - r != 0.0:  # inf or nan: the heap's keys would not order
+            return None
+        else:
+            k = 1
+            g = gain(j, 1)
+            while g > 0 and k <= M:
+                k += 1
+                g = gain(j, k)
+            if g != g:
+                return None
+        total += k
+        if total > M:
+            return None
+        out[j.id] = (k, g)
+    return out
+
+
 @register("optimus")
 class Optimus(Policy):
     """Optimus: greedy marginal reduction of remaining time per extra GPU (seed 001 baseline)."""
@@ -57,19 +126,25 @@ class Optimus(Policy):
             return 0.0
 
         # now[id]: gain(job, its share) at every point (the explain number at the end)
-        now = {j.id: gain(j, 1) for j in jobs[:M]}
-        heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]
-        heapq.heapify(heap)
-        left = M - min(n, M)
-        while left > 0 and heap:
-            g, i, j = heapq.heappop(heap)
-            if g >= 0:
-                break  # no job gains from another GPU
-            k = shares[j.id] + 1
-            shares[j.id] = k
-            left -= 1
-            g = now[j.id] = gain(j, k)
-            heapq.heappush(heap, (-g, i, j))
+        now = _uncontended(rates, jobs, M, cap, rem, gain) if n <= M else None
+        if now is not None:  # every job ends at its own stop: GPUs to spare
+            for jid, (k, _) in now.items():
+                shares[jid] = k
+            now = {jid: g for jid, (_, g) in now.items()}
+        else:
+            now = {j.id: gain(j, 1) for j in jobs[:M]}
+            heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]
+            heapq.heapify(heap)
+            left = M - min(n, M)
+            while left > 0 and heap:
+                g, i, j = heapq.heappop(heap)
+                if g >= 0:
+                    break  # no job gains from another GPU
+                k = shares[j.id] + 1
+                shares[j.id] = k
+                left -= 1
+                g = now[j.id] = gain(j, k)
+                heapq.heappush(heap, (-g, i, j))
 
         def numbers(j):
             # no numbers: one shared empty mapping (waiting jobs then share a Reason)

@@ -58,6 +58,44 @@ def _comm_bound(rates: Rates, job):
     return bound
 
 
+def _uncontended(rates: Rates, front: list, n: int, M: int, rho, cap) -> Optional[dict]:
+    """Each job's share when both hand-outs end with every job at its own stop and GPUs to
+    spare, else ``None`` (ours: a shortcut, the same shares; tests/policies/
+    test_elastic_differential.py against the heaps).  A job's stop in the first hand-out is
+    the first count ``p1 >= 1`` with ``rho <= 1`` or one more GPU not useful; in the
+    leftover hand-out it then grows while below its cap and useful.  When the stops sum to
+    at most ``M`` the GPUs never run out, so neither the rho order nor the draws decide
+    anything.  Profiled jobs only (their rates are positive and finite); with ``n`` fixed for
+    the call a stop depends on (application, global batch, cap) alone: found once per call
+    for each."""
+    memo: dict = {}
+    out: dict = {}
+    total = 0
+    for j in front:
+        if not rates.profiled(j):
+            return None
+        c = cap(j)
+        key = (j.app, j.global_batch, c)
+        k = memo.get(key)
+        if k is None:
+            k = 1
+            while k <= M:  # the first hand-out (the heap's test, the same floats)
+                r = rho(j, k)
+                if r != r:
+                    return None
+                if r <= 1.0 or not useful_share(rates, j, k):
+                    break
+                k += 1
+            while k <= M and k < c and useful_share(rates, j, k):  # the leftovers
+                k += 1
+            memo[key] = k
+        total += k
+        if total > M:
+            return None
+        out[j.id] = k
+    return out
+
+
 @register("themis")
 class Themis(Policy):
     """Themis: finish-time fairness target speedup m/n, random leftovers (seed 001 subset)."""
@@ -111,6 +149,18 @@ class Themis(Policy):
                 return INF
             return target[j.id] / (rates.rate(j, k) / one[j.id])
 
+        seed = snap.seed
+        caps: dict = {}  # a job's cap, once per call
+
+        def cap(j):
+            c = caps.get(j.id)
+            if c is None:
+                c = caps[j.id] = rates.cap(j, n)
+            return c
+        ends = _uncontended(rates, front, n, M, rho, cap) if n <= M else None
+        if ends is not None:  # every job ends both hand-outs at its own stop
+            shares.update(ends)
+            front = ()
         heap = [(-INF, i, j) for i, j in enumerate(front)]
         left = M
         leftover: list = []
@@ -131,14 +181,6 @@ class Themis(Policy):
         # only changes when it is picked) and is dropped; the top that may grow is the
         # minimum of the scan over all of them (tests/policies/
         # test_afs_handout_differential.py against reference_afs_handout.ThemisBefore).
-        seed = snap.seed
-        caps: dict = {}  # a leftover job's cap, once per call
-
-        def cap(j):
-            c = caps.get(j.id)
-            if c is None:
-                c = caps[j.id] = rates.cap(j, n)
-            return c
         drawn = [(_draw(seed, j.id, shares[j.id]), i, shares[j.id], j)
                  for i, j in enumerate(leftover)]
         heapq.heapify(drawn)
