@@ -252,6 +252,8 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
     if m <= 0:
         return
     live = [c for c in jobs if c.can_grow()]
+    if _to_stops(live, m):
+        return
     st = [_state(c) for c in live]
     ids = [c.id for c in live]
     traj = [0] * len(live)
@@ -269,6 +271,36 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
         else:
             del live[k], st[k], ids[k], traj[k]
         k0 = k
+
+
+def _to_stops(live: list[Cand], m: int) -> bool:
+    """Lines 18-21 when the GPUs do not run out: every job of ``live`` already holds a GPU
+    (so no step sets a ``pick``) and the counts at which each stops growing (its cap, or the
+    first count one more GPU does not help: :meth:`Cand.can_grow`) need at most ``m`` GPUs
+    in all.  Each step then adds one GPU to one job that can grow and drops it at its stop,
+    and the GPUs last until every job is dropped: whichever job each walk names, every job
+    ends at its stop.  Sets those counts and returns True; else changes nothing and returns
+    False (ours: a shortcut, the same counts and picks as the walks;
+    tests/policies/test_elastic_uncontended.py against reference_afs_handout.py)."""
+    if not live or any(c.cnt == 0 for c in live):
+        return False
+    stops = []
+    need = 0
+    for c in live:
+        k, cap, p = c.cnt, c.cap, c.p
+        pk = p(k)
+        while k < cap:  # can_grow at count k
+            pk1 = p(k + 1)
+            if not pk1 > pk * (1 + 1e-9):
+                break
+            k, pk = k + 1, pk1
+            need += 1
+            if need > m:
+                return False
+        stops.append(k)
+    for c, k in zip(live, stops):
+        c.cnt = k
+    return True
 
 
 def afs_l_shares(jobs: list[Cand], total: int) -> None:

@@ -1,7 +1,9 @@
-"""Optimus's and Themis's shortcut when the GPUs do not run out (policies/optimus.py and
-policies/themis.py ``_uncontended``): where every job's own stop fits in the cluster, the
-hand-out's order (Optimus's gain heap; Themis's rho heap and leftover draws) decides nothing,
-and the shares are the stops.  Whole Plans against the heap versions kept in
+"""The elastic policies' shortcut when the GPUs do not run out (policies/optimus.py and
+policies/themis.py ``_uncontended``, policies/afs_core.py ``_to_stops`` for AFS-L and AFS-P):
+where every job's own stop fits in the cluster, the hand-out's order (Optimus's gain heap;
+Themis's rho heap and leftover draws; Algorithm 1's TOPPRIORITY walks once every job holds a
+GPU) decides nothing, and the shares are the stops.  AFS's counts and picks against
+reference_afs_handout.py on hypothesis job sets (test_afs_handout_differential's generator).  Whole Plans against the heap versions kept in
 reference_afs_speed.py (through test_elastic_differential's ``_reference_plan``) on
 hypothesis snapshots, small contended ones and large uncontended ones, with the shortcut
 both taken and declined; Optimus's per-job walk (rates not separated, remaining times
@@ -17,12 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import policies
+import policies.afs_core as afs_core
 import policies.optimus as optimus
 import policies.themis as themis
 from gimbalctl.cluster import parse_cluster
 from gimbalctl.sim import SimConfig, simulate
 from policies.model import ClusterSnapshot, Job, Node
-from test_afs_handout_differential import big_snapshots
+import reference_afs_handout as ref_handout
+from test_afs_handout_differential import _cands, _result, big_snapshots, cand_sets
 from test_afs_speed_differential import snapshots
 from test_elastic_differential import MODELS, Differential, _jobs, _reference_plan
 from test_sjf_differential import assert_same
@@ -158,3 +162,82 @@ def test_stops_summing_to_the_cluster_size(name):
             plan = pol.schedule(snap)
         assert seen == Counter({(name, took): 1}), (sizes, seen)
         assert_same(plan, _reference_plan(pol, snap))
+
+
+def _counting_stops(mp, seen: Counter):
+    inner = afs_core._to_stops
+
+    def wrapped(live, m):
+        out = inner(live, m)
+        seen[("afs", out)] += 1
+        return out
+    mp.setattr(afs_core, "_to_stops", wrapped)
+
+
+def test_afs_counts_and_picks_match_the_walks():
+    """AFS-L's and AFS-P's counts and picks on hypothesis job sets (1-9 jobs, 1-2,400 GPUs,
+    shapes that rise, plateau, fall, jump, vanish or go negative): the walks' results, with
+    the shortcut taken and declined."""
+    seen: Counter = Counter()
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(case=cand_sets())
+    def check(case):
+        proto, total, seed = case
+        new, old = _cands(proto), _cands(proto)
+        afs_core.afs_p_shares(new, total, seed)
+        ref_handout.afs_p_shares(old, total, seed)
+        assert _result(new) == _result(old)
+        new, old = _cands(proto), _cands(proto)
+        afs_core.afs_l_shares(new, total)
+        ref_handout.afs_l_shares(old, total)
+        assert _result(new) == _result(old)
+
+    with pytest.MonkeyPatch.context() as mp:
+        _counting_stops(mp, seen)
+        check()
+    print(dict(seen))
+    assert seen[("afs", True)] >= 15 and seen[("afs", False)] >= 50, dict(seen)
+
+
+def test_afs_stops_summing_to_what_is_left():
+    """Two jobs whose rates rise (less than doubling at two GPUs) up to their caps of 3: after
+    stage one gives each a GPU, 4 GPUs left is exactly what they need (the shortcut), 3 is one short (the walks decide); either way
+    the counts and picks of the reference walks."""
+    proto = [("concave", 1.0, 0.1, 1, 500.0, 3), ("concave", 2.0, 0.1, 1, 900.0, 3)]
+    for total, took in ((6, True), (5, False)):
+        seen: Counter = Counter()
+        for shares, ref in ((lambda c, t: afs_core.afs_l_shares(c, t),
+                             lambda c, t: ref_handout.afs_l_shares(c, t)),
+                            (lambda c, t: afs_core.afs_p_shares(c, t, 0),
+                             lambda c, t: ref_handout.afs_p_shares(c, t, 0))):
+            new, old = _cands(proto), _cands(proto)
+            with pytest.MonkeyPatch.context() as mp:
+                _counting_stops(mp, seen)
+                shares(new, total)
+            ref(old, total)
+            assert _result(new) == _result(old)
+        assert seen == Counter({("afs", took): 2}), (total, seen)
+        if took:
+            assert [c.cnt for c in new] == [3, 3]
+
+
+def test_afs_stop_ignores_gains_within_the_margin():
+    """A job whose rate rises from 1 to 2 GPUs, then by a relative 1e-12 per GPU, stops at 2
+    (Cand.can_grow's 1e-9 margin), as in the walks."""
+    def flatish(k):
+        top = min(k, 2) / (1.0 + 0.1 * min(k, 2))
+        return top * (1.0 + 1e-12 * max(0, k - 2))
+
+    def make():
+        return [afs_core.Cand("flatish", 100.0, flatish, 8),
+                afs_core.Cand("rising", 100.0, lambda k: k / (1.0 + 0.1 * k), 4)]
+    seen: Counter = Counter()
+    new, old = make(), make()
+    with pytest.MonkeyPatch.context() as mp:
+        _counting_stops(mp, seen)
+        afs_core.afs_l_shares(new, 16)
+    ref_handout.afs_l_shares(old, 16)
+    assert _result(new) == _result(old) and seen == Counter({("afs", True): 1})
+    assert [c.cnt for c in new] == [2, 4]
