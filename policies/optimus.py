@@ -146,8 +146,19 @@ class Optimus(Policy):
                 g = now[j.id] = gain(j, k)
                 heapq.heappush(heap, (-g, i, j))
 
+        shown: dict = {}
+
         def numbers(j):
-            # no numbers: one shared empty mapping (waiting jobs then share a Reason)
-            return {"marginal_gain_s": now[j.id]} if j.id in now else no_numbers(j)
+            # no numbers: one shared empty mapping (waiting jobs then share a Reason); jobs
+            # with the same gain share one mapping (elastic_plan then gives the kept and the
+            # waiting ones with the same share one Reason).  A gain is never -0.0 (0.0 as
+            # written, or x - y, which is +0.0 where x == y), so equal keys print alike
+            g = now.get(j.id)
+            if g is None:
+                return no_numbers(j)
+            d = shown.get(g)
+            if d is None:
+                d = shown[g] = {"marginal_gain_s": g}
+            return d
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
                             packing=self.packing)

@@ -193,9 +193,17 @@ class Themis(Policy):
             left -= 1
             heapq.heapreplace(drawn, (_draw(seed, j.id, k + 1), i, k + 1, j))
 
+        shown: dict = {}
+
         def numbers(j):
             if j.id not in target:  # beyond the first M jobs: one shared empty mapping,
                 return no_numbers(j)  # so the waiting queue shares one Reason (elastic_plan)
-            return {"target_speedup": target[j.id], "rho": rho(j, shares[j.id])}
+            # jobs with the same two numbers share one mapping, and so (with the same
+            # share) one Reason; neither is ever zero (target > 0, rho > 0 or infinite)
+            key = (target[j.id], rho(j, shares[j.id]))
+            d = shown.get(key)
+            if d is None:
+                d = shown[key] = {"target_speedup": key[0], "rho": key[1]}
+            return d
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
                             packing=self.packing)
