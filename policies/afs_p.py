@@ -68,8 +68,18 @@ class AfsP(Policy):
         by_id = {c.id: c for c in cands}
         base = numbers_of(by_id)
 
+        shown: dict = {}  # (id of a base mapping, counter) -> (that mapping, the numbers)
+
         def numbers(job):
-            return dict(base(job), counter=float(self.counter(snap, job)))
+            # jobs with the same base mapping and counter share one mapping (elastic_plan
+            # then gives those with the same share one Reason); the base is held, so its id
+            # names it for the call
+            b = base(job)
+            c = float(self.counter(snap, job))
+            hit = shown.get((id(b), c))
+            if hit is None or hit[0] is not b:
+                hit = shown[(id(b), c)] = (b, dict(b, counter=c))
+            return hit[1]
 
         afs_p_shares(cands, M, snap.seed)
         shares = {c.id: c.cnt for c in pick_order(cands)}
