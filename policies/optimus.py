@@ -53,7 +53,7 @@ def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict
     its own stop — the first count where ``gain`` is not positive — and GPUs to spare:
     ``sum of stops <= M`` (with ``len(jobs) <= M``).  Then the order in which the heap hands
     GPUs out does not matter and the hand-out's result is this (ours: a shortcut, the same
-    shares and numbers; tests/policies/test_elastic_differential.py against the heap).
+    shares and numbers; tests/policies/test_elastic_uncontended.py against the heap).
     ``None`` otherwise, or where a job is not profiled or its remaining time is not finite.
 
     A stop is read from the memoised structural stop: with a remaining time ``r = 0`` the

@@ -58,15 +58,15 @@ def _comm_bound(rates: Rates, job):
     return bound
 
 
-def _uncontended(rates: Rates, front: list, n: int, M: int, rho, cap) -> Optional[dict]:
+def _uncontended(rates: Rates, front: list, M: int, rho, cap) -> Optional[dict]:
     """Each job's share when both hand-outs end with every job at its own stop and GPUs to
     spare, else ``None`` (ours: a shortcut, the same shares; tests/policies/
-    test_elastic_differential.py against the heaps).  A job's stop in the first hand-out is
+    test_elastic_uncontended.py against the heaps).  A job's stop in the first hand-out is
     the first count ``p1 >= 1`` with ``rho <= 1`` or one more GPU not useful; in the
     leftover hand-out it then grows while below its cap and useful.  When the stops sum to
     at most ``M`` the GPUs never run out, so neither the rho order nor the draws decide
-    anything.  Profiled jobs only (their rates are positive and finite); with ``n`` fixed for
-    the call a stop depends on (application, global batch, cap) alone: found once per call
+    anything.  Profiled jobs only (their rates are positive and finite); with the job count
+    fixed for the call (``rho``'s target, ``cap``) a stop depends on (application, global batch, cap) alone: found once per call
     for each."""
     memo: dict = {}
     out: dict = {}
@@ -157,7 +157,7 @@ class Themis(Policy):
             if c is None:
                 c = caps[j.id] = rates.cap(j, n)
             return c
-        ends = _uncontended(rates, front, n, M, rho, cap) if n <= M else None
+        ends = _uncontended(rates, front, M, rho, cap) if n <= M else None
         if ends is not None:  # every job ends both hand-outs at its own stop
             shares.update(ends)
             front = ()
