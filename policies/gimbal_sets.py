@@ -104,7 +104,9 @@ class KeptSets:
             self._refind(snap, seeds)
             touched |= seeds
         self.touched = touched
-        return self.sets, False
+        # none touched: the GPUs logged held fewer than two ids before and after, and no job
+        # on a kept GPU has a new view: no set, member view or member GPU's count changed
+        return self.sets, not touched
 
     def _build(self, snap: ClusterSnapshot) -> None:
         self.multi = multi = {g: ids for g, ids in snap.gpu_jobs.items() if len(ids) >= 2}

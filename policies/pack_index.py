@@ -277,8 +277,8 @@ class PackRound:
         self._heads: dict[tuple, int] = {}
         self.taken = False  # a GPU was taken this round (a miss then is not recorded)
         hs = self._state
-        if not policy.unequal and hs.misses is not None:  # brought to this round's generation
-            hs.misses.sync(hs, self.pair_progress, hs.knobs[0])
+        if hs.misses is not None:  # brought to this round's generation
+            hs.misses.sync(hs, self.pair_progress, hs.knobs[0], hs.knobs[1])
 
     def pair_progress(self, a: str, b: str) -> float:
         key = (a, b)
@@ -327,7 +327,8 @@ class PackRound:
                ) -> Optional[tuple[tuple[Gpu, ...], Job]]:
         """The reference ``_pack_target``: GPUs of the best-scoring host ``job`` may pack on
         (``job_mb``: its worker memory, :func:`policies.pack_queue.worker_mb`, when known).
-        With equal packing a miss is kept across calls (:mod:`policies.pack_misses`)."""
+        A miss is kept across calls (:mod:`policies.pack_misses`; with unequal packing only
+        one where no host is listed for the job's class)."""
         pol = self.policy
         if not pol.may_pack(job):
             return None
@@ -337,7 +338,7 @@ class PackRound:
             mem = self.snap.memory.get(job.app)
             job_mb = mem.mem_mb(b) if mem else 0.0
         hs = self._state
-        misses = None if pol.unequal else hs.misses
+        misses = hs.misses
         if misses is not None:
             key = (job.app, job_mb, n)
             pl = self.placement
@@ -369,7 +370,7 @@ class PackRound:
                 if i < len(lst) and (best is None or lst[i][0] < best[0]):
                     best_k, best = k, lst[i]
             if best is None:
-                if misses is not None and not self.taken:
+                if misses is not None and not self.taken and not pol.unequal:
                     self._record_miss(misses, key, blocked, lists[n])
                 return None
             pos[best_k] += 1

@@ -237,7 +237,8 @@ def test_kept_sets_follow_the_change_records(data):
     the same GPUs, a job's state flipped between running and suspended, its start time or
     only its progress changed with no GPU change (a job on a shared GPU that starts running
     links its partners' sets).  At each snapshot the kept
-    sets equal ``packing_sets``, and a kept answer is reported only when nothing changed."""
+    sets equal ``packing_sets``, and a kept answer is reported only when no set, member view
+    or member GPU's job count changed."""
     from policies.gimbal_sets import KeptSets
 
     draw = data.draw
@@ -248,6 +249,7 @@ def test_kept_sets_follow_the_change_records(data):
     jlog: list = []
     kept = KeptSets()
     n = 0
+    last = None
 
     def place(jid, gs, state, t0):
         app = APPS[int(jid[1:]) % len(APPS)]
@@ -310,11 +312,55 @@ def test_kept_sets_follow_the_change_records(data):
         before = kept.logs
         sets, same = kept.update(snap)
         assert sets == packing_sets(snap)
-        if same:
-            assert before is not None and len(before[0]) == g0
+        if same:  # nothing a set reads changed: its members' views, their GPUs' job counts
+            assert before is not None and sets is last[1]
+            for ps in sets:
+                for m in ps.members:
+                    assert snap.jobs[m] is last[0].jobs[m]
+                    for g in snap.jobs[m].allocation.gpus:
+                        assert len(snap.gpu_jobs.get(g, ())) == len(last[0].gpu_jobs.get(g, ()))
+        last = (snap, sets)
         # the same snapshot again: nothing changed
         assert kept.update(_snap(float(step), jobs, gj, glog, jlog)) == (sets, True)
         assert len(glog) == g0 and len(jlog) == j0
+
+
+def test_kept_sets_changes_away_from_the_sets_keep_the_answer():
+    """A and B share GPU 0 (a set).  C starts alone on GPU 5 and a view of a job on no kept
+    GPU changes: the GPU log grew, but no kept GPU or job on one changed, so the last answer is
+    reported as such (``same``).  D then joins C on GPU 5: a new set, not the last answer."""
+    from policies.gimbal_sets import KeptSets
+
+    g0, g1, g5 = Gpu("n0", 0), Gpu("n0", 1), Gpu("n0", 5)
+    jobs, glog, jlog = {}, [], []
+
+    def add(jid, gs):
+        jobs[jid] = Job(jid, 0.0, len(gs), APPS[0], 8 * len(gs), total_iters=1e4,
+                        state=JobState.RUNNING, allocation=Allocation(gs, 8), start_time=0.0)
+        glog.extend(gs)
+        jlog.append(jid)
+
+    add("A", (g0, g1))
+    add("B", (g0,))
+    gj = {g0: ("A", "B"), g1: ("A",)}
+    kept = KeptSets()
+    sets, same = kept.update(_snap(0.0, jobs, gj, glog, jlog))
+    assert [s.members for s in sets] == [("A", "B")] and not same
+    add("C", (g5,))
+    gj[g5] = ("C",)
+    snap = _snap(1.0, jobs, gj, glog, jlog)
+    got, same = kept.update(snap)
+    assert same and got is sets and got == packing_sets(snap)
+    jobs["C"] = dataclasses.replace(jobs["C"], completed_iters=5.0)  # a new view, no kept GPU
+    jlog.append("C")
+    got, same = kept.update(_snap(2.0, jobs, gj, glog, jlog))
+    assert same and got is sets
+    add("D", (g5,))
+    gj[g5] = ("C", "D")
+    snap = _snap(3.0, jobs, gj, glog, jlog)
+    got, same = kept.update(snap)
+    assert not same and got == packing_sets(snap)
+    assert [s.members for s in got] == [("A", "B"), ("C", "D")]
 
 
 def test_kept_sets_a_job_that_starts_running_joins_a_kept_set():

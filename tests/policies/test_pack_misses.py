@@ -23,6 +23,7 @@ from random_jobs import random_jobs
 MODELS = default_models()
 GAVEL_ONLY = dataclasses.replace(MODELS.interference, mps=None)
 EQUAL = ["gandiva", "gavel", "lucid"]
+UNEQUAL = ["gandiva+gimbal", "gavel+gimbal", "lucid+gimbal"]
 
 
 class _Checked:
@@ -62,7 +63,7 @@ def _rows(res):
     return res._rows, res._samples, sorted(res.summary.items())
 
 
-@pytest.mark.parametrize("name", EQUAL)
+@pytest.mark.parametrize("name", EQUAL + UNEQUAL)
 @pytest.mark.parametrize("table,seed,cluster", [("mps", 1, "2x4"), ("gavel", 2, "2x4"),
                                                 ("mps", 3, "1x8")])
 def test_kept_misses_are_misses(name, table, seed, cluster, monkeypatch):
@@ -78,13 +79,18 @@ def test_kept_misses_are_misses(name, table, seed, cluster, monkeypatch):
     assert _rows(res) == _rows(off)
 
 
-def test_unequal_hosts_keep_no_misses(monkeypatch):
-    """The +gimbal hosts pack unequally: no miss is recorded or answered."""
-    calls = []
-    monkeypatch.setattr(KeptMisses, "record", lambda *a: calls.append(a))
-    monkeypatch.setattr(KeptMisses, "holds", lambda *a: calls.append(a) or False)
-    _run("gandiva+gimbal", random_jobs(60, 4), "2x4", MODELS)
-    assert calls == []
+@pytest.mark.parametrize("name", UNEQUAL)
+def test_unequal_hosts_keep_only_misses_with_no_host_listed(name, monkeypatch):
+    """The +gimbal hosts pack unequally: a miss after walking listed hosts is not kept (a
+    listed host's component may change without it), one with no host listed is kept and
+    answered (each answer is checked against the full ask above)."""
+    walked = []
+    monkeypatch.setattr(pack_index.PackRound, "_record_miss", lambda *a: walked.append(a))
+    recorded = []
+    orig = KeptMisses.record
+    monkeypatch.setattr(KeptMisses, "record", lambda *a: recorded.append(a) or orig(*a))
+    _run(name, random_jobs(160, 1), "2x4", MODELS)
+    assert walked == [] and len(recorded) > 5, len(recorded)
 
 
 def test_sync_reads_the_log():
@@ -134,6 +140,20 @@ def test_sync_reads_the_log():
     hs.log0, hs.log = hs.gen, []  # the log up to now dropped
     m.sync(hs, pp2, 1.0)
     assert not m.holds(key, False) and m.gen == hs.gen
+    # unequal packing lists hosts with n or more GPUs: a touched host with more drops it too
+    m.record(hs, key, False)
+    hs.advance({"b2"})
+    m.sync(hs, pp2, 1.0)
+    assert m.holds(key, False)  # equal packing: another GPU count
+    m.sync(hs, pp2, 1.0, unequal=True)  # (already synced to this generation)
+    assert m.holds(key, False)
+    hs.advance({"b2"})
+    m.sync(hs, pp2, 1.0, unequal=True)
+    assert not m.holds(key, False)
+    m.record(hs, ("a", 1.0, 4), False)
+    hs.advance({"b2"})
+    m.sync(hs, pp2, 1.0, unequal=True)  # a host with fewer GPUs than the class asks
+    assert m.holds(("a", 1.0, 4), False)
 
 
 @pytest.mark.parametrize("gimbal", [False, True])
