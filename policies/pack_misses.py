@@ -26,8 +26,9 @@ miss recorded at the round's start (no GPU taken yet this round) holds at a late
 generation of the same host state while ``blocked`` is the same and no host touched since
 could now be listed for the class: a running host with ``n`` GPUs whose pair with ``app``
 passes the threshold (a superset of those that are; it takes in every host listed at the
-miss that still runs: a host that left can only take a candidate away).  Within a round the alone GPUs only get fewer and the §5.1 index stays, so a miss
-at the round's start is a miss at any later point of it.  The verdict is then the one
+miss that still runs: a host that left can only take a candidate away).  Within a round
+the alone GPUs only get fewer and the §5.1 index stays, so a miss at the round's start is a
+miss at any later point of it.  The verdict is then the one
 the full ask gives (tests/policies/test_pack_misses.py compares both at every ask).
 **Unequal packing** (the ``+gimbal`` hosts) lists a host with ``k >= n`` GPUs while any of
 them holds it alone, so a listed host may share GPUs and belong to a component whose other

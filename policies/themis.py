@@ -66,8 +66,8 @@ def _uncontended(rates: Rates, front: list, M: int, rho, cap) -> Optional[dict]:
     leftover hand-out it then grows while below its cap and useful.  When the stops sum to
     at most ``M`` the GPUs never run out, so neither the rho order nor the draws decide
     anything.  Profiled jobs only (their rates are positive and finite); with the job count
-    fixed for the call (``rho``'s target, ``cap``) a stop depends on (application, global batch, cap) alone: found once per call
-    for each."""
+    fixed for the call (``rho``'s target, ``cap``) a stop depends on (application, global
+    batch, cap) alone: found once per call for each."""
     memo: dict = {}
     out: dict = {}
     total = 0
