@@ -34,6 +34,7 @@ No change that concerns a kept GPU or a job on one: the last answer, reported un
 ``gpu_jobs``.  The answer is the tuple ``packing_sets`` returns (sorted by J_max id)."""
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Optional
 
 from .gimbal_coord import PackingSet, _jmax, packing_violations
@@ -51,6 +52,11 @@ class KeptSets:
         self.comp_of: dict = {}  # job id -> its component (frozenset, two or more jobs)
         self.verdict: dict = {}  # component -> PackingSet or None (breaks §5.1)
         self.sets: tuple = ()
+        # the sets (verdicts that are PackingSets) sorted by J_max id, and those ids: kept in
+        # step with ``verdict`` (a set is put in or taken out where its J_max sorts), so
+        # ``sets`` is read off them instead of sorted again
+        self._order: list = []
+        self._keys: list = []
         self.facts: dict = {}  # job id in ``on`` -> its facts (_facts) when last looked at
         # the jobs whose components the last update looked at again (None: built anew); a
         # set with none of them has the same member views on GPUs holding the same jobs
@@ -101,7 +107,7 @@ class KeptSets:
                     on.setdefault(j, set()).add(g)
                 seeds.update(ids)
         if seeds:
-            self._refind(snap, seeds)
+            touched |= self._refind(snap, seeds)
             touched |= seeds
         self.touched = touched
         # none touched: the GPUs logged held fewer than two ids before and after, and no job
@@ -115,15 +121,27 @@ class KeptSets:
             for j in ids:
                 on.setdefault(j, set()).add(g)
         self.comp_of, self.verdict, self.facts = {}, {}, {}
+        self._order, self._keys = [], []
         self._refind(snap, set(on))
+
+    def set_of(self, job_id: str) -> Optional[PackingSet]:
+        """The set ``job_id`` is a member of in the last answer, None if none."""
+        c = self.comp_of.get(job_id)
+        return None if c is None else self.verdict[c]
 
     def _drop(self, comp: frozenset, seeds: set) -> None:
         for m in comp:
             del self.comp_of[m]
-        del self.verdict[comp]
+        ps = self.verdict.pop(comp)
+        if ps is not None:
+            i = bisect_left(self._keys, ps.jmax)
+            del self._keys[i], self._order[i]
         seeds.update(comp)
 
-    def _refind(self, snap: ClusterSnapshot, seeds: set) -> None:
+    def _refind(self, snap: ClusterSnapshot, seeds: set) -> set:
+        """Find the components through ``seeds`` again (``seeds`` grows by the members of the
+        components dropped for them); returns the members of the kept components a new one
+        took in (looked at again as well, though not seeds)."""
         comp_of, verdict, multi, on = self.comp_of, self.verdict, self.multi, self.on
         jobs = snap.jobs
         for j in list(seeds):
@@ -132,6 +150,7 @@ class KeptSets:
                 self._drop(c, seeds)
 
         done: set = set()
+        merged: set = set()  # members of kept components that a new one took in
         for s in seeds:
             if s in done or not _running(jobs, s):
                 continue
@@ -149,17 +168,21 @@ class KeptSets:
             for m in comp:  # a component reached that was kept: it is part of this one now
                 c = comp_of.get(m)
                 if c is not None:
-                    self._drop(c, set())
+                    self._drop(c, merged)
             fc = frozenset(comp)
             for m in fc:
                 comp_of[m] = fc
-            verdict[fc] = _judge(snap, fc)
-        self.sets = tuple(sorted((v for v in verdict.values() if v is not None),
-                                 key=lambda s: s.jmax))
+            ps = verdict[fc] = _judge(snap, fc)
+            if ps is not None:
+                i = bisect_left(self._keys, ps.jmax)
+                self._keys.insert(i, ps.jmax)
+                self._order.insert(i, ps)
+        self.sets = tuple(self._order)
         facts = self.facts
         for j in seeds:
             if j in on:
                 facts[j] = _facts(jobs, j)
+        return merged
 
 
 def _judge(snap: ClusterSnapshot, comp: frozenset) -> Optional[PackingSet]:

@@ -486,6 +486,7 @@ class CoordKept:
         self.model: Optional[RateModel] = None
         self.sets = KeptSets()
         self.recs: dict = {}  # members -> _SetRec
+        self.rec_of: dict = {}  # member id -> its record's key in ``recs``
         self.searches: dict = {}  # search_key -> KeptSearch, for self.model (search_key)
         self.per_alloc: dict = {}  # job_static's memo, for the context's profiles/predictors
         self.below = None  # (job log, ids of running jobs with a worker below its ceiling,
@@ -554,6 +555,8 @@ class CoordKept:
         lens = tuple(len(gj.get(w.gpu, ())) for j in js for w in j.allocation.workers)
         rec = self.recs[members] = _SetRec(snap, js, lens, self.model, lgrr, liss,
                                            self.searches, self.per_alloc)
+        for m in members:
+            self.rec_of[m] = members
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
@@ -590,6 +593,7 @@ class CoordKept:
                 or c[2] is not snap.predictors or c[3:] != (objective, lgrr, liss):
             self.ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
             self.model, self.recs = RateModel(snap.profiles, snap.interference), {}
+            self.rec_of = {}  # member id -> its record's key in ``recs``
             self.searches, self.per_alloc = {}, {}
             self.sets, self.below, self.cands, self.plan = KeptSets(), None, None, None
             self.still = Still()
@@ -647,16 +651,25 @@ class CoordKept:
         if not same:  # a record is kept only for a set still there, made for what it sees now
             # (one no member of which the sets looked at again is: module doc)
             recs, touched = self.recs, self.sets.touched
-            self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs and (
-                touched is not None and touched.isdisjoint(ps.members)
-                or self._valid(snap, recs[ps.members], ps.members))}
+            if touched is None:
+                self.recs = {ps.members: recs[ps.members] for ps in sets if ps.members in recs
+                             and self._valid(snap, recs[ps.members], ps.members)}
+                self.rec_of = {m: k for k in self.recs for m in k}
+            else:  # only a record with a member looked at again can be gone or stale
+                rec_of, set_of = self.rec_of, self.sets.set_of
+                for key in {rec_of[j] for j in touched if j in rec_of}:
+                    ps = set_of(key[0])
+                    if ps is None or ps.members != key or not self._valid(snap, recs[key], key):
+                        del recs[key]
+                        for m in key:
+                            del rec_of[m]
         below, bsame = self._below(snap, usable)
         if same and bsame and self.cands is not None:
             cands = self.cands  # the same below-ceiling views, sets and GPU map
         else:
-            in_sets = {m for ps in sets for m in ps.members}
+            set_of = self.sets.set_of
             gj = snap.gpu_jobs
-            cands = [job for job in below if job.id not in in_sets and all(
+            cands = [job for job in below if set_of(job.id) is None and all(
                 gj.get(g, ()) == (job.id,) for g in job.allocation.gpus)]
         self.cands = cands if usable else None
         if same and self.plan is not None:

@@ -269,7 +269,10 @@ class PackRound:
         if base is None:
             base = RoundBase(policy, snap)
         self._state = base.host_state
-        self.alone = dict(base.alone)  # lists are replaced by take(), never changed in place
+        # the base's alone GPUs, copied at the round's first take() (lists are replaced by
+        # take(), never changed in place; most rounds take nothing)
+        self.alone = base.alone
+        self._own = False
         self.placement = base.placement
         self.node_mem = base.node_mem
         self.rank = snap.node_rank
@@ -301,6 +304,8 @@ class PackRound:
 
     def take(self, host: Job, gpus) -> None:
         gs = set(gpus)
+        if not self._own:
+            self.alone, self._own = dict(self.alone), True
         self.alone[host.id] = [g for g in self.alone[host.id] if g not in gs]
         self.taken = True
 

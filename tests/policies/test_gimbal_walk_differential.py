@@ -319,6 +319,17 @@ def test_kept_sets_follow_the_change_records(data):
                     assert snap.jobs[m] is last[0].jobs[m]
                     for g in snap.jobs[m].allocation.gpus:
                         assert len(snap.gpu_jobs.get(g, ())) == len(last[0].gpu_jobs.get(g, ()))
+        # what CoordKept reads: set_of agrees with the answer, and a set of the last answer
+        # or of this one with no member looked at again is in both (the same object)
+        member = {m: ps for ps in sets for m in ps.members}
+        for jid in set(jobs) | set(member):
+            assert kept.set_of(jid) is member.get(jid)
+        if last is not None and kept.touched is not None:
+            now_ids = {id(ps) for ps in sets}
+            old_ids = {id(ps) for ps in last[1]}
+            for ps in (*sets, *last[1]):
+                if kept.touched.isdisjoint(ps.members):
+                    assert id(ps) in now_ids and id(ps) in old_ids
         last = (snap, sets)
         # the same snapshot again: nothing changed
         assert kept.update(_snap(float(step), jobs, gj, glog, jlog)) == (sets, True)
