@@ -410,6 +410,19 @@ def _with_share(w: WorkerAlloc, share: int) -> WorkerAlloc:
                        w.mps_pct, w.mem_limit_mb, w.stage, w.mps_cap)
 
 
+def set_mps(cfg, picks: Iterable[tuple[str, int]], fn) -> dict:
+    """A copy of ``cfg`` with each picked worker's MPS share set to ``fn`` of it."""
+    cfg = dict(cfg)
+    for jid, i in picks:
+        ws = list(cfg[jid])
+        w = ws[i]
+        # never past the worker's ceiling (Slurm's gres/mps units; module doc)
+        ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps,
+                            capped(w, fn(w.mps_pct)), w.mem_limit_mb, w.stage, w.mps_cap)
+        cfg[jid] = tuple(ws)
+    return cfg
+
+
 class _Search:
     def __init__(self, objective, infos, model, jmax, straggler_tol, lgrr, liss):
         self.obj, self.infos, self.model, self.jmax = objective, infos, model, jmax
@@ -438,15 +451,7 @@ class _Search:
         return cfg
 
     def set_mps(self, cfg, picks: Iterable[tuple[str, int]], fn) -> dict:
-        cfg = dict(cfg)
-        for jid, i in picks:
-            ws = list(cfg[jid])
-            w = ws[i]
-            # never past the worker's ceiling (Slurm's gres/mps units; module doc)
-            ws[i] = WorkerAlloc(w.gpu, w.share, w.micro_batch, w.accum_steps,
-                                capped(w, fn(w.mps_pct)), w.mem_limit_mb, w.stage, w.mps_cap)
-            cfg[jid] = tuple(ws)
-        return cfg
+        return set_mps(cfg, picks, fn)
 
     def generate(self, cfg, subset1) -> tuple[Optional[dict], str]:
         """GeneratePrimitives (lines 11-20) mapped to mechanisms (§4.2)."""

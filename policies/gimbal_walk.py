@@ -73,7 +73,7 @@ from typing import Iterable, Optional
 from .model import ClusterSnapshot, SUBMIT_ORDER, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
-    _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell,
+    _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell, set_mps,
     start_config, utilization)
 from .gimbal_quiet import QUIET_CAP, REL, affine_slopes, horizon
 from .gimbal_sets import KeptSets
@@ -334,8 +334,8 @@ def job_static(memo: dict, snap: ClusterSnapshot, job) -> tuple:
 class _SetRec:
     """What one packing set's coordination reads besides the clock (module doc)."""
 
-    __slots__ = ("jobs", "lens", "static", "utils", "actual", "kept", "prog", "quiet", "memo",
-                 "nodl")
+    __slots__ = ("jobs", "lens", "static", "utils", "actual", "_make", "_kept", "_headv", "prog",
+                 "quiet", "memo", "nodl")
 
     def __init__(self, snap: ClusterSnapshot, jobs: list, lens: tuple, model: RateModel,
                  lgrr: bool, liss: bool, searches: Optional[dict] = None,
@@ -369,21 +369,55 @@ class _SetRec:
         start = {jid: tuple(w if len(gj.get(w.gpu, ())) > 1
                             else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
-        kept = key = None
-        if searches is not None:
-            key = search_key(static, start, lgrr, liss)
-            kept = searches.get(key)
-        if kept is None:
-            infos = {j.id: JobInfo(j, 0.0, math.inf, u, n)  # walk fields only
-                     for j, u, n in static}
-            kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
-            if searches is not None:
-                if len(searches) >= SEARCHES_CAP:
-                    searches.clear()
-                searches[key] = kept
-        self.kept = kept
+        # the KeptSearch is found or made when first read (:attr:`kept`): a lean "deadline"
+        # search of a set without deadlines reads only the walk's head (:meth:`_head`)
+        self._make = (start, model, lgrr, liss, searches)
+        self._kept: Optional[KeptSearch] = None
+        self._headv = None
         self.memo: dict = {}  # id(best configuration) -> (configuration, its resizes)
         self.quiet = None  # (objective, from, until): no resizes in between (gimbal_quiet)
+
+    @property
+    def kept(self) -> KeptSearch:
+        """The set's KeptSearch: the one kept by :func:`search_key`, else made (and kept)."""
+        kept = self._kept
+        if kept is None:
+            start, model, lgrr, liss, searches = self._make
+            key = None
+            if searches is not None:
+                key = search_key(self.static, start, lgrr, liss)
+                kept = searches.get(key)
+            if kept is None:
+                infos = {j.id: JobInfo(j, 0.0, math.inf, u, n)  # walk fields only
+                         for j, u, n in self.static}
+                kept = KeptSearch(infos, start, model, lgrr=lgrr, liss=liss)
+                if searches is not None:
+                    if len(searches) >= SEARCHES_CAP:
+                        searches.clear()
+                    searches[key] = kept
+            self._kept = kept
+        return kept
+
+    def _head(self) -> dict:
+        """The head of the walk without a swap (``kept.walk(False).head``: line 5's swell of
+        every worker of the jobs other than J_max, or the start without LGRR), computed
+        without the KeptSearch while none is made: the head reads only the start, the
+        ablation and J_max (:func:`~policies.gimbal_coord._jmax` on the start's world sizes
+        and the jobs' start times, as KeptSearch finds it) -- no step time."""
+        h = self._headv
+        if h is None:
+            if self._kept is not None:
+                h = self._kept.walk(False).head
+            else:
+                start, _, lgrr, _, _ = self._make
+                world = {j.id: len(start[j.id]) for j, _, _ in self.static}
+                since = {j.id: j.start_time or 0.0 for j, _, _ in self.static}
+                jm = _jmax(world, world, since)
+                h = (set_mps(start, [(j, i) for j in sorted(world) if j != jm
+                                     for i in range(len(start[j]))], lgrr_swell)
+                     if lgrr else dict(start))
+            self._headv = h
+        return h
 
     def _rems(self, snap: ClusterSnapshot) -> list:
         """job_info's remaining steps of the members now."""
@@ -466,7 +500,7 @@ class _SetRec:
         comparison holds).  Nothing here reads the clock or the remaining steps, and the
         members' deadlines are in their views (kept with the record): a set with no resizes
         is quiet for as long as its record lives."""
-        resizes = self._resizes(self.kept.walk(False).head, None)
+        resizes = self._resizes(self._head(), None)
         if not resizes:
             self.quiet = ("deadline", now, math.inf)
         return resizes, 0.0, 0.0
