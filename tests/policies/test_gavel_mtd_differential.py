@@ -309,6 +309,26 @@ def test_random_snapshots(nv, nk, np_, per, specs):
     same_schedule(sn, nodes, jobs)
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known, not fixed: on two GPU types a job whose makespan row needs a share near HiGHS's "
+    "absolute tolerance gets none (z = 0 where z* = 1.8e-6); lp_scale scales w to order 1 "
+    "but not each job's row against the others' (docs/scale.md, fifteenth session)"))
+def test_tiny_shares_on_two_types_known_bug():
+    """Found by test_random_snapshots (2026-12-01): one K80 and one P100 GPU, five jobs of
+    unknown length (one remaining iteration each) and one of 10^7 iterations.  lp_scale
+    makes w of order 1, but the short jobs' rows then read ``X ≥ 10⁻⁷ w``: within HiGHS's
+    10⁻⁷ feasibility tolerance, so X = 0 passes and a job gets no share.  Kept as a strict
+    xfail: it fails (passes the check) once the LP scales each row by its own need."""
+    nodes = (Node("p0", 1, "p100"), Node("k0", 1, "k80", 12288))
+    specs = [("bert", None)] * 3 + [("cifar10", None)] * 2 + [("cifar10", 1e7)]
+    jobs = [dataclasses.replace(job(i, app=a, n=1, batch=32, t=0.0), total_iters=it,
+                                completed_iters=0.0)
+            for i, (a, it) in enumerate(specs)]
+    sn = snap(nodes, jobs)
+    with pytest.MonkeyPatch.context() as mp:
+        check(sn, Recorder(mp))
+
+
 @settings(max_examples=40, deadline=None)
 @given(nv=st.integers(0, 3), nk=st.integers(0, 2), per=st.sampled_from([1, 2, 4, 8]),
        specs=st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from([1, 1, 2, 4, 8, 16]),
