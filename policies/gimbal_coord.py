@@ -165,6 +165,34 @@ def packing_violations(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
     return out
 
 
+def packing_ok(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
+               job_gpus: Mapping[str, tuple[Gpu, ...]]) -> bool:
+    """``not packing_violations(gpu_jobs, job_gpus)``: the same tests in the same order,
+    stopping at the first breach, without its messages."""
+    for ids in gpu_jobs.values():
+        if len(ids) > 2:
+            return False
+    world = {j: len(g) for j, g in job_gpus.items()}
+    for comp in _components(gpu_jobs):
+        if len(comp) < 2:
+            continue
+        jm = _jmax(comp, world)
+        mine = set(job_gpus[jm])
+        wm = world[jm]
+        for j in comp:
+            if j == jm:
+                continue
+            gs = job_gpus[j]
+            sj = set(gs)
+            if not sj <= mine or (world[j] == wm and sj != mine):
+                return False
+            for g in gs:
+                for x in gpu_jobs.get(g, ()):
+                    if x != j and x != jm:
+                        return False
+    return True
+
+
 def placement_ok(snap: ClusterSnapshot, job: Job, gpus: tuple[Gpu, ...]) -> bool:
     """Would placing ``job`` on ``gpus`` keep §5.1?  (The Fig. 7 rule: a new job packs only
     inside one set's J_max, on GPUs that hold J_max alone.)"""

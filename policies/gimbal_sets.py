@@ -16,10 +16,11 @@ is on (``on``), and each component of two or more jobs with its verdict (a
 * the components holding a seed are dropped, their jobs become seeds, and the components
   through the seeds are found again over the kept GPUs (a component reached that was not
   dropped is dropped and found again whole);
-* each new component is judged as ``packing_sets`` judges it: the same
-  :func:`~policies.gimbal_coord.packing_violations` on the component's GPUs (those of its
-  jobs' allocations: the simulator places a job on exactly its allocation's GPUs, so these
-  are the GPUs whose first running id is in the component) and the same J_max.
+* each new component is judged as ``packing_sets`` judges it: the same tests as
+  :func:`~policies.gimbal_coord.packing_violations` (:func:`~policies.gimbal_coord.packing_ok`)
+  on the component's GPUs (those of its jobs' allocations: the simulator places a job on
+  exactly its allocation's GPUs, so these are the GPUs whose first running id is in the
+  component) and the same J_max.
 
 A new view of a job on a kept GPU with the same facts (:func:`_facts`: running or not, its
 allocation's GPUs, its start time: all the search and the verdict read of it) and a logged
@@ -37,7 +38,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Optional
 
-from .gimbal_coord import PackingSet, _jmax, packing_violations
+from .gimbal_coord import PackingSet, _jmax, packing_ok
 from .model import ClusterSnapshot
 from .records import records_usable
 
@@ -196,7 +197,7 @@ def _judge(snap: ClusterSnapshot, comp: frozenset) -> Optional[PackingSet]:
                 ids = tuple(i for i in gj.get(g, ()) if _running(jobs, i))
                 if ids:
                     sub_gj[g] = ids
-    if packing_violations(sub_gj, jg):
+    if not packing_ok(sub_gj, jg):
         return None
     world = {j: len(g) for j, g in jg.items()}
     since = {j: jobs[j].start_time or 0.0 for j in comp}

@@ -709,6 +709,10 @@ class CoordKept:
         if same and self.plan is not None:
             plan = self.plan
         else:
-            plan = [(ps, self._record(snap, ps.members, lgrr, liss)) for ps in sets]
+            recs, plan = self.recs, []
+            for ps in sets:
+                rec = recs.get(ps.members)
+                plan.append((ps, rec if rec is not None
+                             else self._record(snap, ps.members, lgrr, liss)))
         self.plan = plan if usable else None
         return cands, plan

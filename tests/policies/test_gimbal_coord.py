@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from policies.gimbal_coord import (JobInfo, RateModel, coordination_search, importance,
                                    job_priority, lgrr_squeeze, lgrr_swell, local_objective,
-                                   packing_sets, packing_violations)
+                                   packing_ok, packing_sets, packing_violations)
 from policies.model import ClusterSnapshot, Gpu, Job, Allocation, JobState, Node, WorkerAlloc
 from policies.throughput import InterferenceTable, ThroughputProfile
 
@@ -202,6 +202,7 @@ def test_packing_sets_satisfy_5_1(placements):
             assert len(jg[o]) < len(jm) or set(jg[o]) == jm
     # and a set is reported only when the whole placement around it keeps the rules
     viol = packing_violations(snap.gpu_jobs, jg)
+    assert packing_ok(snap.gpu_jobs, jg) is (not viol)  # the kept sets' verdict (gimbal_sets)
     if not viol:
         sharing = {j for ids in snap.gpu_jobs.values() if len(ids) > 1 for j in ids}
         assert sharing == {m for ps in packing_sets(snap) for m in ps.members}
