@@ -182,7 +182,7 @@ class Gandiva(PackingHost):
         # an introspection call only unpacks; the next call places jobs on what it freed
         reasons = {jid: reason(ReasonCode.PREEMPTED, "introspection: the packed pair runs slower "
                                "than its two jobs one after the other") for jid in unpack}
-        order = [j.id for j in self.order(snap)]
+        order = self.order_ids(snap)
         reasons.update(dict.fromkeys(order, reason(ReasonCode.WAIT_ORDER,
                                                    "this call unpacks a slow pair first")))
         keep_running_reasons(snap, reasons)

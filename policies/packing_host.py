@@ -90,13 +90,27 @@ class PackingHost(Policy):
     def numbers(self, snap: ClusterSnapshot, job: Job) -> dict:
         return {}
 
-    def schedule(self, snap: ClusterSnapshot) -> Plan:
+    def _kept_queue(self, snap: ClusterSnapshot) -> tuple[Optional[PackQueue], Callable]:
+        """(The kept queue brought up to ``snap``, None when it cannot be kept; the call's
+        exclusive-config memo)."""
         pq = pack_queue_of(self)
         config = _exclusive_memo(snap)
         klass = lambda j: (j.num_gpus, j.app, config(j)[2], self.may_pack(j))  # noqa: E731
+        return (pq if pq.update(snap, self.order_key(snap), klass) else None), config
+
+    def order_ids(self, snap: ClusterSnapshot) -> list[str]:
+        """The waiting jobs' ids in the host's order (:meth:`order`), read off the kept
+        queue where it can be kept (the same ids: it holds the waiting jobs sorted by the
+        same unique key)."""
+        pq, _ = self._kept_queue(snap)
+        if pq is not None:
+            return list(pq.ids)
+        return [j.id for j in self.order(snap)]
+
+    def schedule(self, snap: ClusterSnapshot) -> Plan:
+        pq, config = self._kept_queue(snap)
         total = snap.total_gpus
-        if pq.update(snap, self.order_key(snap), klass) and all(
-                1 <= c[0] <= total for c in pq.classes):
+        if pq is not None and all(1 <= c[0] <= total for c in pq.classes):
             return self._schedule_classes(snap, pq, config)
         return self._schedule_walk(snap)
 
