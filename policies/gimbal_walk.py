@@ -58,7 +58,9 @@ trail (:func:`walk_best`), and without searching again a set that is sure to fin
 * **Sets without deadlines** under "deadline" (gandiva+gimbal on the Philly trace: every
   set): every objective value is 0.0 and no step gains, so the lean search is the walk's
   head with 0.0 before and after, read without arithmetic and quiet for the record's life
-  when it has no resizes (:meth:`_SetRec._no_deadline`).
+  when it has no resizes (:meth:`_SetRec._no_deadline`).  Such a record finds or makes no
+  KeptSearch (:attr:`_SetRec.kept` does that when first read): the head is computed from
+  the start, J_max and the ablation (:meth:`_SetRec._head`).
 
 The jobs below their MPS ceiling (restored when alone) are kept as a set of ids updated from
 the job change record (a job's allocation and state are in its view), sorted each call by the
