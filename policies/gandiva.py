@@ -22,7 +22,7 @@ from typing import Optional
 from .model import ClusterSnapshot, Job
 from .records import gpu_record, job_record
 from .packing_host import PackingHost
-from .base import keep_running_reasons
+from .base import keep_running_segment
 from .plan import Plan, PreemptJob, ReasonCode, make_plan, reason
 from .registry import register
 
@@ -183,10 +183,11 @@ class Gandiva(PackingHost):
         reasons = {jid: reason(ReasonCode.PREEMPTED, "introspection: the packed pair runs slower "
                                "than its two jobs one after the other") for jid in unpack}
         order = self.order_ids(snap)
-        reasons.update(dict.fromkeys(order, reason(ReasonCode.WAIT_ORDER,
-                                                   "this call unpacks a slow pair first")))
-        keep_running_reasons(snap, reasons)
-        return make_plan(self.name, [PreemptJob(j) for j in sorted(unpack)], order, reasons)
+        # the waiting jobs and the other running ones: shared reasons, resolved when read
+        segments = [(order, reason(ReasonCode.WAIT_ORDER, "this call unpacks a slow pair first")),
+                    keep_running_segment(snap)]
+        return make_plan(self.name, [PreemptJob(j) for j in sorted(unpack)], order, reasons, [],
+                         segments)
 
 
 @register("gandiva+gimbal")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
 from .gimbal_walk import CoordKept
@@ -98,13 +98,13 @@ class PackingHost(Policy):
         klass = lambda j: (j.num_gpus, j.app, config(j)[2], self.may_pack(j))  # noqa: E731
         return (pq if pq.update(snap, self.order_key(snap), klass) else None), config
 
-    def order_ids(self, snap: ClusterSnapshot) -> list[str]:
+    def order_ids(self, snap: ClusterSnapshot) -> Sequence[str]:
         """The waiting jobs' ids in the host's order (:meth:`order`), read off the kept
         queue where it can be kept (the same ids: it holds the waiting jobs sorted by the
-        same unique key)."""
+        same unique key; a read-only view, :class:`~policies.model.Frozen`)."""
         pq, _ = self._kept_queue(snap)
         if pq is not None:
-            return list(pq.ids)
+            return Frozen(pq.ids)
         return [j.id for j in self.order(snap)]
 
     def schedule(self, snap: ClusterSnapshot) -> Plan:
