@@ -20,7 +20,8 @@ feasibility tolerance is 10⁻⁷; the closed form keeps z* itself) it maximises
 ``Σ_j Σ_t r[j][t] X[j][t] / remaining_j`` — per job the fraction of its remaining work
 done per second — so what is left goes to the jobs nearest to finishing.  That stage's
 costs are scaled so the largest is 1, and both stages' makespan rows and z are scaled to
-order 1 (:func:`lp_scale`; the same optimum: HiGHS's tolerances are absolute).  On one
+order 1, each makespan row by the job's own need (:func:`lp_scale`; the same optimum:
+HiGHS's tolerances are absolute).  On one
 GPU type both stages have a closed form (:func:`one_type`), used instead of the LPs; on
 several types both are solved with HiGHS.  Where one GPU type has room for every job (the
 usual round on a large cluster), every X is 1 and the round is served without the
@@ -117,18 +118,26 @@ def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
 
 
 def lp_scale(rate, rem) -> tuple:
-    """(d, z_ub) for the LPs on several types: each job's makespan row divided by
-    ``d_j`` = its largest rate (1 where it has none), and z = z_ub · w with z_ub =
-    min_j d_j / remaining_j (no job finishes sooner than on its fastest type alone, so
-    w ≤ 1).  The same LP, but its rows and w of order 1: z itself is 1 / makespan in
-    seconds (10⁻⁴ for a 3-hour makespan, 10⁻⁷ at four months) and HiGHS's feasibility
-    tolerance is 10⁻⁷ absolute, so unscaled it could take z = 0 for a feasible z*
-    (found by hypothesis: an 8-GPU job of 10⁷ iterations beside a short one)."""
+    """(d, z_ub) for the LPs on several types: z = z_ub · w with z_ub = min_j r_j / remaining_j
+    (r_j the job's largest rate; no job finishes sooner than on its fastest type alone, so
+    w ≤ 1), and each job's makespan row divided by ``d_j`` = remaining_j · z_ub, its own
+    need at w = 1, so the row reads ``w ≤ Σ_t r X / d_j``: the same LP, its z of order 1
+    and every row's violation at X = 0 equal to w.  HiGHS's feasibility tolerance is 10⁻⁷
+    absolute and z itself is 1 / makespan in seconds (10⁻⁴ for a 3-hour makespan, 10⁻⁷ at
+    four months), so unscaled it could take z = 0 for a feasible z* (found by hypothesis:
+    an 8-GPU job of 10⁷ iterations beside a short one).  Dividing the rows by the jobs'
+    largest rates instead (the builds before 2026-12-01) left a short job's row at
+    ``X ≥ 10⁻⁷ w`` beside a long one: within the tolerance, so that job got no share
+    (hypothesis again: test_tiny_shares_on_two_types).  Where z_ub is 0 (a job with no rate
+    on any type, or an infinite length) the rows are divided by the largest rates (1 where
+    a job has none): w has no bound from them then."""
     import numpy as np
 
     rmax = rate.max(axis=1) if rate.shape[1] else np.zeros(rate.shape[0])
-    d = np.where(rmax > 0.0, rmax, 1.0)
-    return d, float((rmax / rem).min())
+    z_ub = float((rmax / rem).min())
+    if z_ub > 0.0:
+        return rem * z_ub, z_ub
+    return np.where(rmax > 0.0, rmax, 1.0), z_ub
 
 
 def second_stage(rate, rem, w: float, bounds):
