@@ -289,7 +289,7 @@ def same_schedule(sn, nodes, jobs):
        per=st.sampled_from([1, 2, 4, 8]),
        specs=st.lists(st.tuples(st.sampled_from(APPS + ("no-such-app",)), st.sampled_from(GPUS),
                                 st.sampled_from([32, 64, 128, 256]), st.floats(0, 100),
-                                st.sampled_from([None, 0.0, 1.0, 1000.0, 1e7, 1e9, 123.456]),
+                                st.sampled_from([None, 0.0, 1.0, 1000.0, 1e7, 123.456]),
                                 st.floats(0, 2000)),
                       min_size=1, max_size=40))
 # found by hypothesis: z* ~ 1e-7 (an 8-GPU job of 10^7 iterations on K80s), HiGHS's
