@@ -156,6 +156,28 @@ def second_stage(rate, rem, w: float, bounds):
     return c, b
 
 
+def clip_to_rows(x, gpus, cap):
+    """Both LPs' answer ``x`` (jobs x types), which HiGHS makes feasible to its absolute
+    tolerance (10⁻⁷) only, brought inside the rows and bounds themselves (our choice): a
+    negative share becomes 0, a job whose shares sum above 1 has them scaled to sum to 1,
+    then a type whose jobs use more than its GPUs has its column scaled to fit.  Each step
+    only lowers shares, so the earlier rows stay kept; the makespan rows move by the same
+    10⁻⁷ order.  Found by hypothesis (2026-12-01): three 16-GPU jobs on two types of 16
+    took 1 + 2.2·10⁻⁸ of a job's time; with a share of −1.2·10⁻⁹ (dropped from the
+    allocation with the other shares ≤ 10⁻⁹) a type's other jobs used 1 + 10⁻⁹ of its GPUs.
+    ``x`` is changed in place and returned."""
+    x.clip(0.0, None, out=x)
+    s = x.sum(axis=1)
+    over = s > 1.0
+    if over.any():
+        x[over] /= s[over, None]
+    used = (x * gpus[:, None]).sum(axis=0)
+    over = used > cap
+    if over.any():
+        x[:, over] *= cap[over] / used[over]
+    return x
+
+
 @register("gavel-mtd")
 class GavelMinTotalDuration(Policy):
     """Gavel min-total-duration: LP time shares over GPU types minimising makespan, in rounds."""
@@ -280,7 +302,7 @@ class GavelMinTotalDuration(Policy):
         x = fast.solve(c2, indptr, indices, data, b_ub, bounds2)
         if x is None:
             return self.allocation_reference(snap, jobs)
-        x = x[:-1].reshape(nj, nt)
+        x = clip_to_rows(x[:-1].reshape(nj, nt), gpus, b_ub[nj:nj + nt])
         ii, kk = np.nonzero(x > 1e-9)
         out: list[dict[str, float]] = [{} for _ in range(nj)]
         for i, k, v in zip(ii.tolist(), kk.tolist(), x[ii, kk].tolist()):
@@ -343,7 +365,8 @@ class GavelMinTotalDuration(Policy):
         res = linprog(c2, A_ub=a_ub, b_ub=np.array(rhs), bounds=bounds2, method="highs")
         if res.status != 0:
             raise RuntimeError(f"gavel-mtd: LP failed ({res.message})")
-        x = res.x[:-1].reshape(nj, nt)
+        x = clip_to_rows(res.x[:-1].reshape(nj, nt), np.array([float(j.num_gpus) for j in jobs]),
+                         np.array([float(types[t][0]) for t in tnames]))
         return {j.id: {t: float(x[i, k]) for k, t in enumerate(tnames) if x[i, k] > 1e-9}
                 for i, j in enumerate(jobs)}
 
