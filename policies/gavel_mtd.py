@@ -117,6 +117,11 @@ def one_type(rate: list, rem: list, gpus: list, cap: float) -> list:
     return x
 
 
+# lp_scale: the smallest need a makespan row is divided by (in units of the job's largest
+# rate); below it the row keeps a w coefficient under 1 and X coefficients of at most 10⁴
+NEED_FLOOR = 1e-4
+
+
 def lp_scale(rate, rem) -> tuple:
     """(d, z_ub) for the LPs on several types: z = z_ub · w with z_ub = min_j r_j / remaining_j
     (r_j the job's largest rate; no job finishes sooner than on its fastest type alone, so
@@ -128,15 +133,24 @@ def lp_scale(rate, rem) -> tuple:
     an 8-GPU job of 10⁷ iterations beside a short one).  Dividing the rows by the jobs'
     largest rates instead (the builds before 2026-12-01) left a short job's row at
     ``X ≥ 10⁻⁷ w`` beside a long one: within the tolerance, so that job got no share
-    (hypothesis again: test_tiny_shares_on_two_types).  Where z_ub is 0 (a job with no rate
-    on any type, or an infinite length) the rows are divided by the largest rates (1 where
-    a job has none): w has no bound from them then."""
+    (hypothesis again: test_tiny_shares_on_two_types).
+
+    A job whose need on its fastest type (remaining_j · z_ub / r_j, at most 1) is below
+    :data:`NEED_FLOOR` has its row divided by ``r_j · NEED_FLOOR`` instead (our choice): the
+    row's X coefficients stay at most 10⁴, since dividing by needs of 10⁻⁹ (jobs of 10⁹
+    iterations beside short ones) gave coefficients HiGHS did not solve (status Unknown;
+    hypothesis), and its violation at X = 0 is (need / NEED_FLOOR) · w, above the 10⁻⁷
+    tolerance for every need above 10⁻¹¹ — shares that small fall under the 10⁻⁹ cut of the
+    allocation anyway.  Where z_ub is 0 (a job with no rate on any type, or an infinite
+    length) the rows are divided by the largest rates (1 where a job has none): w has no
+    bound from them then."""
     import numpy as np
 
     rmax = rate.max(axis=1) if rate.shape[1] else np.zeros(rate.shape[0])
     z_ub = float((rmax / rem).min())
     if z_ub > 0.0:
-        return rem * z_ub, z_ub
+        d = rem * z_ub
+        return np.where(d >= rmax * NEED_FLOOR, d, rmax * NEED_FLOOR), z_ub
     return np.where(rmax > 0.0, rmax, 1.0), z_ub
 
 

@@ -311,6 +311,12 @@ def same_schedule(sn, nodes, jobs):
 @example(nv=2, nk=2, np_=0, per=8, specs=[("bert", 16, 32, 0.0, None, 0.0),
                                           ("bert", 16, 32, 0.0, 1e9, 0.0),
                                           ("cifar10", 16, 32, 0.0, None, 0.0)])
+# ... and jobs of 10^9 iterations beside short ones made rows of needs near 1e-9, whose
+# coefficients HiGHS did not solve (status Unknown: a RuntimeError; lp_scale's NEED_FLOOR)
+@example(nv=1, nk=1, np_=1, per=8, specs=[("bert", 1, 32, 0.0, None, 0.0)]
+         + [("bert", 8, 32, 0.0, 1e9, 0.0)] * 2
+         + [("cifar10", 1, 32, 0.0, None, 0.0), ("cifar10", 4, 32, 0.0, None, 0.0),
+            ("cifar10", 8, 32, 0.0, 1e9, 0.0)])
 def test_random_snapshots(nv, nk, np_, per, specs):
     nodes = tuple([Node(f"v{i}", per, "v100") for i in range(nv)] +
                   [Node(f"p{i}", per, "p100") for i in range(np_)] +
