@@ -140,8 +140,9 @@ def lp_scale(rate, rem) -> tuple:
     row's X coefficients stay at most 10⁴, since dividing by needs of 10⁻⁹ (jobs of 10⁹
     iterations beside short ones) gave coefficients HiGHS did not solve (status Unknown;
     hypothesis), and its violation at X = 0 is (need / NEED_FLOOR) · w, above the 10⁻⁷
-    tolerance for every need above 10⁻¹¹ — shares that small fall under the 10⁻⁹ cut of the
-    allocation anyway.  Where z_ub is 0 (a job with no rate on any type, or an infinite
+    tolerance for every need above 10⁻¹¹ / w (w, the fraction of the bound z_ub that the
+    optimum reaches, is near 1 unless the cluster is far over capacity; shares of 10⁻⁹ and
+    less are cut from the allocation anyway).  Where z_ub is 0 (a job with no rate on any type, or an infinite
     length) the rows are divided by the largest rates (1 where a job has none): w has no
     bound from them then."""
     import numpy as np
