@@ -142,9 +142,9 @@ def lp_scale(rate, rem) -> tuple:
     hypothesis), and its violation at X = 0 is (need / NEED_FLOOR) · w, above the 10⁻⁷
     tolerance for every need above 10⁻¹¹ / w (w, the fraction of the bound z_ub that the
     optimum reaches, is near 1 unless the cluster is far over capacity; shares of 10⁻⁹ and
-    less are cut from the allocation anyway).  Where z_ub is 0 (a job with no rate on any type, or an infinite
-    length) the rows are divided by the largest rates (1 where a job has none): w has no
-    bound from them then."""
+    less are cut from the allocation anyway).  Where z_ub is 0 (a job with no rate on any
+    type, or an infinite length) the rows are divided by the largest rates (1 where a job
+    has none): w has no bound from them then."""
     import numpy as np
 
     rmax = rate.max(axis=1) if rate.shape[1] else np.zeros(rate.shape[0])
@@ -381,7 +381,7 @@ class GavelMinTotalDuration(Policy):
         if res.status != 0:
             raise RuntimeError(f"gavel-mtd: LP failed ({res.message})")
         x = clip_to_rows(res.x[:-1].reshape(nj, nt), np.array([float(j.num_gpus) for j in jobs]),
-                         np.array([float(types[t][0]) for t in tnames]))
+                         np.array(rhs[nj:nj + nt]))
         return {j.id: {t: float(x[i, k]) for k, t in enumerate(tnames) if x[i, k] > 1e-9}
                 for i, j in enumerate(jobs)}
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, Job, SUBMIT_ORDER, WorkerAlloc, identity_memo
 from .plan import ResizeJob
@@ -137,15 +137,14 @@ def _jmax(ids: Iterable[str], world: Mapping[str, int],
     return min(ids, key=lambda j: (-world[j], since.get(j, 0.0), j))
 
 
-def packing_violations(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
-                       job_gpus: Mapping[str, tuple[Gpu, ...]]) -> list[str]:
-    """What breaks §5.1 in a placement (empty list: none).  ``gpu_jobs``: GPU -> job ids on it;
-    ``job_gpus``: job id -> its GPUs (the world size is their number)."""
-    out = []
+def _breaches(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
+              job_gpus: Mapping[str, tuple[Gpu, ...]]) -> Iterator[str]:
+    """What breaks §5.1 in a placement, one message at a time (lazily: a caller that stops at
+    the first one formats no other)."""
     world = {j: len(g) for j, g in job_gpus.items()}
     for g, ids in gpu_jobs.items():
         if len(ids) > 2:
-            out.append(f"GPU {g.node}:{g.index} holds {len(ids)} workers (at most 2)")
+            yield f"GPU {g.node}:{g.index} holds {len(ids)} workers (at most 2)"
     for comp in _components(gpu_jobs):
         if len(comp) < 2:
             continue
@@ -153,44 +152,28 @@ def packing_violations(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
         mine = set(job_gpus[jm])
         for j in sorted(comp - {jm}):
             if not set(job_gpus[j]) <= mine:
-                out.append(f"job {j} is packed outside the GPUs of its set's J_max {jm}")
+                yield f"job {j} is packed outside the GPUs of its set's J_max {jm}"
             if world[j] == world[jm] and set(job_gpus[j]) != mine:
-                out.append(f"jobs {j} and {jm} have the same world size but are not "
-                           "co-located on the same GPUs")
+                yield (f"jobs {j} and {jm} have the same world size but are not "
+                       "co-located on the same GPUs")
             for g in job_gpus[j]:
                 others = set(gpu_jobs.get(g, ())) - {j, jm}
                 if others:
-                    out.append(f"job {j} is co-located with {sorted(others)}, not only with "
-                               f"J_max {jm}")
-    return out
+                    yield (f"job {j} is co-located with {sorted(others)}, not only with "
+                           f"J_max {jm}")
+
+
+def packing_violations(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
+                       job_gpus: Mapping[str, tuple[Gpu, ...]]) -> list[str]:
+    """What breaks §5.1 in a placement (empty list: none).  ``gpu_jobs``: GPU -> job ids on it;
+    ``job_gpus``: job id -> its GPUs (the world size is their number)."""
+    return list(_breaches(gpu_jobs, job_gpus))
 
 
 def packing_ok(gpu_jobs: Mapping[Gpu, tuple[str, ...]],
                job_gpus: Mapping[str, tuple[Gpu, ...]]) -> bool:
-    """``not packing_violations(gpu_jobs, job_gpus)``: the same tests in the same order,
-    stopping at the first breach, without its messages."""
-    for ids in gpu_jobs.values():
-        if len(ids) > 2:
-            return False
-    world = {j: len(g) for j, g in job_gpus.items()}
-    for comp in _components(gpu_jobs):
-        if len(comp) < 2:
-            continue
-        jm = _jmax(comp, world)
-        mine = set(job_gpus[jm])
-        wm = world[jm]
-        for j in comp:
-            if j == jm:
-                continue
-            gs = job_gpus[j]
-            sj = set(gs)
-            if not sj <= mine or (world[j] == wm and sj != mine):
-                return False
-            for g in gs:
-                for x in gpu_jobs.get(g, ()):
-                    if x != j and x != jm:
-                        return False
-    return True
+    """``not packing_violations(gpu_jobs, job_gpus)``, stopping at the first breach."""
+    return next(_breaches(gpu_jobs, job_gpus), None) is None
 
 
 def placement_ok(snap: ClusterSnapshot, job: Job, gpus: tuple[Gpu, ...]) -> bool:
