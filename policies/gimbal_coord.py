@@ -50,6 +50,22 @@ Choices where the paper is open or inconsistent (ours, documented):
   same job by more than ``straggler_tol`` (5 %).  A LISS step re-splits a job's global batch in
   proportion to its workers' current sample rates (LB-BSP's rule), integer shares by largest
   remainder, at least one sample per worker; micro-batches stay, accumulation covers the share.
+* **Switching cost** (ours; the paper's search is live and takes minutes, §7.4, so it never
+  restarts every few seconds).  Run at every round from the configuration the set runs, the
+  search as written can return a configuration worse than that one by its own objective (the
+  swell of line 5 is kept without a gain test), and under the min-max objectives two jobs
+  whose remaining times are nearly equal trade places at every round: on the first 10,000
+  Philly jobs at 64x8, gavel+gimbal switched one job's MPS share 60 -> 70 -> 60 % 14,499
+  times, and 102,621 of its 246,855 coordination resizes made the objective worse; each
+  switch is a context change in the paper (3.6 s) and a checkpoint and relaunch on Slurm
+  (docs/gimbal.md, 19 s measured on an H100).  With ``switch_cost`` > 0 the best
+  configuration is applied only when its objective, each job whose MPS share it changes
+  charged ``switch_cost`` seconds more remaining time, is not above the start's (float
+  tolerance 1e-9); else the set keeps its start (``SearchResult.declined``).  Ties apply, so a
+  swell that costs the objective nothing (a deadline set with no job late) still lets a
+  squeezed job recover.  LISS changes are free (§5.2: "the switch involves only parameter
+  changes").  ``switch_cost=0`` is Algorithm 1 as above; the hosts charge
+  :data:`LGRR_SWITCH_S`.
 * **Ablations.** ``lgrr=False``: no MPS changes; the J_max-high-priority branch then balances
   J_max's own workers by LISS instead.  ``liss=False``: no share changes; the J_max-low-priority
   branch then swells/squeezes J_max's slow/fast workers by LGRR instead.
@@ -78,6 +94,10 @@ LGRR_STEP = 10  # percent of the GPU per LGRR step (§4.1, §7.4); same grid as 
 LGRR_FLOOR = 10
 MAX_FAILS = 3  # early exit (Algorithm 1 line 9)
 MAX_ATTEMPTS = 40  # a guard; §5.2 bounds the search by 10 x (M - 1) LGRR steps
+# seconds one LGRR switch costs the switched job (§7.4: "the average overhead for switching
+# once is 3.6 seconds", with the paper's CUDA context pool): what the hosts charge a search's
+# result for each job whose MPS share it changes (module doc, "Switching cost")
+LGRR_SWITCH_S = 3.6
 
 
 def lgrr_squeeze(pct: Optional[int], step: int = LGRR_STEP) -> int:
@@ -337,11 +357,14 @@ def step_times(model: RateModel, infos: Mapping[str, JobInfo], cfg: Config) -> d
 
 # ---------------------------------------------------------------- §5.2 eq. 1-6
 def local_objective(objective: str, infos: Mapping[str, JobInfo],
-                    step_time: Mapping[str, float]) -> float:
+                    step_time: Mapping[str, float],
+                    extra: Optional[Mapping[str, float]] = None) -> float:
     """Eq. 1 (JCT: mean remaining time), eq. 3 (deadline: largest overrun, see module doc),
     eq. 5 (makespan: largest remaining time).  Remaining time = RemainingSteps / Throughput
-    with Throughput = 1 / step time."""
+    with Throughput = 1 / step time, plus ``extra[j]`` seconds where given (a switch's cost)."""
     rem = {j: infos[j].remaining_steps * step_time[j] for j in infos}
+    if extra:
+        rem = {j: r + extra.get(j, 0.0) for j, r in rem.items()}
     if objective == "jct":
         return sum(rem.values()) / len(rem)
     if objective == "deadline":
@@ -387,6 +410,8 @@ class SearchResult:
     high: tuple[str, ...]  # subset2 (swelled)
     low: tuple[str, ...]  # subset1 (squeezed)
     exit: str  # "early-exit", "no-primitive" or "limit"
+    # the walk's best did not pay for its LGRR switches: ``config`` is the start (module doc)
+    declined: bool = False
 
     def changed(self, start: Config) -> tuple[str, ...]:
         return tuple(j for j in sorted(self.config) if tuple(self.config[j]) != tuple(start[j]))
@@ -493,12 +518,27 @@ class _Search:
         return new, "squeeze " + ",".join(f"{j}[{i}]" for j, i in picks) + " by LGRR"
 
 
+def mps_switched(start: Config, cfg: Config) -> frozenset:
+    """The jobs of ``cfg`` with a worker whose MPS share differs from ``start``'s."""
+    return frozenset(j for j, ws in cfg.items()
+                     if any(a.mps_pct != b.mps_pct for a, b in zip(ws, start[j])))
+
+
+def declines(objective: str, before: float, charged: float) -> bool:
+    """Whether a result whose objective with its switches charged is ``charged`` is not worth
+    applying over the start's ``before`` (module doc, "Switching cost")."""
+    return charged > before * (1 + 1e-9)
+
+
 def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Config,
                         model: RateModel, *, lgrr: bool = True, liss: bool = True,
                         straggler_tol: float = 0.05, max_fails: int = MAX_FAILS,
-                        max_attempts: int = MAX_ATTEMPTS) -> SearchResult:
+                        max_attempts: int = MAX_ATTEMPTS,
+                        switch_cost: float = 0.0) -> SearchResult:
     """Algorithm 1 CoordinationSearch over one packing set (``infos``: its jobs, ``start``:
-    their current workers).  Returns the best configuration found and the audit trail."""
+    their current workers).  Returns the best configuration found and the audit trail;
+    ``switch_cost``: seconds charged per job whose MPS share the result changes (module doc,
+    "Switching cost"; 0: none)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     world = {j: len(start[j]) for j in infos}
@@ -541,8 +581,14 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
         if fails >= max_fails:  # lines 9-10
             exit_ = "early-exit"
             break
+    declined = False
+    if switch_cost > 0:
+        sw = mps_switched(start, best)
+        if sw and declines(objective, before, local_objective(
+                objective, infos, step_times(model, infos, best), dict.fromkeys(sw, switch_cost))):
+            best, best_v, declined = dict(start), before, True
     return SearchResult(best, before, best_v, tuple(attempts), tuple(subset2), tuple(subset1),
-                        exit_)
+                        exit_, declined)
 
 
 # ---------------------------------------------------------------- on a snapshot
@@ -615,15 +661,18 @@ def _below_ceiling(alloc) -> bool:
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
-               skip: Iterable[str] = (), kept=None) -> tuple[Coordination, ...]:
+               skip: Iterable[str] = (), kept=None,
+               switch_cost: float = 0.0) -> tuple[Coordination, ...]:
     """Run Algorithm 1 on every packing set of the snapshot (sets with a job in ``skip``, e.g.
     one the host plan touches this round, are left alone).  Emits a ResizeJob with the new
     per-worker record (same GPUs; MPS % and sample shares; shares sum to the global batch) for
     each job whose record changed.  ``kept``: a :class:`policies.gimbal_walk.CoordKept` the
     caller keeps across calls; the same answer from walks, packing sets and per-set records
-    kept between rounds (the host policies pass theirs; None: everything computed here)."""
+    kept between rounds (the host policies pass theirs; None: everything computed here);
+    ``switch_cost``: :func:`coordination_search`'s."""
     if kept is not None:
-        return kept.coordinate(snap, objective, lgrr=lgrr, liss=liss, skip=skip)
+        return kept.coordinate(snap, objective, lgrr=lgrr, liss=liss, skip=skip,
+                               switch_cost=switch_cost)
     model = RateModel(snap.profiles, snap.interference)
     skip = set(skip)
     out = []
@@ -666,7 +715,8 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
         start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
                             else _with_mps(w, capped(w, 100)) for w in ws)
                  for jid, ws in actual.items()}
-        res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
+        res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss,
+                                  switch_cost=switch_cost)
         resizes = []
         for jid in res.changed(actual):
             ws = tuple(res.config[jid])

@@ -46,9 +46,14 @@ REL = 1e-12  # the float margin, relative to the magnitudes involved
 QUIET_CAP = 1e7  # seconds: the longest horizon used (keeps the clock's own rounding in REL)
 
 
-def _terms(objective, rems, dls, rates, errs, sts, derr=0.0):
+def _terms(objective, rems, dls, rates, errs, sts, derr=0.0, extra=None):
     """(value, L: time-Lipschitz bound, E: the error bound of the value); ``derr``: the error
-    bound of a deadline distance (deadline - now)."""
+    bound of a deadline distance (deadline - now); ``extra``: seconds added to each job's
+    remaining time (constants: the bound L does not change, E grows by their rounding)."""
+    if extra is not None:
+        v = charged_value(objective, rems, dls, sts, extra)
+        _, a, e = _terms(objective, rems, dls, rates, errs, sts, derr)
+        return v, a, e + REL * (abs(v) + sum(extra))
     if objective == "jct":
         v = sum([r * t for r, t in zip(rems, sts)]) / len(sts)
         a = sum([t * q for t, q in zip(sts, rates)])
@@ -66,6 +71,20 @@ def _terms(objective, rems, dls, rates, errs, sts, derr=0.0):
              + sum([REL * (abs(d) + abs(r * t)) + derr for r, t, d in zip(rems, sts, dls)
                     if not math.isinf(d)]))
         return v, a, e
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def charged_value(objective, rems, dls, sts, extra) -> float:
+    """:func:`~policies.gimbal_coord.local_objective` with ``extra`` seconds added to each job's
+    remaining time, on sequences in the jobs' order (the same float;
+    policies.gimbal_walk.objective_value with ``extra``)."""
+    rt = [r * t + x for r, t, x in zip(rems, sts, extra)]
+    if objective == "jct":
+        return sum(rt) / len(rt)
+    if objective == "deadline":
+        return max(max(0.0, v - d) for v, d in zip(rt, dls))
+    if objective == "makespan":
+        return max(rt)
     raise ValueError(f"unknown objective {objective!r}")
 
 
@@ -217,18 +236,21 @@ def no_gain_room(objective: str, rems, sts, bst, errs, slopes) -> float:
 
 def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.0,
             max_fails: int = MAX_FAILS, max_attempts: int = MAX_ATTEMPTS,
-            slopes: Optional[tuple] = None) -> float:
+            slopes: Optional[tuple] = None, switch_cost: float = 0.0) -> float:
     """Seconds from now for which :func:`policies.gimbal_walk.walk_best` of this set on
-    ``kept``'s ``walk`` takes the same decisions (module doc).  ``rates``: each job's
-    iterations per second, ``errs``: the error bound of each job's remaining steps; ``dls``:
-    deadline distances (None unless "deadline"), ``derr`` their error bound; ``slopes``:
-    :func:`affine_slopes` for the split's room."""
+    ``kept``'s ``walk`` (with ``switch_cost``) takes the same decisions (module doc).
+    ``rates``: each job's iterations per second, ``errs``: the error bound of each job's
+    remaining steps; ``dls``: deadline distances (None unless "deadline"), ``derr`` their
+    error bound; ``slopes``: :func:`affine_slopes` for the split's room.  With a
+    ``switch_cost``, the switching-cost test on the walk's best (charged value against the
+    start's, :func:`~policies.gimbal_coord.declines`) is one more compared quantity."""
     h = split_room(objective, rems, dls, rates, errs, kept, derr, slopes)
     if h <= 0.0:
         return 0.0
     f = 1 - 1e-9
     bst = kept.st0
-    best = _terms(objective, rems, dls, rates, errs, bst, derr)
+    best = start = _terms(objective, rems, dls, rates, errs, bst, derr)
+    bcfg = walk.head
     n = 0
     if walk.swell is not None:
         bst = walk.swell[1]
@@ -257,9 +279,20 @@ def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.
             if h <= 0.0:
                 return 0.0
         if v[0] < best[0] * f:
-            best, bst, fails = v, sts, 0
+            best, bst, bcfg, fails = v, sts, step[0], 0
         else:
             fails += 1
         if fails >= max_fails:
             break
+    if switch_cost > 0:
+        extra = walk.switch_costs(bcfg, kept.start, switch_cost)
+        if extra is not None:  # declines(): charged > before x g
+            g = 1 + 1e-9
+            c = _terms(objective, rems, dls, rates, errs, bst, derr, extra)
+            if objective == "jct":
+                lip = sum([abs(b - g * t) * q for b, t, q in zip(bst, kept.st0, rates)]) / len(bst)
+            else:
+                lip = c[1] + start[1]
+            h = min(h, _room(c[0] - start[0] * g, lip,
+                             c[2] + start[2] + REL * (abs(c[0]) + abs(start[0]))))
     return h

@@ -75,9 +75,9 @@ from typing import Iterable, Optional
 from .model import ClusterSnapshot, SUBMIT_ORDER, plain_progress
 from .gimbal_coord import (
     MAX_ATTEMPTS, MAX_FAILS, Attempt, Coordination, JobInfo, RateModel, SearchResult, _Search,
-    _below_ceiling, _jmax, _restored, _with_mps, capped, lgrr_swell, set_mps,
-    start_config, utilization)
-from .gimbal_quiet import QUIET_CAP, REL, affine_slopes, horizon
+    _below_ceiling, _jmax, _restored, _with_mps, capped, declines, lgrr_swell, mps_switched,
+    set_mps, start_config, utilization)
+from .gimbal_quiet import QUIET_CAP, REL, affine_slopes, charged_value, horizon
 from .gimbal_sets import KeptSets
 from .gimbal_steps import TimedSteps
 from .gimbal_still import Still, plan_window
@@ -94,7 +94,7 @@ class Walk:
     order of the search's ``infos``, the order :func:`local_objective` sums in)."""
 
     __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end",
-                 "timed", "last")
+                 "timed", "last", "switched")
 
     def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool,
                  start_times: Optional[dict] = None):
@@ -117,6 +117,18 @@ class Walk:
         self.steps: list = []
         self.end = False
         self.last = ct  # the per-worker times of the walk's last configuration
+        self.switched: dict = {}  # id(configuration) -> (it, switch_costs' flags)
+
+    def switch_costs(self, cfg, start, cost: float) -> Optional[list]:
+        """Seconds charged to each job (in ``order``) for the MPS switches from ``start`` to
+        ``cfg``, one of the walk's configurations (:func:`~policies.gimbal_coord.mps_switched`);
+        None when none switches.  The flags are kept per configuration."""
+        hit = self.switched.get(id(cfg))
+        if hit is None or hit[0] is not cfg:
+            sw = mps_switched(start, cfg)
+            hit = self.switched[id(cfg)] = (cfg, tuple([j in sw for j in self.order]))
+        flags = hit[1]
+        return [cost if x else 0.0 for x in flags] if any(flags) else None
 
     def _st(self, ct) -> tuple:
         """Step times (each job's slowest worker, step_times) in ``order``."""
@@ -138,10 +150,13 @@ class Walk:
         return steps[i]
 
 
-def objective_value(objective: str, rems, dls, sts) -> float:
+def objective_value(objective: str, rems, dls, sts, extra=None) -> float:
     """:func:`~policies.gimbal_coord.local_objective` on the jobs' remaining steps, deadline
     distances and step times given as sequences in the jobs' order: the same products,
-    summed or compared in the same order (the same float)."""
+    summed or compared in the same order (the same float); ``extra``: seconds added to each
+    job's remaining time (a sequence in that order), as ``local_objective``'s."""
+    if extra is not None:
+        return charged_value(objective, rems, dls, sts, extra)
     if objective == "jct":
         return sum([r * t for r, t in zip(rems, sts)]) / len(sts)
     if objective == "deadline":
@@ -151,18 +166,32 @@ def objective_value(objective: str, rems, dls, sts) -> float:
     raise ValueError(f"unknown objective {objective!r}")
 
 
+def _declined(objective: str, rems, dls, walk: Walk, best, best_st, before: float, start,
+              switch_cost: float) -> bool:
+    """coordination_search's switching-cost test on the walk's best configuration ``best``
+    (step times ``best_st``) against ``start`` (gimbal_coord's module doc)."""
+    if not switch_cost > 0 or start is None or best is start:
+        return False
+    extra = walk.switch_costs(best, start, switch_cost)
+    return extra is not None and declines(
+        objective, before, objective_value(objective, rems, dls, best_st, extra))
+
+
 def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
-                max_attempts: int = MAX_ATTEMPTS) -> tuple[SearchResult, dict]:
+                max_attempts: int = MAX_ATTEMPTS, start=None,
+                switch_cost: float = 0.0) -> tuple[SearchResult, dict]:
     """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``rems``,
     ``dls`` the jobs' remaining steps and deadline distances now (in the walk's ``order``),
-    ``st0`` the start's step times.  Returns the result and the best configuration (the kept
-    object, for per-configuration memos)."""
+    ``st0`` the start's step times, ``start`` the start configuration (read only with a
+    ``switch_cost``).  Returns the result and the best configuration (the kept object, for
+    per-configuration memos)."""
     before = objective_value(objective, rems, dls, st0)
     attempts: list[Attempt] = []
     best_v = before
+    best_st = st0
     if walk.swell is not None:
-        what, st = walk.swell
-        best_v = objective_value(objective, rems, dls, st)
+        what, best_st = walk.swell
+        best_v = objective_value(objective, rems, dls, best_st)
         attempts.append(Attempt(what, best_v, True))
     best = walk.head
     fails = 0
@@ -179,24 +208,30 @@ def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = 
         gain = v < best_v * (1 - 1e-9)
         attempts.append(Attempt(what, v, gain))
         if gain:
-            best, best_v, fails = new, v, 0
+            best, best_v, best_st, fails = new, v, st, 0
         else:
             fails += 1
         if fails >= max_fails:
             exit_ = "early-exit"
             break
+    declined = _declined(objective, rems, dls, walk, best, best_st, before, start, switch_cost)
+    if declined:
+        best, best_v = start, before
     return SearchResult(dict(best), before, best_v, tuple(attempts), tuple(walk.subset2),
-                        tuple(walk.subset1), exit_), best
+                        tuple(walk.subset1), exit_, declined), best
 
 
 def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_FAILS,
-              max_attempts: int = MAX_ATTEMPTS) -> tuple[dict, float, float]:
+              max_attempts: int = MAX_ATTEMPTS, start=None,
+              switch_cost: float = 0.0) -> tuple[dict, float, float]:
     """:func:`walk_search` without its audit trail: (best configuration, objective before,
     objective after), the same decisions on the same values (what the host policies read)."""
     before = best_v = objective_value(objective, rems, dls, st0)
     n = 0
+    best_st = st0
     if walk.swell is not None:
-        best_v = objective_value(objective, rems, dls, walk.swell[1])
+        best_st = walk.swell[1]
+        best_v = objective_value(objective, rems, dls, best_st)
         n = 1
     best = walk.head
     fails = 0
@@ -210,11 +245,13 @@ def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_F
         n += 1
         v = objective_value(objective, rems, dls, step[2])
         if v < best_v * (1 - 1e-9):
-            best, best_v, fails = step[0], v, 0
+            best, best_v, best_st, fails = step[0], v, step[2], 0
         else:
             fails += 1
         if fails >= max_fails:
             break
+    if _declined(objective, rems, dls, walk, best, best_st, before, start, switch_cost):
+        return start, before, before
     return best, before, best_v
 
 
@@ -283,17 +320,19 @@ class KeptSearch:
                                                 self.t0)
         return walk
 
-    def run_values(self, objective: str, rems, dls, utils) -> tuple[SearchResult, dict]:
+    def run_values(self, objective: str, rems, dls, utils,
+                   switch_cost: float = 0.0) -> tuple[SearchResult, dict]:
         """The search on the jobs' remaining steps, deadline distances and utilisations (in
         ``order``): (result, the best configuration's kept object)."""
         walk = self.walk(self.split(objective, rems, dls, utils))
-        return walk_search(objective, rems, dls, self.st0, walk)
+        return walk_search(objective, rems, dls, self.st0, walk, start=self.start,
+                           switch_cost=switch_cost)
 
-    def run(self, objective: str, infos) -> SearchResult:
+    def run(self, objective: str, infos, switch_cost: float = 0.0) -> SearchResult:
         order = self.order
         return self.run_values(objective, [infos[j].remaining_steps for j in order],
                                [infos[j].deadline_left for j in order],
-                               [infos[j].utilization for j in order])[0]
+                               [infos[j].utilization for j in order], switch_cost)[0]
 
 
 # kept searches of a CoordKept; emptied past it (a memo: only its size changes).  gavel+gimbal,
@@ -459,8 +498,10 @@ class _SetRec:
             hit = memo[id(best)] = (best, tuple(resizes))
         return hit[1]
 
-    def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True):
-        """``full``: (SearchResult, resizes); else (resizes, objective before, after)."""
+    def coordinate(self, snap: ClusterSnapshot, objective: str, full: bool = True,
+                   switch_cost: float = 0.0):
+        """``full``: (SearchResult, resizes); else (resizes, objective before, after);
+        ``switch_cost``: coordination_search's."""
         if not full and objective == "deadline" and self.nodl:
             return self._no_deadline(snap.now)
         rems = self._rems(snap)
@@ -470,10 +511,11 @@ class _SetRec:
             dls = [math.inf if j.deadline is None else j.deadline - now for j in self.jobs]
         kept = self.kept
         if full:
-            res, best = kept.run_values(objective, rems, dls, self.utils)
+            res, best = kept.run_values(objective, rems, dls, self.utils, switch_cost)
             return res, self._resizes(best, res)
         walk = kept.walk(kept.split(objective, rems, dls, self.utils))
-        best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk, start=kept.start,
+                                        switch_cost=switch_cost)
         resizes = self._resizes(best, None)
         if not resizes and self.prog is not None and plain_progress(type(snap)):
             # how long the same decisions are sure to be taken (policies.gimbal_quiet)
@@ -487,7 +529,8 @@ class _SetRec:
                 derr = REL * (abs(now) + QUIET_CAP + max(
                     (abs(j.deadline) for j in self.jobs if j.deadline is not None), default=0.0))
             h = min(horizon(objective, rems, dls, rates, errs, kept, walk, derr,
-                            slopes=affine_slopes(self.prog, now, rems, errs)), QUIET_CAP)
+                            slopes=affine_slopes(self.prog, now, rems, errs),
+                            switch_cost=switch_cost), QUIET_CAP)
             if h > 0.0:
                 self.quiet = (objective, now, now + h)
         return resizes, before, after
@@ -596,16 +639,19 @@ class CoordKept:
         return rec
 
     def coordinate(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
-                   liss: bool = True, skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+                   liss: bool = True, skip: Iterable[str] = (),
+                   switch_cost: float = 0.0) -> tuple[Coordination, ...]:
         """:func:`policies.gimbal_coord.coordinate`'s answer (module doc)."""
-        return tuple(self._run(snap, objective, lgrr, liss, skip, True))
+        return tuple(self._run(snap, objective, lgrr, liss, skip, True, switch_cost))
 
     def resizes(self, snap: ClusterSnapshot, objective: str, *, lgrr: bool = True,
-                liss: bool = True, skip: Iterable[str] = ()) -> list[tuple]:
+                liss: bool = True, skip: Iterable[str] = (),
+                switch_cost: float = 0.0) -> list[tuple]:
         """What a host reads of :meth:`coordinate`'s answer: (J_max, objective before,
         objective after, resizes) of each record with resizes, in its order; the searches
         without their audit trail (:func:`walk_best`)."""
-        return [r for r in self._run(snap, objective, lgrr, liss, skip, False) if r[3]]
+        return [r for r in self._run(snap, objective, lgrr, liss, skip, False, switch_cost)
+                if r[3]]
 
     def quiet_until(self, snap: ClusterSnapshot) -> float:
         """Asked after a :meth:`resizes` call on ``snap`` that gave none, by a host whose call
@@ -623,11 +669,12 @@ class CoordKept:
             return -math.inf
         return w[1]
 
-    def _run(self, snap, objective, lgrr, liss, skip, full):
+    def _run(self, snap, objective, lgrr, liss, skip, full, switch_cost=0.0):
         c = self.ctx
         if c is None or c[0] is not snap.profiles or c[1] is not snap.interference \
-                or c[2] is not snap.predictors or c[3:] != (objective, lgrr, liss):
-            self.ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss)
+                or c[2] is not snap.predictors or c[3:] != (objective, lgrr, liss, switch_cost):
+            self.ctx = (snap.profiles, snap.interference, snap.predictors, objective, lgrr, liss,
+                        switch_cost)
             self.model, self.recs = RateModel(snap.profiles, snap.interference), {}
             self.rec_of = {}  # member id -> its record's key in ``recs``
             self.searches, self.per_alloc = {}, {}
@@ -668,13 +715,13 @@ class CoordKept:
             if skip and not skip.isdisjoint(ps.members):
                 continue
             if full:
-                res, resizes = rec.coordinate(snap, objective)
+                res, resizes = rec.coordinate(snap, objective, True, switch_cost)
                 out.append(Coordination(ps.jmax, ps.members, res, resizes))
             else:
                 q = rec.quiet
                 if q is not None and q[1] <= now <= q[2] and q[0] == objective:
                     continue  # no resizes: nothing the host reads (rec.quiet_at)
-                resizes, before, after = rec.coordinate(snap, objective, False)
+                resizes, before, after = rec.coordinate(snap, objective, False, switch_cost)
                 out.append((ps.jmax, before, after, resizes))
         # a record's quiet window changes only in a pass over the plan
         still.window = None if full else plan_window(plan, objective)

@@ -15,7 +15,10 @@ registry names) §7.1's relaxations apply: the more aggressive threshold, and un
 (a smaller job on part of a larger job's GPUs) under the §5.1 rules
 (:func:`policies.gimbal_coord.placement_ok`); and every round (``round_length``, 30 s, §6) the
 coordinator runs Algorithm 1 on each packing set the plan does not touch and emits ResizeJob
-actions with the new per-worker MPS shares and sample shares (:func:`~policies.gimbal_coord.coordinate`).
+actions with the new per-worker MPS shares and sample shares (:func:`~policies.gimbal_coord.coordinate`),
+charging each MPS switch ``switch_cost`` seconds (default the paper's 3.6 s, §7.4; a site whose
+LGRR is gimbal-run's checkpoint and relaunch sets its own measured cost: gimbal_coord's module
+doc, "Switching cost").
 
 ``lgrr`` / ``liss`` switch the two mechanisms off for the ablation (§7.3).
 """
@@ -27,6 +30,7 @@ from heapq import heapify, heappop, heappush
 from typing import Callable, Optional, Sequence
 
 from .base import Policy, exclusive_config, free_gpus_of, keep_running_segment
+from .gimbal_coord import LGRR_SWITCH_S
 from .gimbal_walk import CoordKept
 from .model import ClusterSnapshot, Frozen, Joined, Job
 from .pack_index import PACK_MPS, PackRound, pair_progress, round_base
@@ -44,8 +48,17 @@ class PackingHost(Policy):
     gimbal_threshold = 1.0  # GIMBAL's relaxed one
 
     def __init__(self, gimbal: bool = False, lgrr: bool = True, liss: bool = True,
-                 unequal: Optional[bool] = None, round_length: Optional[float] = None):
+                 unequal: Optional[bool] = None, round_length: Optional[float] = None,
+                 switch_cost: float = LGRR_SWITCH_S):
         self.gimbal = bool(gimbal)
+        try:
+            cost = float(switch_cost)
+        except (TypeError, ValueError):
+            cost = math.nan
+        if not (cost >= 0 and math.isfinite(cost)):
+            raise ValueError(f"switch_cost must be a finite number of seconds >= 0, "
+                             f"got {switch_cost!r}")
+        self.switch_cost = cost
         self.lgrr, self.liss = bool(lgrr), bool(liss)
         self.unequal = self.gimbal if unequal is None else bool(unequal)
         if self.gimbal:  # eq. 1-6 need RemainingSteps: GIMBAL reads the jobs' lengths
@@ -220,7 +233,8 @@ class PackingHost(Policy):
                 kept = self._gimbal_kept = CoordKept()
             # coordinate(snap, ..., kept=kept)'s records with resizes, without the audit trail
             for jmax, before, after, resizes in kept.resizes(
-                    snap, self.objective, lgrr=self.lgrr, liss=self.liss, skip=touched):
+                    snap, self.objective, lgrr=self.lgrr, liss=self.liss, skip=touched,
+                    switch_cost=self.switch_cost):
                 for rz in resizes:
                     actions.append(rz)
                     reasons[rz.job_id] = reason(

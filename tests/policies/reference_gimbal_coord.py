@@ -288,6 +288,7 @@ class SearchResult:
     high: tuple[str, ...]  # subset2 (swelled)
     low: tuple[str, ...]  # subset1 (squeezed)
     exit: str  # "early-exit", "no-primitive" or "limit"
+    declined: bool = False  # the best did not pay for its LGRR switches: config is the start
 
     def changed(self, start: Config) -> tuple[str, ...]:
         return tuple(j for j in sorted(self.config) if tuple(self.config[j]) != tuple(start[j]))
@@ -380,9 +381,13 @@ class _Search:
 def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Config,
                         model: RateModel, *, lgrr: bool = True, liss: bool = True,
                         straggler_tol: float = 0.05, max_fails: int = MAX_FAILS,
-                        max_attempts: int = MAX_ATTEMPTS) -> SearchResult:
+                        max_attempts: int = MAX_ATTEMPTS,
+                        switch_cost: float = 0.0) -> SearchResult:
     """Algorithm 1 CoordinationSearch over one packing set (``infos``: its jobs, ``start``:
-    their current workers).  Returns the best configuration found and the audit trail."""
+    their current workers).  Returns the best configuration found and the audit trail.
+    ``switch_cost`` > 0: the best is applied only if its objective, each job with a worker
+    whose MPS share differs from the start's given ``switch_cost`` more seconds of remaining
+    time, is at most the start's x (1 + 1e-9); else the start (``declined``)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     world = {j: len(start[j]) for j in infos}
@@ -423,6 +428,27 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
         if fails >= max_fails:  # lines 9-10
             exit_ = "early-exit"
             break
+    if switch_cost > 0:
+        st_best = step_times(model, infos, best)
+        charged = {}
+        any_moved = False
+        for j in infos:
+            moved = False
+            for a, b in zip(best[j], start[j]):
+                if a.mps_pct != b.mps_pct:
+                    moved = True
+            any_moved = any_moved or moved
+            charged[j] = infos[j].remaining_steps * st_best[j] + (switch_cost if moved else 0.0)
+        if any_moved:
+            if objective == "jct":
+                v = sum(charged.values()) / len(charged)
+            elif objective == "deadline":
+                v = max(max(0.0, charged[j] - infos[j].deadline_left) for j in infos)
+            else:
+                v = max(charged.values())
+            if v > before * (1 + 1e-9):
+                return SearchResult(dict(start), before, before, tuple(attempts), tuple(subset2),
+                                    tuple(subset1), exit_, True)
     return SearchResult(best, before, best_v, tuple(attempts), tuple(subset2), tuple(subset1),
                         exit_)
 

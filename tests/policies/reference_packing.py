@@ -40,7 +40,7 @@ def packing_sets(snap: ClusterSnapshot) -> tuple[PackingSet, ...]:
 
 
 def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss: bool = True,
-               skip: Iterable[str] = ()) -> tuple[Coordination, ...]:
+               skip: Iterable[str] = (), switch_cost: float = 0.0) -> tuple[Coordination, ...]:
     """Run Algorithm 1 on every packing set of the snapshot (sets with a job in ``skip``, e.g.
     one the host plan touches this round, are left alone).  Emits a ResizeJob with the new
     per-worker record (same GPUs; MPS % and sample shares; shares sum to the global batch) for
@@ -76,7 +76,8 @@ def coordinate(snap: ClusterSnapshot, objective: str, *, lgrr: bool = True, liss
         start = {jid: tuple(w if len(snap.gpu_jobs.get(w.gpu, ())) > 1
                             else replace(w, mps_pct=100) for w in ws)
                  for jid, ws in actual.items()}
-        res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
+        res = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss,
+                                  switch_cost=switch_cost)
         resizes = []
         for jid in res.changed(actual):
             ws = tuple(res.config[jid])
@@ -109,8 +110,10 @@ class PackingHost(Policy):
     gimbal_threshold = 1.0  # GIMBAL's relaxed one
 
     def __init__(self, gimbal: bool = False, lgrr: bool = True, liss: bool = True,
-                 unequal: Optional[bool] = None, round_length: Optional[float] = None):
+                 unequal: Optional[bool] = None, round_length: Optional[float] = None,
+                 switch_cost: float = 3.6):
         self.gimbal = bool(gimbal)
+        self.switch_cost = switch_cost
         self.lgrr, self.liss = bool(lgrr), bool(liss)
         self.unequal = self.gimbal if unequal is None else bool(unequal)
         if self.gimbal:  # eq. 1-6 need RemainingSteps: GIMBAL reads the jobs' lengths
@@ -212,7 +215,7 @@ class PackingHost(Policy):
                                      score=self.score(snap, job, host), **nums)
         if self.gimbal:
             for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
-                                skip=touched):
+                                skip=touched, switch_cost=self.switch_cost):
                 for rz in c.resizes:
                     actions.append(rz)
                     reasons[rz.job_id] = reason(

@@ -135,7 +135,7 @@ def test_kept_times_equal_fresh_times(data):
 def _plain(res):
     return (dict(res.config), res.objective_before, res.objective_after,
             [(a.primitive, a.objective, a.gain) for a in res.attempts], res.high, res.low,
-            res.exit)
+            res.exit, res.declined)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -146,14 +146,17 @@ def test_search_equals_reference_search(data):
     lgrr, liss = data.draw(st.sampled_from([(True, True), (False, True), (True, False)]))
     infos = {j: dataclasses.replace(i, remaining_steps=data.draw(st.floats(0.0, 1e5)))
              for j, i in infos0.items()}
-    want = coordination_search(objective, infos, start, _ref_model(), lgrr=lgrr, liss=liss)
+    # the switching cost (gimbal_coord, "Switching cost"): none, the hosts', large ones
+    kw = dict(lgrr=lgrr, liss=liss,
+              switch_cost=data.draw(st.sampled_from([0.0, 0.0, 3.6, 50.0, 1e4, 1e6])))
+    want = coordination_search(objective, infos, start, _ref_model(), **kw)
     if all(w.mps_cap is None for ws in start.values() for w in ws):  # the reference has none
         assert _plain(ref.coordination_search(objective, infos, start, ref.RateModel(
-            MODELS.profiles, MODELS.interference), lgrr=lgrr, liss=liss)) == _plain(want)
-    got = coordination_search(objective, infos, start, SHARED, lgrr=lgrr, liss=liss)
+            MODELS.profiles, MODELS.interference), **kw)) == _plain(want)
+    got = coordination_search(objective, infos, start, SHARED, **kw)
     assert _plain(got) == _plain(want)
     kept = KeptSearch(infos, start, _tiny(), lgrr=lgrr, liss=liss)
-    assert _plain(kept.run(objective, infos)) == _plain(want)
+    assert _plain(kept.run(objective, infos, kw["switch_cost"])) == _plain(want)
 
 
 # ---------------------------------------------------------------- searches shared by content

@@ -59,7 +59,7 @@ class Checked:
 
     def schedule(self, snap):
         pol = self.inner
-        kw = dict(lgrr=pol.lgrr, liss=pol.liss)
+        kw = dict(lgrr=pol.lgrr, liss=pol.liss, switch_cost=pol.switch_cost)
         plain = coordinate(snap, pol.objective, **kw)
         assert self.lean.resizes(snap, pol.objective, **kw) == _lean(plain)
         kept = self.lean.below  # the kept below-ceiling jobs: the very views, sorted afresh
@@ -185,13 +185,17 @@ def test_decisions_hold_within_the_slope_horizon(data):
     dl = dls if objective == "deadline" else None
     swap = kept.split(objective, rems, dls, utils)
     walk = kept.walk(swap)
-    best = walk_best(objective, rems, dls, kept.st0, walk)[0]
+    cost = draw(st.sampled_from([0.0, 0.0, 3.6, 50.0, 1e4, 1e6]))
+    sc = dict(start=kept.start, switch_cost=cost)
+    best = walk_best(objective, rems, dls, kept.st0, walk, **sc)[0]
     errs = [REL * (abs(t) + abs(d) + abs(r * (t0 - a)) + 1.0) for t, d, a, _, r in prog]
     derr = REL * (abs(t0) + max((abs(d) for d in deadlines if d is not None), default=0.0))
     rates = [p[4] for p in prog]
     slopes = affine_slopes(prog, t0, rems, errs)
-    h = horizon(objective, rems, dl, rates, errs, kept, walk, derr, slopes=slopes)
-    assert h >= horizon(objective, rems, dl, rates, errs, kept, walk, derr)  # never shorter
+    h = horizon(objective, rems, dl, rates, errs, kept, walk, derr, slopes=slopes,
+                switch_cost=cost)
+    assert h >= horizon(objective, rems, dl, rates, errs, kept, walk, derr,
+                        switch_cost=cost)  # never shorter
     hs = split_room(objective, rems, dl, rates, errs, kept, derr, slopes)
     assert hs >= h
     assert hs >= split_room(objective, rems, dl, rates, errs, kept, derr)  # never shorter
@@ -201,7 +205,7 @@ def test_decisions_hold_within_the_slope_horizon(data):
         for frac in fracs:
             r2, d2 = at(t0 + span * frac)
             assert kept.split(objective, r2, d2, utils) == swap
-            assert walk_best(objective, r2, d2, kept.st0, walk)[0] is best
+            assert walk_best(objective, r2, d2, kept.st0, walk, **sc)[0] is best
     if hs > 0.0:  # the split on its own
         for frac in fracs:
             r2, d2 = at(t0 + min(hs, 1e7) * frac)
@@ -230,6 +234,11 @@ def test_no_deadline_search_is_the_head(data):
         assert kept.split("deadline", rems, dls, utils) is False
         best, before, after = walk_best("deadline", rems, dls, kept.st0, kept.walk(False))
         assert best is kept.walk(False).head
+        # a switching cost changes nothing: every charged value is 0.0 too (the lean path's
+        # shortcut, _SetRec._no_deadline, holds for the hosts' cost)
+        for cost in (3.6, 1e6):
+            assert walk_best("deadline", rems, dls, kept.st0, kept.walk(False),
+                             start=kept.start, switch_cost=cost) == (best, before, after)
         assert (before, after) == (0.0, 0.0)
         assert math.copysign(1.0, before) == math.copysign(1.0, after) == 1.0
 

@@ -35,6 +35,9 @@ HOSTS = ["lucid+gimbal", "gavel+gimbal", "gandiva+gimbal"]
 
 
 _jobs = random_jobs  # tests/policies/random_jobs.py
+# switching costs (s) the searches are drawn with: none (Algorithm 1 as written), the hosts'
+# 3.6 s, and costs large enough that most results are declined
+SWITCH_COSTS = st.sampled_from([0.0, 0.0, 3.6, 50.0, 1e4, 1e6])
 
 
 class Checked:
@@ -46,17 +49,24 @@ class Checked:
             setattr(self, flag, getattr(self.inner, flag))
         self.kept, self.bare, self.lean = CoordKept(), CoordKept(), CoordKept()
         self.calls = self.sets = self.resizes = self.same = self.attempts = self.quiet = 0
+        self.declined = 0
         self.exits = set()
 
     def schedule(self, snap):
         pol = self.inner
-        plain = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss)
+        # the host's own switching cost (gimbal_coord, "Switching cost")
+        cost = pol.switch_cost
+        assert cost > 0
+        plain = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss, switch_cost=cost)
+        self.declined += sum(c.result.declined for c in plain)
         before = self.kept.sets.logs
-        kept = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss, kept=self.kept)
+        kept = coordinate(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss, kept=self.kept,
+                          switch_cost=cost)
         assert kept == plain
         assert self.kept.sets.sets == packing_sets(snap)
         # what the host reads (its own kept state, the searches without the audit trail)
-        assert self.lean.resizes(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss) == [
+        assert self.lean.resizes(snap, pol.objective, lgrr=pol.lgrr, liss=pol.liss,
+                                 switch_cost=cost) == [
             (c.jmax, c.result.objective_before, c.result.objective_after, c.resizes)
             for c in plain if c.resizes]
         # sets the lean path did not search this call (sure to find no resizes: gimbal_quiet)
@@ -67,10 +77,11 @@ class Checked:
         # a skipped set is left alone on both paths
         if plain:
             skip = plain[-1].members[:1]
-            assert coordinate(snap, pol.objective, skip=skip, kept=self.kept) == coordinate(
-                snap, pol.objective, skip=skip)
+            assert coordinate(snap, pol.objective, skip=skip, kept=self.kept,
+                              switch_cost=cost) == coordinate(snap, pol.objective, skip=skip,
+                                                              switch_cost=cost)
         bare = dataclasses.replace(snap, gpu_changes=None, job_changes=None)
-        assert coordinate(bare, pol.objective, kept=self.bare) == plain
+        assert coordinate(bare, pol.objective, kept=self.bare, switch_cost=cost) == plain
         assert self.bare.sets.logs is None
         self.calls += 1
         self.sets += len(plain)
@@ -166,22 +177,26 @@ def test_kept_search_equals_search_every_round(data):
     kept = KeptSearch(infos0, start, RateModel(MODELS.profiles, interference), lgrr=lgrr,
                       liss=liss)
     rounds = data.draw(st.integers(1, 6))
+    cost = data.draw(SWITCH_COSTS)
     for _ in range(rounds):
         infos = {j: dataclasses.replace(
             i, remaining_steps=data.draw(st.floats(0.0, 1e5)),
             deadline_left=data.draw(st.one_of(st.just(math.inf), st.floats(-1e3, 1e5))))
             for j, i in infos0.items()}
-        want = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss)
-        assert kept.run(objective, infos) == want
+        want = coordination_search(objective, infos, start, model, lgrr=lgrr, liss=liss,
+                                   switch_cost=cost)
+        assert kept.run(objective, infos, cost) == want
         # the search without its audit trail (what the host policies read)
         order = kept.order
         rems = [infos[j].remaining_steps for j in order]
         dls = [infos[j].deadline_left for j in order]
         utils = [infos[j].utilization for j in order]
         walk = kept.walk(kept.split(objective, rems, dls, utils))
-        best, before, after = walk_best(objective, rems, dls, kept.st0, walk)
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk, start=kept.start,
+                                        switch_cost=cost)
         assert (dict(best), before, after) == (want.config, want.objective_before,
                                                want.objective_after)
+        assert (best is kept.start) == want.declined or want.config == dict(kept.start)
 
 
 def test_kept_search_follows_the_split_and_the_clock():
@@ -425,11 +440,13 @@ def test_decisions_hold_within_the_horizon(data):
     rems, dls = at(t0)
     swap = kept.split(objective, rems, dls, utils)
     walk = kept.walk(swap)
-    best = walk_best(objective, rems, dls, kept.st0, walk)[0]
+    cost = draw(SWITCH_COSTS)
+    sc = dict(start=kept.start, switch_cost=cost)
+    best = walk_best(objective, rems, dls, kept.st0, walk, **sc)[0]
     errs = [REL * (abs(t) + abs(d) + abs(r * (t0 - a)) + 1.0) for t, d, a, _, r in prog]
     derr = REL * (abs(t0) + max((abs(d) for d in deadlines if d is not None), default=0.0))
     h = horizon(objective, rems, dls if objective == "deadline" else None,
-                [p[4] for p in prog], errs, kept, walk, derr)
+                [p[4] for p in prog], errs, kept, walk, derr, switch_cost=cost)
     assert h >= 0.0
     if h == 0.0:
         return
@@ -437,7 +454,7 @@ def test_decisions_hold_within_the_horizon(data):
     for frac in [1.0, 0.5, draw(st.floats(0.0, 1.0)), draw(st.floats(0.9, 1.0))]:
         r2, d2 = at(t0 + span * frac)
         assert kept.split(objective, r2, d2, utils) == swap
-        assert walk_best(objective, r2, d2, kept.st0, walk)[0] is best
+        assert walk_best(objective, r2, d2, kept.st0, walk, **sc)[0] is best
     # the split on its own (its bound is what holds the horizon when the steps do not)
     hs = split_room(objective, rems, dls if objective == "deadline" else None,
                     [p[4] for p in prog], errs, kept, derr)
