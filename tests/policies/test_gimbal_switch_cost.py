@@ -145,3 +145,17 @@ def test_hosts_never_apply_a_coordination_that_makes_their_objective_worse(clust
 def test_a_bad_switch_cost_is_refused(bad):
     with pytest.raises(ValueError, match="switch_cost"):
         policies.get_policy("gavel+gimbal", switch_cost=bad)
+
+
+def test_sample_stealing_is_free():
+    """LISS re-splits a job's samples without an MPS change (§5.2: "only parameter
+    changes"): with LGRR off, however large the cost, the result is the plain search's."""
+    infos = {"J1": JobInfo(job("J1", "a", 2, 32), 1000), "J2": JobInfo(job("J2", "h", 1, 16), 1000)}
+    start = {"J1": (WorkerAlloc(G[0], 16, 16, 1, 100), WorkerAlloc(G[1], 16, 16, 1, 100)),
+             "J2": (WorkerAlloc(G[0], 16, 16, 1, 100),)}
+    for objective in ("jct",):  # (the min-max objectives: J2 stays the worst, no gain)
+        plain = coordination_search(objective, infos, start, MODEL, lgrr=False)
+        assert plain.config != start and not mps_switched(start, plain.config)
+        assert [w.share for w in plain.config["J1"]] != [16, 16]  # samples moved to G1
+        assert coordination_search(objective, infos, start, MODEL, lgrr=False,
+                                   switch_cost=1e9) == plain
