@@ -285,7 +285,7 @@ def horizon(objective: str, rems, dls, rates, errs, kept, walk, derr: float = 0.
         if fails >= max_fails:
             break
     if switch_cost > 0:
-        extra = walk.switch_costs(bcfg, kept.start, switch_cost)
+        extra = walk.switch_costs(bcfg, switch_cost)
         if extra is not None:  # declines(): charged > before x g
             g = 1 + 1e-9
             c = _terms(objective, rems, dls, rates, errs, bst, derr, extra)

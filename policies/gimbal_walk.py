@@ -24,7 +24,10 @@ trail (:func:`walk_best`), and without searching again a set that is sure to fin
   same floats), and the split is decided again each round by ``prio``'s arithmetic on the
   kept start step times (:meth:`KeptSearch.split`; for "deadline" and "makespan" it moves
   with the clock, for "jct" it does not).  The resizes of a result are a function of its best
-  configuration (one of the walk's, kept) and of the record: kept per configuration.
+  configuration (one of the walk's, kept) and of the record: kept per configuration.  The
+  switching cost's test (gimbal_coord's module doc) reads the best configuration's step times
+  and which of its jobs' MPS shares differ from the walk's start (kept per configuration,
+  :meth:`Walk.switch_costs`); a declined result is the walk's start, the object itself.
 * **The packing sets** (:class:`policies.gimbal_sets.KeptSets`): brought up to date from the
   simulator's change records (the components through the GPUs and jobs that changed found
   again), built from ``gpu_jobs`` without them (the daemon's snapshots).
@@ -93,14 +96,15 @@ class Walk:
     no new configuration after the last step.  Step times are tuples in ``order`` (the jobs'
     order of the search's ``infos``, the order :func:`local_objective` sums in)."""
 
-    __slots__ = ("search", "order", "subset1", "subset2", "head", "swell", "steps", "end",
-                 "timed", "last", "switched")
+    __slots__ = ("search", "start", "order", "subset1", "subset2", "head", "swell", "steps",
+                 "end", "timed", "last", "switched")
 
     def __init__(self, search: _Search, start, subset1: list, subset2: list, lgrr: bool,
                  start_times: Optional[dict] = None):
         """``start_times``: ``search.model.times(search.infos, start)`` when the caller has
         it (:class:`KeptSearch` does), else computed here."""
         self.search, self.subset1, self.subset2 = search, subset1, subset2
+        self.start = start
         self.order = tuple(search.infos)
         self.timed = timed = TimedSteps(search, start)
         ct = timed.times(start) if start_times is None else start_times
@@ -119,13 +123,13 @@ class Walk:
         self.last = ct  # the per-worker times of the walk's last configuration
         self.switched: dict = {}  # id(configuration) -> (it, switch_costs' flags)
 
-    def switch_costs(self, cfg, start, cost: float) -> Optional[list]:
-        """Seconds charged to each job (in ``order``) for the MPS switches from ``start`` to
-        ``cfg``, one of the walk's configurations (:func:`~policies.gimbal_coord.mps_switched`);
+    def switch_costs(self, cfg, cost: float) -> Optional[list]:
+        """Seconds charged to each job (in ``order``) for the MPS switches from the walk's start
+        to ``cfg``, one of its configurations (:func:`~policies.gimbal_coord.mps_switched`);
         None when none switches.  The flags are kept per configuration."""
         hit = self.switched.get(id(cfg))
         if hit is None or hit[0] is not cfg:
-            sw = mps_switched(start, cfg)
+            sw = mps_switched(self.start, cfg)
             hit = self.switched[id(cfg)] = (cfg, tuple([j in sw for j in self.order]))
         flags = hit[1]
         return [cost if x else 0.0 for x in flags] if any(flags) else None
@@ -166,25 +170,24 @@ def objective_value(objective: str, rems, dls, sts, extra=None) -> float:
     raise ValueError(f"unknown objective {objective!r}")
 
 
-def _declined(objective: str, rems, dls, walk: Walk, best, best_st, before: float, start,
+def _declined(objective: str, rems, dls, walk: Walk, best, best_st, before: float,
               switch_cost: float) -> bool:
     """coordination_search's switching-cost test on the walk's best configuration ``best``
-    (step times ``best_st``) against ``start`` (gimbal_coord's module doc)."""
-    if not switch_cost > 0 or start is None or best is start:
+    (step times ``best_st``) against the walk's start (gimbal_coord's module doc)."""
+    if not switch_cost > 0 or best is walk.start:
         return False
-    extra = walk.switch_costs(best, start, switch_cost)
+    extra = walk.switch_costs(best, switch_cost)
     return extra is not None and declines(
         objective, before, objective_value(objective, rems, dls, best_st, extra))
 
 
 def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
-                max_attempts: int = MAX_ATTEMPTS, start=None,
+                max_attempts: int = MAX_ATTEMPTS,
                 switch_cost: float = 0.0) -> tuple[SearchResult, dict]:
     """:func:`~policies.gimbal_coord.coordination_search` along a kept walk: ``rems``,
     ``dls`` the jobs' remaining steps and deadline distances now (in the walk's ``order``),
-    ``st0`` the start's step times, ``start`` the start configuration (read only with a
-    ``switch_cost``).  Returns the result and the best configuration (the kept object, for
-    per-configuration memos)."""
+    ``st0`` the start's step times.  Returns the result and the best configuration (the kept
+    object, for per-configuration memos; the walk's start where the result is declined)."""
     before = objective_value(objective, rems, dls, st0)
     attempts: list[Attempt] = []
     best_v = before
@@ -214,15 +217,15 @@ def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = 
         if fails >= max_fails:
             exit_ = "early-exit"
             break
-    declined = _declined(objective, rems, dls, walk, best, best_st, before, start, switch_cost)
+    declined = _declined(objective, rems, dls, walk, best, best_st, before, switch_cost)
     if declined:
-        best, best_v = start, before
+        best, best_v = walk.start, before
     return SearchResult(dict(best), before, best_v, tuple(attempts), tuple(walk.subset2),
                         tuple(walk.subset1), exit_, declined), best
 
 
 def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_FAILS,
-              max_attempts: int = MAX_ATTEMPTS, start=None,
+              max_attempts: int = MAX_ATTEMPTS,
               switch_cost: float = 0.0) -> tuple[dict, float, float]:
     """:func:`walk_search` without its audit trail: (best configuration, objective before,
     objective after), the same decisions on the same values (what the host policies read)."""
@@ -250,8 +253,8 @@ def walk_best(objective: str, rems, dls, st0, walk: Walk, max_fails: int = MAX_F
             fails += 1
         if fails >= max_fails:
             break
-    if _declined(objective, rems, dls, walk, best, best_st, before, start, switch_cost):
-        return start, before, before
+    if _declined(objective, rems, dls, walk, best, best_st, before, switch_cost):
+        return walk.start, before, before
     return best, before, best_v
 
 
@@ -325,8 +328,7 @@ class KeptSearch:
         """The search on the jobs' remaining steps, deadline distances and utilisations (in
         ``order``): (result, the best configuration's kept object)."""
         walk = self.walk(self.split(objective, rems, dls, utils))
-        return walk_search(objective, rems, dls, self.st0, walk, start=self.start,
-                           switch_cost=switch_cost)
+        return walk_search(objective, rems, dls, self.st0, walk, switch_cost=switch_cost)
 
     def run(self, objective: str, infos, switch_cost: float = 0.0) -> SearchResult:
         order = self.order
@@ -514,7 +516,7 @@ class _SetRec:
             res, best = kept.run_values(objective, rems, dls, self.utils, switch_cost)
             return res, self._resizes(best, res)
         walk = kept.walk(kept.split(objective, rems, dls, self.utils))
-        best, before, after = walk_best(objective, rems, dls, kept.st0, walk, start=kept.start,
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk,
                                         switch_cost=switch_cost)
         resizes = self._resizes(best, None)
         if not resizes and self.prog is not None and plain_progress(type(snap)):

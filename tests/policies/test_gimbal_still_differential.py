@@ -186,7 +186,7 @@ def test_decisions_hold_within_the_slope_horizon(data):
     swap = kept.split(objective, rems, dls, utils)
     walk = kept.walk(swap)
     cost = draw(st.sampled_from([0.0, 0.0, 3.6, 50.0, 1e4, 1e6]))
-    sc = dict(start=kept.start, switch_cost=cost)
+    sc = dict(switch_cost=cost)
     best = walk_best(objective, rems, dls, kept.st0, walk, **sc)[0]
     errs = [REL * (abs(t) + abs(d) + abs(r * (t0 - a)) + 1.0) for t, d, a, _, r in prog]
     derr = REL * (abs(t0) + max((abs(d) for d in deadlines if d is not None), default=0.0))
@@ -238,7 +238,7 @@ def test_no_deadline_search_is_the_head(data):
         # shortcut, _SetRec._no_deadline, holds for the hosts' cost)
         for cost in (3.6, 1e6):
             assert walk_best("deadline", rems, dls, kept.st0, kept.walk(False),
-                             start=kept.start, switch_cost=cost) == (best, before, after)
+                             switch_cost=cost) == (best, before, after)
         assert (before, after) == (0.0, 0.0)
         assert math.copysign(1.0, before) == math.copysign(1.0, after) == 1.0
 

@@ -192,8 +192,7 @@ def test_kept_search_equals_search_every_round(data):
         dls = [infos[j].deadline_left for j in order]
         utils = [infos[j].utilization for j in order]
         walk = kept.walk(kept.split(objective, rems, dls, utils))
-        best, before, after = walk_best(objective, rems, dls, kept.st0, walk, start=kept.start,
-                                        switch_cost=cost)
+        best, before, after = walk_best(objective, rems, dls, kept.st0, walk, switch_cost=cost)
         assert (dict(best), before, after) == (want.config, want.objective_before,
                                                want.objective_after)
         assert (best is kept.start) == want.declined or want.config == dict(kept.start)
@@ -441,7 +440,7 @@ def test_decisions_hold_within_the_horizon(data):
     swap = kept.split(objective, rems, dls, utils)
     walk = kept.walk(swap)
     cost = draw(SWITCH_COSTS)
-    sc = dict(start=kept.start, switch_cost=cost)
+    sc = dict(switch_cost=cost)
     best = walk_best(objective, rems, dls, kept.st0, walk, **sc)[0]
     errs = [REL * (abs(t) + abs(d) + abs(r * (t0 - a)) + 1.0) for t, d, a, _, r in prog]
     derr = REL * (abs(t0) + max((abs(d) for d in deadlines if d is not None), default=0.0))
