@@ -524,7 +524,7 @@ def mps_switched(start: Config, cfg: Config) -> frozenset:
                      if any(a.mps_pct != b.mps_pct for a, b in zip(ws, start[j])))
 
 
-def declines(objective: str, before: float, charged: float) -> bool:
+def declines(before: float, charged: float) -> bool:
     """Whether a result whose objective with its switches charged is ``charged`` is not worth
     applying over the start's ``before`` (module doc, "Switching cost")."""
     return charged > before * (1 + 1e-9)
@@ -584,7 +584,7 @@ def coordination_search(objective: str, infos: Mapping[str, JobInfo], start: Con
     declined = False
     if switch_cost > 0:
         sw = mps_switched(start, best)
-        if sw and declines(objective, before, local_objective(
+        if sw and declines(before, local_objective(
                 objective, infos, step_times(model, infos, best), dict.fromkeys(sw, switch_cost))):
             best, best_v, declined = dict(start), before, True
     return SearchResult(best, before, best_v, tuple(attempts), tuple(subset2), tuple(subset1),

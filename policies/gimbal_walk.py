@@ -178,7 +178,7 @@ def _declined(objective: str, rems, dls, walk: Walk, best, best_st, before: floa
         return False
     extra = walk.switch_costs(best, switch_cost)
     return extra is not None and declines(
-        objective, before, objective_value(objective, rems, dls, best_st, extra))
+        before, objective_value(objective, rems, dls, best_st, extra))
 
 
 def walk_search(objective: str, rems, dls, st0, walk: Walk, *, max_fails: int = MAX_FAILS,
