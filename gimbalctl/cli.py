@@ -139,6 +139,11 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
                                  "(speed, memory_mb), as in gimbal.toml")
 @click.option("--resize-cost", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds without progress after a resize onto other GPUs")
+@click.option("--mps-switch-cost", default=0.0, show_default=True,
+              type=click.FloatRange(min=0, max=1e9),
+              help="seconds without progress after a resize that changes a job's MPS share on "
+                   "the same GPUs (GIMBAL's LGRR: 3.6 in the paper, ~19 with gimbal-run's "
+                   "checkpoint and relaunch)")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
               help="random seed (0 .. 2**32-1, numpy's range)")
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1e-3),
@@ -169,7 +174,8 @@ def _parse_policies(names: tuple[str, ...], min_run_s: float = 0.0,
                    "--policy, or with POLICY: for that one only (it wins over an option for "
                    "every policy), e.g. --option decide=gpu_ngpu --option similarity:cd=true")
 @click.option("--json", "as_json", is_flag=True, help="print machine-readable results")
-def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost, seed,
+def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, resize_cost,
+             mps_switch_cost, seed,
              interval, xi, preempt_cost, min_run_s, unknown_lengths, predictor, refit, limit, out,
              job_types, policy_option, as_json) -> None:
     """Run policies over a trace in the simulator and compare them."""
@@ -228,7 +234,8 @@ def simulate(trace, kind, column_map, policy_names, cluster, gpu_types_file, res
         net = dict(network=Network.from_units(float(options.get("intra_gbytes", 300.0)),
                                               float(options.get("inter_gbits", 10.0))))
     cfg = SimConfig(interval=interval, seed=seed, xi=xi, preempt_cost=preempt_cost,
-                    resize_cost=resize_cost, reveal_lengths=not unknown_lengths, **net)
+                    resize_cost=resize_cost, mps_switch_cost=mps_switch_cost,
+                    reveal_lengths=not unknown_lengths, **net)
     results = []
     show_progress = not as_json and sys.stderr.isatty() and len(jobs) >= 1000
     for pol in pols:

@@ -237,6 +237,27 @@ def test_resize_on_the_same_gpus_is_free():
     assert res.jobs.jct.iloc[0] == pytest.approx(expect)
 
 
+def test_an_mps_change_on_the_same_gpus_costs_mps_switch_cost():
+    """A resize on the same GPUs that changes a worker's MPS share (an LGRR switch) costs
+    ``mps_switch_cost`` seconds without progress; one that only moves samples (LISS) or
+    keeps every share costs nothing, and neither pays ``resize_cost``."""
+    same = lambda snap: first_gpus(snap, 2)  # noqa: E731
+    squeezed = lambda gpus: (WorkerAlloc(gpus[0], 64, 64, 1, 50),  # noqa: E731
+                             WorkerAlloc(gpus[1], 64, 64, 1, None))
+    uneven = lambda gpus: (WorkerAlloc(gpus[0], 80, 80), WorkerAlloc(gpus[1], 48, 48))  # noqa
+
+    def jct(workers_fn, **cfg):
+        pol = Scripted(_resize_after(100.0, same, workers_fn), round_length=100.0)
+        res = simulate([job(0, 0, 2, 2000, batch=128)], parse_cluster("1x4"), pol, M,
+                       SimConfig(**cfg))
+        return res.jobs.jct.iloc[0]
+
+    free = jct(squeezed)
+    assert jct(squeezed, mps_switch_cost=25.0) == pytest.approx(free + 25.0)
+    assert jct(squeezed, resize_cost=30.0) == pytest.approx(free)
+    assert jct(uneven, mps_switch_cost=25.0) == pytest.approx(jct(uneven))
+
+
 # ---------------------------------------------------------------- rounds, history, flags
 def test_round_policy_is_called_every_round_while_nothing_waits():
     pol = Scripted(start_pending(lambda s, j: StartJob(j.id, first_gpus(s, 1), 128)),

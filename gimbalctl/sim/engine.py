@@ -25,7 +25,8 @@ per-GPU batch ``B = global/k`` exactly as seed 000 writes it.  Pipeline stages
 model's compute and all-reduce among themselves; the iteration is the slowest
 stage (seed 003 eq. 7, asynchronous pipeline).  A job resumed after a
 pre-emption first spends ``preempt_cost`` seconds restoring, a job resized onto
-a different GPU set ``resize_cost`` seconds (no progress either way).  With a
+a different GPU set ``resize_cost`` seconds, one whose MPS share changes on the same GPUs
+``mps_switch_cost`` seconds (no progress either way).  With a
 global-batch override progress counts samples: ``completed_iters`` is samples
 divided by the job's submitted batch, so ``total_iters`` stays the total work.
 
@@ -93,6 +94,10 @@ class SimConfig:
     xi: Optional[float] = None  # override every pair's interference ratio
     preempt_cost: float = 0.0  # seconds of restore after a pre-emption
     resize_cost: float = 0.0  # seconds without progress after a resize onto other GPUs
+    # seconds without progress after a resize on the same GPUs that changes a worker's MPS
+    # share (an LGRR switch: 3.6 s with seed 004's context pool, §7.4; a checkpoint and
+    # relaunch under gimbal-run, 19 s on an H100, docs/gimbal.md); 0: free
+    mps_switch_cost: float = 0.0
     reveal_lengths: bool = True  # policies that declare needs_lengths see total_iters
     sample_every: Optional[float] = None  # timeline sampling; default adaptive
     max_jobs_per_gpu: int = 2
@@ -868,6 +873,7 @@ class Simulator:
             raise PlanError(f"job {jid}: the same GPU listed twice")
         batch = self._batch_in_force(rec, act)
         workers, even = self._workers(rec, act, gpus, batch)
+        before = rec.wmap if resize else None  # the workers it ran (GPU -> record)
         mem = self.models.memory
         mine = mem.get(rec.spec.app)
         for w in workers:
@@ -926,6 +932,9 @@ class Simulator:
                 rec.overhead += self.cfg.preempt_cost
         elif moved:
             rec.overhead += self.cfg.resize_cost
+        elif self.cfg.mps_switch_cost and any(
+                before[w.gpu].mps_pct != w.mps_pct for w in workers):  # the same GPUs
+            rec.overhead += self.cfg.mps_switch_cost
         rec.state = JobState.RUNNING
         self._reschedule(rec)
 
