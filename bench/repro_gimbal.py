@@ -118,7 +118,7 @@ RUNS = {  # key -> (registry name, options)
 }
 
 
-ROUND = 30.0  # s between GIMBAL coordination rounds (§5: the paper monitors every 30 s)
+ROUND = 30.0  # s between GIMBAL coordination rounds (§6: the paper monitors every 30 s)
 
 
 # workload label -> (trace read, cluster); the label keys results and tables
@@ -256,7 +256,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", default=",".join(HOSTS))
     ap.add_argument("--round", type=float, default=ROUND,
                     help="seconds between coordination rounds of the +gimbal runs (the paper "
-                         "monitors every 30 s; arrivals and completions call the policy too)")
+                         "monitors every 30 s; the calls at arrivals and completions start "
+                         "and pack jobs but do not coordinate)")
     a = ap.parse_args(argv)
     sizes = {"philly": a.jobs_philly, "second": a.jobs_second}
     if a.jobs_ablation > 0:
@@ -274,7 +275,8 @@ def main(argv=None) -> int:
                 f"{len(out)} of {len(tasks)} simulations done"
                 f"{'' if final else ' (partial: the run is still going)'}, "
                 f"{time.time() - t0:.0f} s wall; GIMBAL coordination every {a.round:g} s of "
-                "simulated time (and at every arrival/completion).\n\n"
+                "simulated time (at the rounds only; arrivals and completions start and pack "
+                "jobs between them).\n\n"
                 + render(out, sizes, clipped))
         Path(a.out).write_text(text)
         return text

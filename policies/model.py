@@ -541,6 +541,11 @@ class ClusterSnapshot:
     gpu_changes: Optional[GpuChanges] = field(default=None, compare=False, repr=False)
     # optional change record of ``jobs`` (JobChanges; used while its ``source`` is ``jobs``)
     job_changes: Optional[JobChanges] = field(default=None, compare=False, repr=False)
+    # whether this call is one of the policy's periodic rounds (``Policy.round_length``):
+    # every daemon cycle is; the simulator's calls at arrivals, completions and queue ticks
+    # between its round events are not.  A policy that acts on a monitoring period (GIMBAL's
+    # coordination, seed 004 §6) acts at rounds only
+    round_call: bool = True
 
     # ---- derived views -------------------------------------------------
     @property

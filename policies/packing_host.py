@@ -13,10 +13,16 @@ GPU count, on the GPUs of a running job that holds them alone, and only pairs wh
 passes the conservative threshold.  With GIMBAL (``gimbal=True``, the ``<host>+gimbal``
 registry names) §7.1's relaxations apply: the more aggressive threshold, and unequal packing
 (a smaller job on part of a larger job's GPUs) under the §5.1 rules
-(:func:`policies.gimbal_coord.placement_ok`); and every round (``round_length``, 30 s, §6) the
-coordinator runs Algorithm 1 on each packing set the plan does not touch and emits ResizeJob
-actions with the new per-worker MPS shares and sample shares (:func:`~policies.gimbal_coord.coordinate`),
-charging each MPS switch ``switch_cost`` seconds (default the paper's 3.6 s, §7.4; a site whose
+(:func:`policies.gimbal_coord.placement_ok`); and every round (``round_length``, 30 s: §6,
+"monitors the runtime status of training jobs every 30 seconds") the coordinator runs
+Algorithm 1 on each packing set the plan does not touch and emits ResizeJob actions with the
+new per-worker MPS shares and sample shares (:func:`~policies.gimbal_coord.coordinate`).  It
+acts at rounds only (``ClusterSnapshot.round_call``: every daemon cycle is one; the
+simulator's calls at arrivals, completions and queue ticks between its round events are not),
+so a new set runs at 100 % each and a job left alone keeps its limit until the next round,
+as a monitor-driven coordinator leaves them (our reading of §6; the paper does not say that
+an arrival elsewhere in the cluster triggers a search).  The coordinator charges each MPS
+switch ``switch_cost`` seconds (default the paper's 3.6 s, §7.4; a site whose
 LGRR is gimbal-run's checkpoint and relaunch sets its own measured cost: gimbal_coord's module
 doc, "Switching cost").
 
@@ -227,7 +233,7 @@ class PackingHost(Policy):
         return why
 
     def _coordinate(self, snap, touched, actions, reasons) -> None:
-        if self.gimbal:
+        if self.gimbal and snap.round_call:
             kept = self.__dict__.get("_gimbal_kept")
             if kept is None:
                 kept = self._gimbal_kept = CoordKept()

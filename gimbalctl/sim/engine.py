@@ -6,7 +6,10 @@ every arrival or completion, every ``interval`` seconds while jobs wait, and
 every ``Policy.round_length`` seconds while any job is active (round-based
 policies); its Plan is validated and applied.  A policy with ``rounds_only``
 (seed 002's rounds, Gavel's mechanism) is called only at multiples of its round
-length, never at arrivals or completions.  A tick or round at which nothing changed
+length, never at arrivals or completions.  A call's snapshot says whether it is a round
+(``ClusterSnapshot.round_call``: a round event is among its events; always for a policy
+without rounds), so a policy that acts on a monitoring period (GIMBAL's coordination) acts
+at the rounds only, as it does at the daemon's cycles.  A tick or round at which nothing changed
 since a call that made no action is answered with no action, without a call, up to the
 time ``Policy.quiet_until`` gave after that call (``math.inf`` for a policy declaring
 ``Policy.tick_invariant``, whose Plan does not depend on the time; counted as a call:
@@ -179,6 +182,7 @@ class Simulator:
         self.quiet_until = -math.inf  # the last call's answer (-inf after an action)
         self.last_idle = False  # the last call's Plan had no action
         self.quiet_ticks = 0  # calls answered so (counted in policy_calls too)
+        self.round_call = True  # whether the next snapshot is a round's (set per call)
         if self.rounds_only and self.round_length is None:
             raise ValueError("a policy with rounds_only needs a round_length")
         if self.round_length is not None and not self.round_length > 0:
@@ -344,6 +348,9 @@ class Simulator:
                     self.policy_calls += 1
                     self.quiet_ticks += 1
                 else:
+                    # a round event among the call's events: the call is a round
+                    # (ClusterSnapshot.round_call); every call of a policy without rounds is
+                    self.round_call = round_due or self.round_length is None
                     self._schedule()
                 self._check_stall()
             if waiting and not self.tick_pending and not self.rounds_only:
@@ -649,7 +656,8 @@ class Simulator:
             waiting_ids=iv, gpu_types=models.gpu_types,
             history=self.history_view, predictors=self.predictors, queue=q,
             gpu_changes=plain(GpuChanges, log=Frozen(self.gpu_changes), source=gpus_view),
-            job_changes=plain(JobChanges, log=Frozen(self.job_changes), source=jobs_view))
+            job_changes=plain(JobChanges, log=Frozen(self.job_changes), source=jobs_view),
+            round_call=self.round_call)
 
     def _view(self, rec: _Rec) -> Job:
         if rec.view is None:

@@ -213,7 +213,7 @@ class PackingHost(Policy):
             actions.append(StartJob(job.id, gpus, b, s, share_with=(host.id,), mps_pct=PACK_MPS))
             reasons[job.id] = reason(ReasonCode.STARTED_SHARED, f"packed beside {host.id}",
                                      score=self.score(snap, job, host), **nums)
-        if self.gimbal:
+        if self.gimbal and snap.round_call:  # §6: the coordinator acts at monitoring rounds
             for c in coordinate(snap, self.objective, lgrr=self.lgrr, liss=self.liss,
                                 skip=touched, switch_cost=self.switch_cost):
                 for rz in c.resizes:

@@ -123,9 +123,11 @@ class Counting:
 
 @pytest.mark.parametrize("cluster,seed", [("2x8", 3), ("4x4", 5)])
 def test_hosts_never_apply_a_coordination_that_makes_their_objective_worse(cluster, seed):
-    """gavel+gimbal without the cost makes a third of its coordination resizes to a
-    configuration worse than the one the set runs (80 random jobs: 176 of 519 on 2x8); with
-    the hosts' cost none, and fewer resizes.  The other hosts: none worse with the cost."""
+    """gavel+gimbal without the cost makes a seventh to a quarter of its coordination resizes
+    to a configuration worse than the one the set runs (80 random jobs, coordinated at the
+    30 s rounds: 44 of 309 on 2x8, 76 of 278 on 4x4; a third, 176 of 519 on 2x8, when it
+    coordinated at every call); with the hosts' cost none, and fewer resizes.  The other
+    hosts: none worse with the cost."""
     runs = {}
     for name in ("gavel+gimbal", "lucid+gimbal", "gandiva+gimbal"):
         for cost in (0.0, None):
@@ -137,8 +139,8 @@ def test_hosts_never_apply_a_coordination_that_makes_their_objective_worse(clust
             if cost is None:
                 assert pol.worse == 0
     plain, charged_ = runs["gavel+gimbal", 0.0], runs["gavel+gimbal", None]
-    assert plain[1] > plain[0] // 5  # without the cost: many resizes make it worse
-    assert charged_[0] < plain[0] // 2 and charged_[0] > 0
+    assert plain[1] > plain[0] // 10  # without the cost: many resizes make it worse
+    assert 0 < charged_[0] < plain[0]
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "x"])

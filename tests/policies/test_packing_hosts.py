@@ -128,6 +128,80 @@ def test_gimbal_resizes_a_packed_set(host):
         assert r.numbers["objective_after"] < r.numbers["objective_before"]
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_gimbal_coordinates_at_rounds_only(host):
+    """§6: GIMBAL monitors the jobs every 30 s and the coordinator acts on what it sees then.
+    A call that is not a round (the simulator's calls at arrivals, completions and queue
+    ticks: ``round_call`` False) makes no coordination resize; the same snapshot as a round
+    (every daemon cycle is one) does.  The restore of a job left alone waits for a round too."""
+    snap = _snap([("J1", "cifar10", [0, 1, 2, 3], 1e6), ("J2", "bert", [0, 1], 100),
+                  ("J3", "ncf", [2, 3], 100)], [], table=SplitTable())
+    snap = replace(snap, jobs={**snap.jobs, "J1": replace(snap.jobs["J1"], deadline=1.0)})
+    assert snap.round_call  # the default: a daemon's snapshot
+    pol = policies.get_policy(f"{host}+gimbal")
+    assert not pol.schedule(replace(snap, round_call=False)).resizes()
+    assert pol.schedule(snap).resizes()
+    alone = _snap([("a", "cifar10", [0, 1], 1e6)], [], table=SplitTable())
+    a = alone.jobs["a"]
+    g = a.allocation.gpus
+    from policies.model import WorkerAlloc
+    squeezed = Allocation.from_workers((WorkerAlloc(g[0], 128, 128, 1, 10),
+                                        WorkerAlloc(g[1], 128, 128, 1, 10)))
+    alone = replace(alone, jobs={"a": replace(a, allocation=squeezed)})
+    pol = policies.get_policy(f"{host}+gimbal")
+    assert not pol.schedule(replace(alone, round_call=False)).actions
+    assert [r.job_id for r in pol.schedule(alone).resizes()] == ["a"]
+
+
+class RoundsSeen:
+    """A +gimbal host in the simulator: each call's time and ``round_call``, and the times of
+    the calls with a coordination resize."""
+
+    def __init__(self, name):
+        self.inner = policies.get_policy(name)
+        for flag in ("preemptive", "needs_lengths", "round_length", "rounds_only", "elastic"):
+            setattr(self, flag, getattr(self.inner, flag))
+        self.calls, self.coordinated = [], []
+
+    def schedule(self, snap):
+        plan = self.inner.schedule(snap)
+        self.calls.append((snap.now, snap.round_call))
+        if any(plan.reasons[a.job_id].text.startswith("GIMBAL coordination")
+               for a in plan.resizes()):
+            self.coordinated.append((snap.now, snap.round_call))
+        return plan
+
+
+@pytest.mark.parametrize("name", ["gavel+gimbal", "lucid+gimbal"])
+def test_simulated_coordination_happens_at_the_30_s_rounds(name):
+    """In the simulator the round calls are those of the round events, 30 s apart while a job
+    is active; the calls at arrivals and completions between them are not rounds, and no
+    coordination resize comes from them."""
+    from random_jobs import random_jobs
+    pol = RoundsSeen(name)
+    simulate(random_jobs(60, seed=4, gpus=(1, 1, 2, 2, 4)), parse_cluster("2x4"), pol, MODELS,
+             SimConfig(interval=60.0, seed=1))
+    rounds = [t for t, r in pol.calls if r]
+    assert pol.coordinated and all(r for _, r in pol.coordinated)
+    assert any(not r for _, r in pol.calls)  # calls between the rounds
+    # consecutive round calls: 30 s apart, or more where the chain stopped (no job active)
+    # or a round was answered without a call (nothing changed, the coordinator quiet)
+    gaps = [b - a for a, b in zip(rounds, rounds[1:])]
+    assert min(gaps) == pytest.approx(30.0) and all(g >= 30.0 - 1e-9 for g in gaps)
+    plain = policies.get_policy("fifo")
+    seen = []
+
+    class Fifo:
+        name = "fifo"
+
+        def schedule(self, snap):
+            seen.append(snap.round_call)
+            return plain.schedule(snap)
+    simulate(random_jobs(20, seed=4, gpus=(1, 2)), parse_cluster("2x4"), Fifo(), MODELS,
+             SimConfig(interval=60.0, seed=1))
+    assert seen and all(seen)  # a policy without rounds: every call is one
+
+
 def test_round_length_configurable():
     assert policies.get_policy("lucid+gimbal").round_length == 30.0
     assert policies.get_policy("lucid+gimbal", round_length=60).round_length == 60.0
