@@ -141,13 +141,7 @@ def test_gimbal_coordinates_at_rounds_only(host):
     pol = policies.get_policy(f"{host}+gimbal")
     assert not pol.schedule(replace(snap, round_call=False)).resizes()
     assert pol.schedule(snap).resizes()
-    alone = _snap([("a", "cifar10", [0, 1], 1e6)], [], table=SplitTable())
-    a = alone.jobs["a"]
-    g = a.allocation.gpus
-    from policies.model import WorkerAlloc
-    squeezed = Allocation.from_workers((WorkerAlloc(g[0], 128, 128, 1, 10),
-                                        WorkerAlloc(g[1], 128, 128, 1, 10)))
-    alone = replace(alone, jobs={"a": replace(a, allocation=squeezed)})
+    alone = _squeezed_alone([(128, 128, 1), (128, 128, 1)])
     pol = policies.get_policy(f"{host}+gimbal")
     assert not pol.schedule(replace(alone, round_call=False)).actions
     assert [r.job_id for r in pol.schedule(alone).resizes()] == ["a"]
@@ -255,17 +249,23 @@ def test_packing_constraints_never_violated(name, specs, nodes):
     assert res.jobs.end.notna().all()
 
 
+def _squeezed_alone(workers):
+    """Job "a" alone on GPUs 0-1 at MPS 10 %, its workers' (share, micro-batch, accumulation)
+    as given: what a job squeezed while packed holds once its partner has gone."""
+    from policies.model import WorkerAlloc
+    snap = _snap([("a", "cifar10", [0, 1], 1e6)], [], table=SplitTable())
+    a = snap.jobs["a"]
+    squeezed = Allocation.from_workers(tuple(WorkerAlloc(g, *w, 10)
+                                             for g, w in zip(a.allocation.gpus, workers)))
+    return replace(snap, jobs={"a": replace(a, allocation=squeezed)})
+
+
 def test_a_job_left_alone_gets_its_gpu_back():
     """A job squeezed while packed keeps no limit once its partner has gone: the coordinator
     restores MPS 100 % and the even split (otherwise it would crawl at 10 % for good)."""
     from policies.gimbal_coord import coordinate
-    from policies.model import WorkerAlloc
-    snap = _snap([("a", "cifar10", [0, 1], 1e6)], [], table=SplitTable())
-    a = snap.jobs["a"]
-    g = a.allocation.gpus
-    squeezed = Allocation.from_workers((WorkerAlloc(g[0], 100, 128, 1, 10),
-                                        WorkerAlloc(g[1], 156, 128, 2, 10)))
-    snap = replace(snap, jobs={"a": replace(a, allocation=squeezed)})
+    snap = _squeezed_alone([(100, 128, 1), (156, 128, 2)])
+    g = snap.jobs["a"].allocation.gpus
     (c,) = coordinate(snap, "jct")
     (rz,) = c.resizes
     assert [w.mps_pct for w in rz.workers] == [100, 100]
