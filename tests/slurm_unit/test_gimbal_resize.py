@@ -40,6 +40,8 @@ def test_same_gpu_resize_rewrites_the_decision(release, tmp_path):
         def schedule(self, snap):
             gpus = snap.jobs[r1].allocation.gpus
             seen["gpus"] = gpus
+            # every daemon cycle is a round: a +gimbal host coordinates at each
+            assert snap.round_call
             ws = (WorkerAlloc(gpus[0], 24, 32, 1, 30), WorkerAlloc(gpus[1], 40, 32, 2, 30))
             rz = ResizeJob(r1, gpus, 32, 2, 30, ws)
             why = reason(ReasonCode.RESIZED, "GIMBAL", objective_before=10.0, objective_after=8.0)
