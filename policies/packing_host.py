@@ -139,7 +139,11 @@ class PackingHost(Policy):
         keys are fixed while a job waits (submit time, deadline, length, a waiting job's
         remaining time), the pair scores read the profiles and the hosts' views.  Without
         GIMBAL: ``math.inf``.  With it the coordinator's resizes move with the time:
-        :meth:`policies.gimbal_walk.CoordKept.quiet_until`."""
+        :meth:`policies.gimbal_walk.CoordKept.quiet_until`.  After a call that was not a
+        round (no coordination ran) its answer holds as well: it gives a time only while the
+        change records got no entry since the coordinator's last pass, and then a round in
+        that window gives no resizes either; otherwise ``-math.inf``, and the next round is
+        called."""
         if not self.gimbal:
             return math.inf
         kept = self.__dict__.get("_gimbal_kept")
