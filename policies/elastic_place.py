@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from .model import ClusterSnapshot, Gpu, JobState, identity_memo
-from .records import any_shared_gpu
+from .records import any_shared_gpu, records_usable
 
 _RUNNING = JobState.RUNNING
 
@@ -322,22 +322,51 @@ class _Claims:
         return ub[min(cs)][0][1] if cs else None
 
 
-def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[Gpu, ...]]:
+class _GiveUp(Exception):
+    """(strict placement) A whole-node walk reached the claimed nodes."""
+
+
+def _past_kept():
+    """The strict walk's last group: the claimed whole nodes, which may be kept jobs' there."""
+    raise _GiveUp
+    yield  # (a generator: raises when first drawn, not when made)
+
+
+def place(snap: ClusterSnapshot, shares: Mapping[str, int],
+          reduced: Optional[bool] = None) -> dict[str, tuple[Gpu, ...]]:
     """GPU sets for ``shares`` (job id -> count > 0) by the rule of the module docstring.
 
     Nodes are found through :class:`_FreeNodes` (free-count buckets), :class:`_Claims`
     (unclaimed-count buckets) and the job's own nodes, not by scanning the cluster per share;
     the result is the literal scans' (tests/policies/test_elastic_differential.py checks it
-    against the reference copy)."""
+    against the reference copy).
+
+    ``reduced`` (default: where the snapshot is the simulator's, :func:`records_usable`):
+    first try :func:`policies.elastic_reduced.place_reduced`, which places only the jobs that do not simply keep their
+    GPUs (the same GPU sets; the dict lists the kept jobs first)."""
+    if reduced is None:
+        reduced = records_usable(snap)
+    if reduced:
+        from .elastic_reduced import place_reduced
+        out = place_reduced(snap, shares)
+        if out is not None:
+            return out
+    return _place(snap, shares, _FreeNodes(snap), any_shared_gpu(snap), None)
+
+
+def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", shared: bool,
+           knodes: Optional[set]) -> Optional[dict[str, tuple[Gpu, ...]]]:
+    """:func:`place`'s rule on the free GPUs ``fn``.  ``knodes`` (strict mode, from
+    :func:`place_reduced`): the nodes where a kept job left out of ``shares`` holds GPUs; the
+    placement then gives up (``None``) at every step whose choice could read those GPUs."""
     per_node = snap.max_gpus_per_node or 1
-    fn = _FreeNodes(snap)
     free, nkey = fn.free, fn.key
     jobs = snap.jobs
     placed: set[str] = set()
     claims: list[_Claims] = []  # built when first needed
     # a GPU held by two jobs (a daemon snapshot after a packing policy): claims GPU by GPU,
     # and no job keeps its GPUs on the shortcuts below without the general path's tests
-    shared = any_shared_gpu(snap)
+    strict = knodes is not None
 
     def claims_now() -> _Claims:
         if not claims:
@@ -432,13 +461,15 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         """The nodes the literal loop visits before it holds ``k`` GPUs (taking
         min(cap or free, k - held) from each), gathered before anything is taken."""
         picked = []
-        for x in nodes:
-            if have >= k:
-                break
+        if have >= k:
+            return picked
+        for x in nodes:  # (no node past the last one needed is drawn: see _past_kept)
             c = len(free[x]) if cap is None else cap
             if c:
                 picked.append(x)
                 have += min(c, k - have)
+                if have >= k:
+                    break
         return picked
 
     # stable: largest share first, running jobs before new ones, then the priority order
@@ -467,6 +498,8 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
                 setf(x, [])
             out[jid] = gpus
             continue
+        if strict and h is not None and not knodes.isdisjoint(mine):
+            return None  # its own nodes' free counts would count a kept job's GPUs
         cl = claims_now()
         c = cl.c
         full = fn.buckets.get(per_node, [])
@@ -476,10 +509,16 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
         walk = chain((x for x in own if c.get(x, 0) <= mine[x]),
                      (x for _, x in full if x not in lead and not c.get(x)),
                      (x for x in own if c.get(x, 0) > mine[x]),
+                     _past_kept() if strict else
                      (x for _, x in full if x not in lead and c.get(x)))
         gpus: list[Gpu] = []
-        for x in prefix(walk, k, 0, per_node):
-            gpus += take(jid, x, min(per_node, k - len(gpus)))
+        try:
+            for x in prefix(walk, k, 0, per_node):
+                gpus += take(jid, x, min(per_node, k - len(gpus)))
+        except _GiveUp:
+            return None
+        if len(gpus) < k and strict:
+            return None
         if len(gpus) < k:  # unequal nodes: fill from the nodes with most free GPUs
             for x in prefix(fn.by_count_desc(), k, len(gpus), None):
                 gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
@@ -536,6 +575,8 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int]) -> dict[str, tuple[G
             x = min(own)[3]
         else:
             x = cl.best_fit(k)
+            if x is None and strict:
+                return None  # the rule would take claimed GPUs, a kept job's among them
             if x is None:
                 fits = [x for x in mine if len(free[x]) >= k]
                 x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits

@@ -1,0 +1,174 @@
+"""The elastic placement's reduced form (issue #13: at 300x8 about 1.6 of ~120 jobs change
+their share per call, yet :func:`policies.elastic_place.place` walked every job).
+
+:func:`place_reduced` gives :func:`~policies.elastic_place.place`'s GPU sets placing only the
+jobs that do not keep their GPUs, on the cluster less the kept jobs' GPUs, built from the
+simulator's free views (``free_index``, ``free_buckets``) and its GPU change record; where the
+whole rule could read a kept job's GPUs it gives up (``None``) and the whole rule runs.  Why
+that is the same placement is in its docstring; tests/policies/test_elastic_reduced.py checks
+it on random snapshots and on every call of whole simulations.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from .elastic_place import (_EMPTY, _HELD, _RUNNING, _FreeNodes, _empty_cluster, _place,
+                            held_facts)
+from .model import ClusterSnapshot, Gpu, identity_memo
+from .records import any_shared_gpu, gpu_record
+
+_CONV: dict = {}  # id of a free-index tuple or bucket tuple -> (it, its _FreeNodes form)
+
+
+def _converted(t, make):
+    hit = _CONV.get(id(t))
+    if hit is None or hit[0] is not t:
+        if len(_CONV) > 1_000:
+            _CONV.clear()
+        hit = _CONV[id(t)] = (t, make(t))
+    return hit[1]
+
+
+def _idle_lists(snap: ClusterSnapshot) -> Optional[dict]:
+    """node -> the indexes of its idle GPUs (``free_index``), every node of the tuple (``[]``
+    where none is idle); kept across calls with the simulator's GPU change record, so only the
+    nodes with a GPU logged since are read again (the lists are never changed in place)."""
+    fi, nodes = snap.free_index, snap.nodes
+    log = gpu_record(snap)
+    kept = _IDLE[0] if _IDLE else None
+    if kept is not None and log is not None and kept[1] is nodes and log.extends(kept[0]):
+        base = kept[2]
+        for x in {g.node for g in log[len(kept[0]):]}:
+            if x not in base:
+                return None
+            t = fi.get(x)
+            base[x] = [g.index for g in t] if t else []
+        _IDLE[0] = (log, nodes, base)
+        return base
+    base = {n.name: [] for n in nodes}
+    for x, t in fi.items():
+        if x not in base:
+            return None
+        base[x] = [g.index for g in t]
+    _IDLE[:] = [(log, nodes, base)] if log is not None else []
+    return base
+
+
+_IDLE: list = []  # [(GPU change log read, node tuple, _idle_lists' dict)]
+
+
+def _reduced_free(snap: ClusterSnapshot, back: list) -> Optional["_FreeNodes"]:
+    """The :class:`_FreeNodes` of the snapshot's idle GPUs (``free_index``, ``free_buckets``)
+    plus the GPUs of ``back`` (GPU tuples of running jobs that do not keep theirs), i.e. of the
+    empty cluster less the GPUs of the kept jobs."""
+    fb = snap.free_buckets
+    nodes = snap.nodes
+    base = _idle_lists(snap)
+    if base is None:
+        return None
+    key, total = identity_memo(_EMPTY, nodes, _empty_cluster, 8)[1::2]
+    free = dict(base)
+    buckets = {c: _converted(b, lambda b: [(key[x], x) for _, x in b]) for c, b in fb.items()}
+    fn = _FreeNodes.__new__(_FreeNodes)
+    fn.free, fn.key, fn._template, fn._buckets, fn._noted = free, key, buckets, None, {}
+    fn.total = len(snap.free_gpus)
+    add: dict[str, list[int]] = {}
+    for gpus in back:
+        for g in gpus:
+            add.setdefault(g.node, []).append(g.index)
+    for x, idx in add.items():
+        if x not in free:
+            return None
+        fn.set(x, free[x] + idx)
+    if fn.total > total:  # a GPU counted twice: not the simulator's consistent views
+        return None
+    return fn
+
+
+_NO_FREE: dict = {}  # identity_memo: node tuple -> {node: []}
+
+
+def place_reduced(snap: ClusterSnapshot,
+                  shares: Mapping[str, int]) -> Optional[dict[str, tuple[Gpu, ...]]]:
+    """:func:`place`'s result, placing only the jobs that do not keep their GPUs; ``None``
+    where it cannot tell (then :func:`place` runs the whole rule).
+
+    A running job *keeps* its GPUs under the rule exactly when its share is the count it
+    holds, they lie as one of the rule's shortcuts keeps them (a sub-node share on one node;
+    a multi-node share on whole nodes of ``per_node`` GPUs) and they are still free at its
+    turn.  Every other job (``rest``) is placed here by the same rule on the cluster less the
+    kept jobs' GPUs.  That is the whole rule's answer as long as no job of ``rest`` would take
+    a kept job's GPU there, which holds while each of its choices reads only *unclaimed* free
+    GPUs, the same on both clusters: a kept job not placed yet claims all its GPUs, which are
+    free, so every node's unclaimed count (free less claimed) is the same on both; one placed
+    already took exactly its own.  The choices that read claimed GPUs give up here: a
+    sub-node share with no node of enough unclaimed GPUs (the rule's best-fit fallbacks), a
+    whole-node walk past the unclaimed whole nodes (its last group, claimed nodes), or one
+    whose own nodes hold a kept job's GPUs (their free counts differ), and the unequal-node
+    fill.  Within a node ``take`` orders unclaimed GPUs before claimed ones, so where the
+    node has enough unclaimed ones it takes the same.  By induction over the rule's order
+    every kept job then finds its GPUs free and keeps them.  Only the simulator's snapshots
+    (consistent free views, no GPU held twice) are placed so; tests/policies/
+    test_elastic_reduced.py checks the result against :func:`place`'s whole rule and the
+    literal reference on random snapshots and on whole simulations."""
+    if snap.free_index is None or snap.free_buckets is None or any_shared_gpu(snap):
+        return None
+    per_node = snap.max_gpus_per_node or 1
+    nodes = snap.nodes
+    tfree = identity_memo(_EMPTY, nodes, _empty_cluster, 8)[0]
+    size = snap.node_gpus
+    jobs = snap.jobs
+    out: dict[str, tuple[Gpu, ...]] = {}
+    rest: dict[str, int] = {}
+    knodes: set = set()
+    back: list = []
+    held = 0
+    for jid, k in shares.items():
+        job = jobs[jid]
+        alloc = job.allocation
+        if job.state is not _RUNNING or alloc is None:
+            rest[jid] = k
+            continue
+        gp = alloc.gpus
+        held += len(gp)
+        if len(gp) == k:
+            hit = _HELD.get(id(alloc))
+            slot = hit[1][0] if hit is not None and hit[0] is alloc else None
+            h = slot[1] if slot is not None and slot[0] is nodes else held_facts(alloc, nodes,
+                                                                                  tfree)
+            mine = h[1]
+            if k < per_node:
+                if len(mine) == 1:
+                    x = gp[0].node
+                    if mine.get(x) == k:
+                        if h[3] > size[x]:
+                            return None  # an index the node does not have
+                        out[jid] = h[2]
+                        knodes.add(x)
+                        continue
+            elif len(h[2]) == k and all(c == per_node and size[x] == per_node
+                                        for x, c in mine.items()):
+                if h[3] > per_node:
+                    return None
+                out[jid] = h[2]
+                knodes.update(mine)
+                continue
+        rest[jid] = k
+        back.append(gp)
+    busy = snap.total_gpus - len(snap.free_gpus)
+    if held != busy:  # running jobs without a share hold GPUs: free under the rule
+        if held > busy:
+            return None
+        for job in jobs.values():
+            if job.state is _RUNNING and job.allocation is not None and job.id not in shares:
+                back.append(job.allocation.gpus)
+    if not rest:
+        return out
+    fn = _reduced_free(snap, back)
+    if fn is None:
+        return None
+    got = _place(snap, rest, fn, False, knodes)
+    if got is None:
+        return None
+    out.update(got)
+    return out
