@@ -41,7 +41,7 @@ import math
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
-from .base import exclusive_config, keep_running_reasons
+from .base import exclusive_config
 from .elastic_place import place
 from .model import ClusterSnapshot, Job, JobState
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, make_plan, reason, start_job
@@ -312,27 +312,32 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
             actions.append(start_job(jid, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
             reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
-    missing = jobs.keys() - reasons.keys()
-    if missing:
-        # (id of a numbers mapping, share, decided share) -> (that mapping, its reason): one
-        # immutable KEEP_RUNNING reason for the kept jobs with the same three
-        kept: dict = {}
-        for jid in jobs:  # in the snapshot's order
-            if jid in missing and jobs[jid].state is running_state:
-                job = jobs[jid]
-                base = numbers(job)
-                n = len(job.allocation.gpus)
-                decided = float(shares.get(jid, 0))
-                key = (id(base), n, decided)
-                hit = kept.get(key)
-                if hit is None or hit[0] is not base:
-                    hit = kept[key] = (base, reason(
-                        ReasonCode.KEEP_RUNNING, f"keeps its share of {n} GPUs",
-                        **base, share=float(n), decided_share=decided))
-                reasons[jid] = hit[1]
-    if len(reasons) < len(jobs):  # else every job has its reason (all are ``jobs``')
-        keep_running_reasons(snap, reasons)
-    return make_plan(policy, actions, waiting, reasons)
+    # the running jobs that keep their GPUs as they are (and running jobs not in ``order``):
+    # KEEP_RUNNING with their numbers, given lazily (a segment of the Plan's Reasons, made
+    # on the first lookup of such a job: the simulator never asks) — the numbers functions
+    # are pure and read only this call's values, so asking later gives the same numbers.
+    # (id of a numbers mapping, share, decided share) -> (that mapping, its reason): one
+    # immutable KEEP_RUNNING reason for the kept jobs with the same three, in the
+    # snapshot's order
+    def kept_ids() -> list:
+        return [jid for jid, job in jobs.items()
+                if job.state is running_state and jid not in reasons]
+
+    kept: dict = {}
+
+    def kept_reason(jid: str):
+        job = jobs[jid]
+        base = numbers(job)
+        n = len(job.allocation.gpus)
+        decided = float(shares.get(jid, 0))
+        key = (id(base), n, decided)
+        hit = kept.get(key)
+        if hit is None or hit[0] is not base:
+            hit = kept[key] = (base, reason(ReasonCode.KEEP_RUNNING,
+                                            f"keeps its share of {n} GPUs",
+                                            **base, share=float(n), decided_share=decided))
+        return hit[1]
+    return make_plan(policy, actions, waiting, reasons, shared=[(kept_ids, kept_reason)])
 
 
 def useful_share(rates: Rates, job: Job, k: int) -> bool:
