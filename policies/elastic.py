@@ -202,16 +202,25 @@ def regulate(shares: Mapping[str, int], per_node: int, total: int,
     minimum the scan over all jobs finds (tests/policies/test_afs_handout_differential.py
     against the scan kept in reference_afs_handout.py).
     """
-    out = {j: round_down(s, per_node) for j, s in shares.items()}
+    down = {s: round_down(s, per_node) for s in set(shares.values())}
+    out = {j: down[s] for j, s in shares.items()}
     d = min(sum(shares.values()), total) - sum(out.values())
     if d <= 0:
         return out
-    heap = [(r - shares[j], i, j) for i, (j, r) in enumerate(out.items()) if r != 0]
+    # the next allowed share above each share there is (a job whose step up is more than
+    # the d GPUs left now never gets one: d only shrinks; it is left out of the heap, where
+    # it would only be dropped when it came to the top)
+    nxt = {r: _next_up(r, per_node) for r in set(out.values()) if r != 0}
+    step = {r: (d + 1 if up is None else up - r) for r, up in nxt.items()}
+    heap = [(r - shares[j], i, j) for i, (j, r) in enumerate(out.items())
+            if r != 0 and step[r] <= d]
     heapq.heapify(heap)
     while d > 0 and heap:
         _, i, j = heap[0]
         r = out[j]
-        up = _next_up(r, per_node)
+        up = nxt.get(r)
+        if up is None:
+            up = nxt[r] = _next_up(r, per_node)
         if up is None or up - r > d or (shares[j] - r <= 0 and not useful(j, up)):
             heapq.heappop(heap)
             continue
@@ -249,21 +258,27 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     per_node = snap.max_gpus_per_node or 1
     total = snap.total_gpus
     positive = {j: s for j, s in shares.items() if s > 0}
-    if packing and any(not allowed(s, per_node) for s in positive.values()):
+    # (each test once per distinct share)
+    if packing and any(not allowed(s, per_node) for s in set(positive.values())):
         positive = regulate(positive, per_node, total,
                             lambda j, k: rates.rate(snap.jobs[j], k)
                             > rates.rate(snap.jobs[j], shares[j]) * (1 + 1e-9))
-    for jid, r in list(positive.items()):  # a job's own GPU range bounds its share
-        rng = snap.jobs[jid].gpu_range
-        if rng is not None and not rng[0] <= r <= rng[1]:
+    jobs = snap.jobs
+    cut = False
+    for jid in [j for j in positive if jobs[j].gpu_range is not None]:
+        # a job's own GPU range bounds its share
+        r = positive[jid]
+        rng = jobs[jid].gpu_range
+        if not rng[0] <= r <= rng[1]:
             r = round_down(min(r, rng[1]), per_node) if packing else min(r, rng[1])
             positive[jid] = r if r >= rng[0] else 0
-    positive = {j: r for j, r in positive.items() if r > 0}
+            cut = cut or positive[jid] <= 0
+    if cut:
+        positive = {j: r for j, r in positive.items() if r > 0}
     placed = place(snap, positive)
     actions: list = []
     reasons: dict = {}
     waiting: list[str] = []
-    jobs = snap.jobs
     running_state = JobState.RUNNING
     # (id of a numbers mapping, decided share) -> (that mapping, its WAIT_RESOURCES reason);
     # the mapping is held, so its id names it for the whole call

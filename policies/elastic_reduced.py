@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from .elastic_place import (_EMPTY, _HELD, _RUNNING, _FreeNodes, _empty_cluster, _place,
-                            held_facts)
+from .elastic_place import _EMPTY, _RUNNING, _FreeNodes, _empty_cluster, _place, held_facts
 from .model import ClusterSnapshot, Gpu, identity_memo
 from .records import any_shared_gpu, gpu_record
 
@@ -86,6 +85,33 @@ def _reduced_free(snap: ClusterSnapshot, back: list) -> Optional["_FreeNodes"]:
 
 
 _NO_FREE: dict = {}  # identity_memo: node tuple -> {node: []}
+_KIND: dict = {}  # id of an allocation record -> _kind's answer for it
+
+
+def _kind(alloc, nodes: tuple, per_node: int, size, tfree) -> tuple:
+    """(alloc, node tuple, its GPU count n, the nodes it keeps on a share of n or None, the
+    GPU tuple it keeps then, whether the shape is a kept one but for an index its node does
+    not have): the rule's shortcut tests of :func:`place_reduced`, memoised per record."""
+    if len(_KIND) > 100_000:
+        _KIND.clear()
+    h = held_facts(alloc, nodes, tfree)
+    gp, mine = alloc.gpus, h[1]
+    n = len(gp)
+    keeps, bad = None, False
+    if n < per_node:  # a sub-node share: its n GPUs on one node
+        x = gp[0].node
+        if len(mine) == 1 and mine.get(x) == n:
+            if h[3] > size[x]:
+                bad = True
+            else:
+                keeps = (x,)
+    elif len(h[2]) == n and all(c == per_node and size[x] == per_node for x, c in mine.items()):
+        if h[3] > per_node:  # whole nodes of per_node GPUs
+            bad = True
+        else:
+            keeps = tuple(mine)
+    out = _KIND[id(alloc)] = (alloc, nodes, n, keeps, h[2], bad)
+    return out
 
 
 def place_reduced(snap: ClusterSnapshot,
@@ -116,45 +142,33 @@ def place_reduced(snap: ClusterSnapshot,
     per_node = snap.max_gpus_per_node or 1
     nodes = snap.nodes
     tfree = identity_memo(_EMPTY, nodes, _empty_cluster, 8)[0]
-    size = snap.node_gpus
     jobs = snap.jobs
     out: dict[str, tuple[Gpu, ...]] = {}
     rest: dict[str, int] = {}
-    knodes: set = set()
+    on: list = []  # the nodes of each kept job
     back: list = []
     held = 0
+    memo_get = _KIND.get
     for jid, k in shares.items():
         job = jobs[jid]
         alloc = job.allocation
         if job.state is not _RUNNING or alloc is None:
             rest[jid] = k
             continue
-        gp = alloc.gpus
-        held += len(gp)
-        if len(gp) == k:
-            hit = _HELD.get(id(alloc))
-            slot = hit[1][0] if hit is not None and hit[0] is alloc else None
-            h = slot[1] if slot is not None and slot[0] is nodes else held_facts(alloc, nodes,
-                                                                                  tfree)
-            mine = h[1]
-            if k < per_node:
-                if len(mine) == 1:
-                    x = gp[0].node
-                    if mine.get(x) == k:
-                        if h[3] > size[x]:
-                            return None  # an index the node does not have
-                        out[jid] = h[2]
-                        knodes.add(x)
-                        continue
-            elif len(h[2]) == k and all(c == per_node and size[x] == per_node
-                                        for x, c in mine.items()):
-                if h[3] > per_node:
-                    return None
-                out[jid] = h[2]
-                knodes.update(mine)
+        kind = memo_get(id(alloc))
+        if kind is None or kind[0] is not alloc or kind[1] is not nodes:
+            kind = _kind(alloc, nodes, per_node, snap.node_gpus, tfree)
+        n = kind[2]
+        held += n
+        if n == k:
+            if kind[3] is not None:
+                out[jid] = kind[4]
+                on.append(kind[3])
                 continue
+            if kind[5]:
+                return None  # an index its node does not have
         rest[jid] = k
-        back.append(gp)
+        back.append(alloc.gpus)
     busy = snap.total_gpus - len(snap.free_gpus)
     if held != busy:  # running jobs without a share hold GPUs: free under the rule
         if held > busy:
@@ -167,6 +181,7 @@ def place_reduced(snap: ClusterSnapshot,
     fn = _reduced_free(snap, back)
     if fn is None:
         return None
+    knodes = {x for xs in on for x in xs}
     got = _place(snap, rest, fn, False, knodes)
     if got is None:
         return None
