@@ -1,6 +1,7 @@
 """Helpers shared by the launcher tests (imported by name; tests/launcher is on sys.path)."""
 import os
 import socket
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "train_mnistlike.py")
@@ -13,6 +14,23 @@ def subprocess_env(extra=None):
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra or {})
     return env
+
+
+def end_gloo_worker():
+    """End an ``mp.spawn`` gloo worker: meet the other ranks, then leave with ``os._exit(0)``.
+
+    The workers' files are written and closed before this is called; what is skipped is the
+    teardown of the gloo group and of the interpreter.  A DistributedDataParallel model keeps
+    its group alive past ``destroy_process_group`` (its sockets stay open), so the group was
+    torn down at interpreter exit, racing the other rank's own exit: about one run in 120
+    (two 2-process spawns at once on 2 cores) died there with "terminate called without an
+    active exception" (SIGABRT), after every result had been written.  Nothing these tests
+    check happens in that teardown."""
+    import torch.distributed as dist
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def free_port():

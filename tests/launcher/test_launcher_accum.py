@@ -8,6 +8,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
+from launcher_testutil import end_gloo_worker
+
 from launcher.accum import GradientAccumulator, micro_batch_sizes
 
 
@@ -96,8 +98,7 @@ def _ddp_worker(rank, world, init_file, out_dir, local_n, sub_batch):
     acc.step(x[sl], y[sl])
     torch.save({"params": [p.detach() for p in ddp.module.parameters()], "no_sync": len(calls)},
                os.path.join(out_dir, f"r{rank}.pt"))
-    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
-    dist.destroy_process_group()
+    end_gloo_worker()
 
 
 def test_accumulation_under_ddp(tmp_path):

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from launcher_testutil import end_gloo_worker
+
 from launcher.accum import GradientAccumulator
 from launcher.stealing import (Rebalancer, StealingBatchSampler, StealingController,
                                empty_safe_collate, liss_loss, split_shares)
@@ -149,8 +151,7 @@ def _liss_worker(rank, world, init_file, out_dir, share_list):
         torch.save({"plain": [p.detach() for p in ddp.module.parameters()],
                     "accum": [p.detach() for p in ddp2.module.parameters()], "n": len(idx)},
                    os.path.join(out_dir, f"{shares[0]}_{shares[1]}_r{rank}.pt"))
-    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
-    dist.destroy_process_group()
+    end_gloo_worker()
 
 
 def test_uneven_shares_equal_uniform_update(tmp_path):
@@ -183,8 +184,7 @@ def _controller_worker(rank, world, init_file, out_dir):
         ctl.add_latency(len(idx) * (0.003 if rank == 1 else 0.001))  # synthetic: rank 1 3x slower
         hist.append(ctl.end_step(len(idx)))
     torch.save(hist, os.path.join(out_dir, f"h{rank}.pt"))
-    dist.barrier()  # both ranks done before the group goes (else gloo may abort at exit)
-    dist.destroy_process_group()
+    end_gloo_worker()
 
 
 def test_controller_broadcasts_rank0_decision(tmp_path):

@@ -175,6 +175,30 @@ def test_without_the_simulators_free_views_the_whole_rule_runs():
     assert place(bare, shares, reduced=True) == ref_place(bare, shares)
 
 
+def test_a_gpu_held_by_two_jobs_runs_the_whole_rule():
+    """Two jobs packed on one GPU (GIMBAL-style sharing), the second one without a share: the
+    reduced form would hand that GPU back as free beside the job that keeps it; it gives up
+    and the whole rule places.  The same cluster with the second job on a GPU of its own is
+    placed reduced."""
+    nodes = (Node("n0", 4), Node("n1", 4))
+    c = _running("C", [Gpu("n1", i) for i in range(4)], 2.0)
+    p = Job("P", 5.0, 1, "cifar10", 64)
+    shares = {"A": 1, "C": 4, "P": 1}
+    for b_gpu, shared in ((Gpu("n0", 1), False), (Gpu("n0", 0), True)):
+        a, b = _running("A", [Gpu("n0", 0)], 0.0), _running("B", [b_gpu], 1.0)
+        gj = {g: ("C",) for g in c.allocation.gpus}
+        gj[Gpu("n0", 0)] = ("A", "B") if shared else ("A",)
+        gj[b_gpu] = gj.get(b_gpu, ()) if shared else ("B",)
+        snap = with_free_views(ClusterSnapshot(
+            0.0, nodes, MappingProxyType({j.id: j for j in (a, b, c, p)}),
+            MappingProxyType(gj), ()))
+        got = place_reduced(snap, shares)
+        assert (got is None) == shared
+        assert place(snap, shares, reduced=True) == ref_place(snap, shares)
+        if not shared:
+            assert got == ref_place(snap, shares)
+
+
 class _Both:
     """Wraps :func:`policies.elastic_place.place` in the plan: every call also placed reduced
     (the simulator's own snapshots) and compared with the whole rule."""
