@@ -22,8 +22,8 @@ def end_gloo_worker():
     The workers' files are written and closed before this is called; what is skipped is the
     teardown of the gloo group and of the interpreter.  A DistributedDataParallel model keeps
     its group alive past ``destroy_process_group`` (its sockets stay open), so the group was
-    torn down at interpreter exit, racing the other rank's own exit: about one run in 120
-    (two 2-process spawns at once on 2 cores) died there with "terminate called without an
+    torn down at interpreter exit, racing the other rank's own exit: once in 320 runs
+    (two 2-process spawns at once on 2 cores) a worker died there with "terminate called without an
     active exception" (SIGABRT), after every result had been written.  Nothing these tests
     check happens in that teardown."""
     import torch.distributed as dist

@@ -188,7 +188,8 @@ def test_a_gpu_held_by_two_jobs_runs_the_whole_rule():
         a, b = _running("A", [Gpu("n0", 0)], 0.0), _running("B", [b_gpu], 1.0)
         gj = {g: ("C",) for g in c.allocation.gpus}
         gj[Gpu("n0", 0)] = ("A", "B") if shared else ("A",)
-        gj[b_gpu] = gj.get(b_gpu, ()) if shared else ("B",)
+        if not shared:
+            gj[b_gpu] = ("B",)
         snap = with_free_views(ClusterSnapshot(
             0.0, nodes, MappingProxyType({j.id: j for j in (a, b, c, p)}),
             MappingProxyType(gj), ()))
