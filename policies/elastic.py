@@ -42,7 +42,9 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config
+from .elastic_kept import kept_jobs
 from .elastic_place import place
+from .elastic_reduced import place_reduced
 from .model import ClusterSnapshot, Job, JobState
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, make_plan, reason, start_job
 
@@ -275,7 +277,25 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
             cut = cut or positive[jid] <= 0
     if cut:
         positive = {j: r for j, r in positive.items() if r > 0}
-    placed = place(snap, positive)
+    accum = rates._accum
+    # the jobs the last calls kept, kept again at the same share (policies.elastic_kept)
+    kp = kept_jobs(policy, packing, snap, accum)
+    if kp is not None:
+        ks = kp.share
+        if ks:
+            pget = positive.get
+            for jid in [j for j, k in ks.items() if pget(j) != k]:
+                kp.drop(jid)
+        newly: Optional[list] = []
+        placed = place_reduced(snap, positive, kp, newly)
+        if placed is None:  # the whole rule: it may move a kept job
+            kp.empty()
+            newly = None
+            placed = place(snap, positive, reduced=False)
+        ks = kp.share
+    else:
+        placed = place(snap, positive)
+        ks = _NO_NUMBERS
     actions: list = []
     reasons: dict = {}
     waiting: list[str] = []
@@ -283,8 +303,9 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     # (id of a numbers mapping, decided share) -> (that mapping, its WAIT_RESOURCES reason);
     # the mapping is held, so its id names it for the whole call
     idle: dict = {}
-    accum = rates._accum
     for jid in order:
+        if jid in ks:  # kept: KEEP_RUNNING below, with no action
+            continue
         job = jobs[jid]
         gpus = placed.get(jid)
         if not gpus and job.state is not running_state:
@@ -327,6 +348,10 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
             actions.append(start_job(jid, gpus, b, s))
             code = ReasonCode.RESUMED if job.preemptions else ReasonCode.STARTED
             reasons[jid] = reason(code, f"share {len(gpus)} GPUs", **nums)
+    if kp is not None and newly:  # the jobs the shortcut kept and that got no action
+        for jid, kind in newly:
+            if jid not in reasons:
+                kp.add(jid, positive[jid], kind)
     # the running jobs that keep their GPUs as they are (and running jobs not in ``order``):
     # KEEP_RUNNING with their numbers, given lazily (a segment of the Plan's Reasons, made
     # on the first lookup of such a job: the simulator never asks) — the numbers functions

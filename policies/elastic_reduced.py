@@ -114,8 +114,8 @@ def _kind(alloc, nodes: tuple, per_node: int, size, tfree) -> tuple:
     return out
 
 
-def place_reduced(snap: ClusterSnapshot,
-                  shares: Mapping[str, int]) -> Optional[dict[str, tuple[Gpu, ...]]]:
+def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
+                  newly: Optional[list] = None) -> Optional[dict[str, tuple[Gpu, ...]]]:
     """:func:`place`'s result, placing only the jobs that do not keep their GPUs; ``None``
     where it cannot tell (then :func:`place` runs the whole rule).
 
@@ -136,7 +136,12 @@ def place_reduced(snap: ClusterSnapshot,
     every kept job then finds its GPUs free and keeps them.  Only the simulator's snapshots
     (consistent free views, no GPU held twice) are placed so; tests/policies/
     test_elastic_reduced.py checks the result against :func:`place`'s whole rule and the
-    literal reference on random snapshots and on whole simulations."""
+    literal reference on random snapshots and on whole simulations.
+
+    ``kept`` (:class:`policies.elastic_kept.KeptJobs`): jobs of ``shares`` known to be kept
+    at their share with the GPUs it lists (their pass here would find that again); they are
+    not looked at.  ``newly``: a list that gets ``(id, shortcut answer)`` of every other job
+    kept here."""
     if snap.free_index is None or snap.free_buckets is None or any_shared_gpu(snap):
         return None
     per_node = snap.max_gpus_per_node or 1
@@ -149,7 +154,14 @@ def place_reduced(snap: ClusterSnapshot,
     back: list = []
     held = 0
     memo_get = _KIND.get
-    for jid, k in shares.items():
+    items = shares.items()
+    if kept is not None and kept.share:
+        ks = kept.share
+        out.update(kept.gpus)
+        on.append(tuple(kept.node_count))
+        held = kept.held
+        items = [(j, k) for j, k in items if j not in ks]
+    for jid, k in items:
         job = jobs[jid]
         alloc = job.allocation
         if job.state is not _RUNNING or alloc is None:
@@ -164,6 +176,8 @@ def place_reduced(snap: ClusterSnapshot,
             if kind[3] is not None:
                 out[jid] = kind[4]
                 on.append(kind[3])
+                if newly is not None:
+                    newly.append((jid, kind))
                 continue
             if kind[5]:
                 return None  # an index its node does not have

@@ -15,6 +15,7 @@ from itertools import accumulate
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, useful_share
+from .max_min_kept import KeptDemands
 from .model import SUBMIT_ORDER
 from .registry import register
 
@@ -121,16 +122,26 @@ class MaxMin(Policy):
 
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
+        self._kept = KeptDemands()
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
-        M = snap.total_gpus
-        n = len(jobs)
-        cap = {j.id: rates.cap(j, n) for j in jobs}
-        shares = {j.id: (1 if i < M else 0) for i, j in enumerate(jobs)}
-        left = M - min(n, M)
-        if left > 0:
-            shares.update(water_fill(rates, jobs[:M], cap, left))
-        return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
-                            packing=self.packing)
+        shares = self._kept.shares(snap, rates)
+        if shares is None:
+            shares = full_shares(snap, rates)
+        # (every path gives the shares in submit order, the policy's priority order)
+        return elastic_plan(snap, self.name, shares, rates, list(shares), packing=self.packing)
+
+
+def full_shares(snap, rates: Rates) -> dict[str, int]:
+    """Every job's share, in submit order: one GPU each to the first M jobs, then the
+    water-filling (:func:`water_fill`) of the GPUs left among them."""
+    jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
+    M = snap.total_gpus
+    n = len(jobs)
+    cap = {j.id: rates.cap(j, n) for j in jobs}
+    shares = {j.id: (1 if i < M else 0) for i, j in enumerate(jobs)}
+    left = M - min(n, M)
+    if left > 0:
+        shares.update(water_fill(rates, jobs[:M], cap, left))
+    return shares

@@ -258,6 +258,7 @@ def _reference_plan(pol, snap):
     def ref_peak(self, rates, job, limit, memo=None):
         return RefPeak.peak(self, rates, job, limit)
     with mock.patch.object(elastic, "place", ref_place), \
+            mock.patch.object(elastic, "kept_jobs", lambda *a: None), \
             mock.patch.object(Themis, "peak", ref_peak), \
             mock.patch.object(policies.afs_l, "elastic_plan", ref_speed.elastic_plan), \
             mock.patch.object(policies.max_min, "elastic_plan", ref_speed.elastic_plan), \

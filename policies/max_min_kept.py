@@ -1,0 +1,148 @@
+"""Max-Min's demands kept across policy calls (issue #13, docs/scale.md §2).
+
+At 300x8 on the Philly trace every call of :class:`policies.max_min.MaxMin` found the GPUs
+enough for every job's demand (the first 5,000 jobs: all 9,721 calls), so its shares were
+the demands themselves, yet each call sorted every job, found every cap and demand and ran
+the water-filling.  Water-filling (:func:`policies.max_min.water_fill`) gives every job
+``min(D, L)`` for the largest level ``L`` with ``S(L) = Σ (min(D, L) − 1) ≤ left``; with
+``n ≤ M`` jobs and ``left = M − n`` GPUs left after one each, ``S(∞) = Σ D − n ≤ M − n``
+exactly when ``Σ D ≤ M``, and then every job's share is its demand ``D`` (no GPU is left
+for the ones after the level, since no job has ``D > L``).
+
+:class:`KeptDemands` keeps every job's demand, their sum and the jobs in submit order
+across calls, brought up to date from the snapshot's job change record (O(changes) per
+call; a job's demand is a function of its application, global batch and cap, and a
+profiled job's cap is the cluster or the top of its ``gpu_range``, not the job count).
+:meth:`KeptDemands.shares` gives the shares in submit order where the sum fits, else
+``None`` and the policy takes its full path; it also gives ``None`` where a job is not
+profiled (its cap is its fair share, which moves with the job count), without a usable
+record (the daemon's snapshots, hand-built ones), for another profile table, node tuple or
+predictors, or where the counts disagree with the snapshot.  A demand is probed only up to
+``M − n + 1`` (a larger one cannot fit beside ``n − 1`` others): one cut there is probed
+again at each call while it is kept.  tests/policies/test_max_min_kept.py checks the shares
+against the full path at every call of whole simulations and on random snapshots.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import Optional
+
+from .elastic import UNPROFILED, Rates
+from .model import ClusterSnapshot
+from .records import job_record
+
+
+class KeptDemands:
+    """Every active job's demand (``dem``, in submit order), their sum (``total``), the ids
+    whose demand was cut at the probe bound (``cut``: bound it was found with) and the ids
+    of jobs not profiled (``bad``)."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen = None  # the job change record read so far
+        self._ctx: Optional[tuple] = None  # (useful memo, node tuple, unprofiled ids)
+        self.keys: list = []  # (submit_time, id), sorted
+        self.dem: dict[str, int] = {}  # id -> demand, in submit order
+        self.cut: dict[str, int] = {}  # id -> the bound its demand was cut at
+        self.bad: set[str] = set()
+        self._key_of: dict[str, float] = {}  # id -> its submit time as kept
+        self.total = 0
+
+    # ------------------------------------------------------------------ upkeep
+    def _drop(self, jid: str) -> None:
+        d = self.dem.pop(jid, None)
+        if d is None:
+            return
+        self.total -= d
+        self.cut.pop(jid, None)
+        self.bad.discard(jid)
+        i = bisect_left(self.keys, (self._key_of.pop(jid), jid))
+        del self.keys[i]
+
+    def _put(self, rates: Rates, job, bound: int) -> None:
+        """Add ``job`` (or renew it: its view changed) with its demand probed up to ``bound``."""
+        from .max_min import _demand
+
+        jid = job.id
+        key = (job.submit_time, jid)
+        old = self.dem.get(jid)
+        if old is not None and self._key_of[jid] != key[0]:
+            self._drop(jid)
+            old = None
+        if not rates.profiled(job):
+            self.bad.add(jid)
+            d, top = 1, None
+        else:
+            self.bad.discard(jid)
+            cap = rates.cap(job, 1)  # a profiled job's cap does not read the job count
+            top = max(cap, 1)
+            d = _demand(rates, job, cap, bound)
+        if top is not None and d == bound and bound < top:
+            self.cut[jid] = bound
+        else:
+            self.cut.pop(jid, None)
+        if old is None:
+            self._key_of[jid] = key[0]
+            if not self.keys or self.keys[-1] < key:
+                self.keys.append(key)
+                self.dem[jid] = d
+            else:  # a job older than the newest kept one: the dict's order is rebuilt
+                insort(self.keys, key)
+                self.dem[jid] = d
+                dem = self.dem
+                self.dem = {i: dem[i] for _, i in self.keys}
+            self.total += d
+        else:
+            self.dem[jid] = d
+            self.total += d - old
+
+    def update(self, snap: ClusterSnapshot, rates: Rates) -> bool:
+        """Bring the kept demands up to ``snap``; False when it has no usable record (the
+        state is then cleared)."""
+        log = job_record(snap)
+        if log is None:
+            self.clear()
+            return False
+        jobs = snap.jobs
+        n = len(jobs)
+        bound = max(snap.total_gpus - n + 1, 1)
+        ctx = (rates.useful_upto, snap.nodes, snap.predictors.get(UNPROFILED))
+        old = self._ctx
+        if (old is not None and old[0] is ctx[0] and old[1] is ctx[1] and old[2] is ctx[2]
+                and self._seen is not None and log.extends(self._seen)):
+            for jid in set(log[len(self._seen):]):
+                job = jobs.get(jid)
+                if job is None:
+                    self._drop(jid)
+                else:
+                    self._put(rates, job, bound)
+        else:
+            self.clear()
+            self._ctx = ctx
+            for job in jobs.values():
+                self._put(rates, job, bound)
+        self._seen = log
+        return True
+
+    def shares(self, snap: ClusterSnapshot, rates: Rates) -> Optional[dict[str, int]]:
+        """Max-Min's shares of ``snap`` (id -> demand, in submit order) where every job
+        gets its demand, else ``None`` (the full path decides)."""
+        if not self.update(snap, rates):
+            return None
+        n = len(snap.jobs)
+        if len(self.dem) != n:  # not the record's contract: start again next call
+            self.clear()
+            return None
+        M = snap.total_gpus
+        if self.bad or n > M or self.total > M:  # (a cut demand is a lower bound of its own)
+            return None
+        if self.cut:  # probed again up to this call's bound
+            bound = max(M - n + 1, 1)
+            for jid, b in list(self.cut.items()):
+                if b != bound:
+                    self._put(rates, snap.jobs[jid], bound)
+            if self.cut or self.total > M:
+                return None
+        return dict(self.dem)

@@ -1,0 +1,103 @@
+"""Max-Min's demands kept across calls (policies.max_min_kept): at every call of whole
+simulations the kept shares, where they are given, are the full path's (sort, caps,
+water-filling), and they are given only where every job gets its demand."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import policies
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.profiles import default_models
+from gimbalctl.sim import SimConfig, simulate
+from policies.elastic import UNPROFILED, Rates
+from policies.max_min import _demand, full_shares
+from policies.max_min_kept import KeptDemands
+from test_elastic_differential import _jobs
+
+MODELS = default_models()
+
+
+class _Checked:
+    def __init__(self):
+        self.pol = policies.get_policy("max-min")
+        self.kept = self.full = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.pol, attr)
+
+    def schedule(self, snap):
+        rates = Rates(snap)
+        want = full_shares(snap, rates)
+        got = self.pol._kept.shares(snap, rates)
+        M, n = snap.total_gpus, len(want)
+        dem = {j: _demand(rates, snap.jobs[j], rates.cap(snap.jobs[j], 1), M) for j in want}
+        if got is None:
+            self.full += 1
+            # only where some job is below its demand (or a demand sits at the probe bound)
+            assert (n > M or want != dem or M - n + 1 in dem.values()
+                    or snap.job_changes is None)
+        else:
+            self.kept += 1
+            assert list(got.items()) == list(want.items()) and want == dem
+        return self.pol.schedule(snap)
+
+
+@pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("3x8", 40), ("40x8", 120)])
+def test_every_simulated_call_gives_the_full_paths_shares(cluster, n):
+    pol = _Checked()
+    res = simulate(_jobs(n, seed=11), parse_cluster(cluster), pol, MODELS, SimConfig())
+    assert len(res._rows) == n
+    assert pol.kept > 0
+    if cluster in ("4x8", "3x8"):
+        assert pol.full > 0  # contended: the water level binds at some calls
+    plain = simulate(_jobs(n, seed=11), parse_cluster(cluster), policies.get_policy("max-min"),
+                     MODELS, SimConfig())
+    assert plain._rows == res._rows
+
+
+def test_an_unprofiled_job_or_no_record_takes_the_full_path():
+    seen = []
+    pol = policies.get_policy("max-min")
+    inner = pol.schedule
+
+    def keep(snap):
+        seen.append(snap)
+        return inner(snap)
+
+    pol.schedule = keep
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), pol, MODELS, SimConfig())
+    snap = seen[len(seen) // 2]
+    kd = KeptDemands()
+    assert kd.shares(snap, Rates(snap)) == full_shares(snap, Rates(snap))
+    jid = next(iter(snap.jobs))
+    other = dataclasses.replace(snap, predictors={**snap.predictors, UNPROFILED: frozenset({jid})})
+    assert kd.shares(other, Rates(other)) is None  # its cap is its fair share: full path
+    bare = dataclasses.replace(snap, job_changes=None)
+    assert kd.shares(bare, Rates(bare)) is None
+
+
+def test_a_demand_cut_at_the_probe_bound_is_probed_again():
+    """A demand probed up to M - n + 1 and cut there is looked at again when n falls."""
+    seen = []
+    pol = policies.get_policy("max-min")
+    inner = pol.schedule
+
+    def keep(snap):
+        seen.append(snap)
+        return inner(snap)
+
+    pol.schedule = keep
+    simulate(_jobs(30, seed=5), parse_cluster("1x8"), pol, MODELS, SimConfig())
+    checked = cut = 0
+    kd = KeptDemands()
+    for snap in seen:
+        rates = Rates(snap)
+        was_cut = bool(kd.cut)
+        got = kd.shares(snap, rates)
+        if got is not None:
+            checked += 1
+            cut += was_cut
+            assert got == full_shares(snap, rates)
+    assert checked > 0 and cut > 0
