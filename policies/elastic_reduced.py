@@ -67,7 +67,15 @@ def _reduced_free(snap: ClusterSnapshot, back: list) -> Optional["_FreeNodes"]:
         return None
     key, total = identity_memo(_EMPTY, nodes, _empty_cluster, 8)[1::2]
     free = dict(base)
-    buckets = {c: _converted(b, lambda b: [(key[x], x) for _, x in b]) for c, b in fb.items()}
+    rank = snap.node_rank
+    if len(rank) == len(nodes):
+        # node names unique: a node's key (rank, position) is (i, i) for its rank i, so
+        # keys and (key, name) entries order as ranks and (rank, name) do, and the
+        # simulator's buckets hold (rank, name) already: they are read as they are
+        key, buckets = rank, fb
+    else:
+        buckets = {c: _converted(b, lambda b: [(key[x], x) for _, x in b])
+                   for c, b in fb.items()}
     fn = _FreeNodes.__new__(_FreeNodes)
     fn.free, fn.key, fn._template, fn._buckets, fn._noted = free, key, buckets, None, {}
     fn.total = len(snap.free_gpus)

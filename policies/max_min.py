@@ -122,7 +122,7 @@ class MaxMin(Policy):
 
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
-        self._kept = KeptDemands()
+        self._kept = KeptDemands(_demand)
 
     def schedule(self, snap):
         rates = Rates(snap)

@@ -24,8 +24,9 @@ against the full path at every call of whole simulations and on random snapshots
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
-from typing import Optional
+from typing import Callable, Optional
 
 from .elastic import UNPROFILED, Rates
 from .model import ClusterSnapshot
@@ -37,7 +38,11 @@ class KeptDemands:
     whose demand was cut at the probe bound (``cut``: bound it was found with) and the ids
     of jobs not profiled (``bad``)."""
 
-    def __init__(self):
+    def __init__(self, demand: Callable, strict: bool = False):
+        self.demand = demand  # policies.max_min._demand (rates, job, cap, bound) -> demand
+        # strict (Themis's shortcut, policies.themis): a job with a ``gpu_range`` or with a
+        # rate up to its demand that is not finite and positive counts as not profiled
+        self.strict = strict
         self.clear()
 
     def clear(self) -> None:
@@ -48,6 +53,7 @@ class KeptDemands:
         self.cut: dict[str, int] = {}  # id -> the bound its demand was cut at
         self.bad: set[str] = set()
         self._key_of: dict[str, float] = {}  # id -> its submit time as kept
+        self._finite: dict[tuple, bool] = {}  # (app, global batch, demand) -> rates finite
         self.total = 0
 
     # ------------------------------------------------------------------ upkeep
@@ -63,8 +69,6 @@ class KeptDemands:
 
     def _put(self, rates: Rates, job, bound: int) -> None:
         """Add ``job`` (or renew it: its view changed) with its demand probed up to ``bound``."""
-        from .max_min import _demand
-
         jid = job.id
         key = (job.submit_time, jid)
         old = self.dem.get(jid)
@@ -78,7 +82,9 @@ class KeptDemands:
             self.bad.discard(jid)
             cap = rates.cap(job, 1)  # a profiled job's cap does not read the job count
             top = max(cap, 1)
-            d = _demand(rates, job, cap, bound)
+            d = self.demand(rates, job, cap, bound)
+            if self.strict and (job.gpu_range is not None or not self._rates_finite(rates, job, d)):
+                self.bad.add(jid)
         if top is not None and d == bound and bound < top:
             self.cut[jid] = bound
         else:
@@ -97,6 +103,14 @@ class KeptDemands:
         else:
             self.dem[jid] = d
             self.total += d - old
+
+    def _rates_finite(self, rates: Rates, job, d: int) -> bool:
+        key = (job.app, job.global_batch, d)
+        ok = self._finite.get(key)
+        if ok is None:
+            ok = self._finite[key] = all(0.0 < rates.rate(job, k) < math.inf
+                                         for k in range(1, d + 1))
+        return ok
 
     def update(self, snap: ClusterSnapshot, rates: Rates) -> bool:
         """Bring the kept demands up to ``snap``; False when it has no usable record (the

@@ -24,6 +24,8 @@ from typing import Optional
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers, useful_share
+from .max_min import _demand
+from .max_min_kept import KeptDemands
 from .registry import register
 
 INF = float("inf")
@@ -105,6 +107,7 @@ class Themis(Policy):
 
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
+        self._kept = KeptDemands(_demand, strict=True)
 
     def peak(self, rates: Rates, job, limit: int, memo: Optional[dict] = None) -> int:
         """``m``: the GPU count up to ``limit`` with the highest modelled throughput.  A
@@ -132,6 +135,9 @@ class Themis(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
+        kept = self._kept.shares(snap, rates)
+        if kept is not None:
+            return self._uncontended_plan(snap, rates, kept)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
         M = snap.total_gpus
         n = len(jobs)
@@ -193,17 +199,56 @@ class Themis(Policy):
             left -= 1
             heapq.heapreplace(drawn, (_draw(seed, j.id, k + 1), i, k + 1, j))
 
-        shown: dict = {}
+        return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
+                            _numbers(target.__contains__, lambda j: target[j.id], rho,
+                                     shares), packing=self.packing)
 
-        def numbers(j):
-            if j.id not in target:  # beyond the first M jobs: one shared empty mapping,
-                return no_numbers(j)  # so the waiting queue shares one Reason (elastic_plan)
-            # jobs with the same two numbers share one mapping, and so (with the same
-            # share) one Reason; neither is ever zero (target > 0, rho > 0 or infinite)
-            key = (target[j.id], rho(j, shares[j.id]))
-            d = shown.get(key)
-            if d is None:
-                d = shown[key] = {"target_speedup": key[0], "rho": key[1]}
-            return d
-        return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs], numbers,
+    def _uncontended_plan(self, snap, rates: Rates, shares: dict):
+        """The Plan where every job's stop is its demand (:class:`~policies.max_min_kept.
+        KeptDemands`, strict: profiled jobs without a GPU range, finite positive rates up to
+        the demand, demands summing to at most M): :func:`_uncontended`'s answer, since a
+        job's first hand-out stops at the first count with rho <= 1 or one more GPU not
+        useful, and the leftovers then grow it while useful below its cap (the cluster),
+        i.e. to the first count where one more GPU is not useful: its demand; rho is finite
+        there (so no NaN sends ``_uncontended`` to the heaps).  Its numbers (``m / n`` and
+        rho at its share) are made when asked for (tests/policies/test_max_min_kept.py
+        against the full path at every call of whole simulations)."""
+        M, n = snap.total_gpus, len(shares)
+        memo = rates.kept.setdefault("themis-peak", {})
+        target: dict = {}
+        one: dict = {}
+
+        def tgt(j) -> float:
+            t = target.get(j.id)
+            if t is None:
+                m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
+                t = target[j.id] = m / n
+                one[j.id] = rates.rate(j, 1)
+            return t
+
+        def rho(j, k):
+            if k == 0:
+                return INF
+            return tgt(j) / (rates.rate(j, k) / one[j.id])
+
+        return elastic_plan(snap, self.name, shares, rates, list(shares),
+                            _numbers(lambda jid: True, tgt, rho, shares),
                             packing=self.packing)
+
+
+def _numbers(has, of, rho, shares):
+    """A job's explain numbers: ``m / n`` (``of(job)``) and rho at its share; none for a job
+    beyond the first M (``has(id)`` false)."""
+    shown: dict = {}
+
+    def numbers(j):
+        if not has(j.id):  # beyond the first M jobs: one shared empty mapping,
+            return no_numbers(j)  # so the waiting queue shares one Reason (elastic_plan)
+        # jobs with the same two numbers share one mapping, and so (with the same
+        # share) one Reason; neither is ever zero (target > 0, rho > 0 or infinite)
+        key = (of(j), rho(j, shares[j.id]))
+        d = shown.get(key)
+        if d is None:
+            d = shown[key] = {"target_speedup": key[0], "rho": key[1]}
+        return d
+    return numbers

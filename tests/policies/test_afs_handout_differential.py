@@ -244,3 +244,27 @@ def test_big_cluster_snapshots_match_reference(name, snap):
 
     pol = policies.get_policy(name)
     assert_same(pol.schedule(snap), _reference_plan(pol, snap))
+
+
+def test_regulate_many_jobs_on_few_shares_matches_reference():
+    """Hundreds of jobs on a few share values (the groups of ``regulate``: one share, one
+    count), in shuffled priority orders, with moves refused for some jobs."""
+    import random
+
+    rng = random.Random(1)
+    for _ in range(300):
+        per = rng.choice([1, 2, 3, 4, 6, 8])
+        n = rng.randint(0, 300)
+        shares = {f"j{i}": rng.randint(-1, rng.choice([3, 10, 20, 40, 100])) for i in range(n)}
+        keys = list(shares)
+        rng.shuffle(keys)
+        shares = {k: shares[k] for k in keys}
+        total = rng.choice([sum(max(0, s) for s in shares.values()), rng.randint(0, 3000)])
+        refuse = set(rng.sample(keys, rng.randint(0, n)))
+        cut = rng.randint(1, 64)
+
+        def useful(j, k):
+            return j not in refuse and k <= cut
+
+        assert list(regulate(shares, per, total, useful).items()) == \
+            list(ref.regulate(shares, per, total, useful).items())

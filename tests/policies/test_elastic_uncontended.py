@@ -24,6 +24,7 @@ import policies.optimus as optimus
 import policies.themis as themis
 from gimbalctl.cluster import parse_cluster
 from gimbalctl.sim import SimConfig, simulate
+from policies.max_min_kept import KeptDemands
 from policies.model import ClusterSnapshot, Job, Node
 import reference_afs_handout as ref_handout
 from test_afs_handout_differential import _cands, _result, big_snapshots, cand_sets
@@ -132,6 +133,9 @@ def test_lightly_loaded_simulator_runs(name):
     seen: Counter = Counter()
     with pytest.MonkeyPatch.context() as mp:
         _counting(mp, seen)
+        # (Themis's kept demands answer the uncontended calls of a simulation before
+        # ``_uncontended`` is asked: off here; tests/policies/test_max_min_kept.py checks them)
+        mp.setattr(KeptDemands, "shares", lambda self, snap, rates: None)
         pol = Differential(name)
         simulate(_jobs(30, seed=5), parse_cluster("4x8"), pol, MODELS,
                  SimConfig(interval=120.0, seed=3, reveal_lengths=pol.needs_lengths))

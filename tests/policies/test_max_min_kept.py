@@ -4,6 +4,8 @@ water-filling), and they are given only where every job gets its demand."""
 from __future__ import annotations
 
 import dataclasses
+import math
+from unittest import mock
 
 import pytest
 
@@ -14,6 +16,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies.elastic import UNPROFILED, Rates
 from policies.max_min import _demand, full_shares
 from policies.max_min_kept import KeptDemands
+from policies.model import Frozen, JobChanges
 from test_elastic_differential import _jobs
 
 MODELS = default_models()
@@ -69,7 +72,7 @@ def test_an_unprofiled_job_or_no_record_takes_the_full_path():
     pol.schedule = keep
     simulate(_jobs(40, seed=3), parse_cluster("16x8"), pol, MODELS, SimConfig())
     snap = seen[len(seen) // 2]
-    kd = KeptDemands()
+    kd = KeptDemands(_demand)
     assert kd.shares(snap, Rates(snap)) == full_shares(snap, Rates(snap))
     jid = next(iter(snap.jobs))
     other = dataclasses.replace(snap, predictors={**snap.predictors, UNPROFILED: frozenset({jid})})
@@ -91,7 +94,7 @@ def test_a_demand_cut_at_the_probe_bound_is_probed_again():
     pol.schedule = keep
     simulate(_jobs(30, seed=5), parse_cluster("1x8"), pol, MODELS, SimConfig())
     checked = cut = 0
-    kd = KeptDemands()
+    kd = KeptDemands(_demand)
     for snap in seen:
         rates = Rates(snap)
         was_cut = bool(kd.cut)
@@ -101,3 +104,62 @@ def test_a_demand_cut_at_the_probe_bound_is_probed_again():
             cut += was_cut
             assert got == full_shares(snap, rates)
     assert checked > 0 and cut > 0
+
+
+class _ThemisChecked:
+    """Themis at every call with its kept demands and without them (the full path: the
+    peaks, ``_uncontended`` or the heaps): the same Plan, numbers included."""
+
+    def __init__(self):
+        self.pol, self.ref = policies.get_policy("themis"), policies.get_policy("themis")
+        self.kept = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.pol, attr)
+
+    def schedule(self, snap):
+        with mock.patch.object(KeptDemands, "shares", lambda self, snap, rates: None):
+            want = self.ref.schedule(snap)
+        self.kept += self.pol._kept.shares(snap, Rates(snap)) is not None
+        got = self.pol.schedule(snap)
+        assert got == want and dict(got.reasons) == dict(want.reasons)
+        return got
+
+
+@pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("40x8", 120)])
+def test_themis_plans_with_its_kept_demands_as_without(cluster, n):
+    pol = _ThemisChecked()
+    res = simulate(_jobs(n, seed=11), parse_cluster(cluster), pol, MODELS, SimConfig())
+    assert len(res._rows) == n and pol.kept > 0
+
+
+def test_themis_strict_demands_leave_a_ranged_job_to_the_full_path():
+    """A job with a GPU range (Themis's first hand-out ignores its cap) or a rate that is not
+    finite and positive up to its demand sends Themis down its full path; Max-Min keeps it."""
+    seen = []
+    pol = policies.get_policy("themis")
+    inner = pol.schedule
+
+    def keep(snap):
+        seen.append(snap)
+        return inner(snap)
+
+    pol.schedule = keep
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), pol, MODELS, SimConfig())
+    snap = seen[len(seen) // 2]
+    strict, plain = KeptDemands(_demand, strict=True), KeptDemands(_demand)
+    assert strict.shares(snap, Rates(snap)) == plain.shares(snap, Rates(snap)) is not None
+    jid = next(iter(snap.jobs))
+    jobs = dict(snap.jobs)
+    jobs[jid] = dataclasses.replace(jobs[jid], gpu_range=(1, 64))
+    items = snap.job_changes.log._items
+    items.append(jid)
+    ranged = dataclasses.replace(snap, jobs=jobs,
+                                 job_changes=JobChanges(log=Frozen(items), source=jobs))
+    assert strict.shares(ranged, Rates(ranged)) is None
+    assert plain.shares(ranged, Rates(ranged)) is not None
+    job = snap.jobs[jid]
+    rates = Rates(snap)
+    with mock.patch.object(Rates, "rate", lambda self, j, k: math.nan):
+        assert not KeptDemands(_demand, strict=True)._rates_finite(rates, job, 2)
+    assert KeptDemands(_demand, strict=True)._rates_finite(rates, job, 2)
