@@ -326,6 +326,15 @@ class _GiveUp(Exception):
     """(strict placement) A whole-node walk reached the claimed nodes."""
 
 
+class KeptOnNodes(Exception):
+    """(strict placement) A job to place holds GPUs on ``nodes``, where a kept job holds
+    some: its own nodes' free counts there would count the kept job's GPUs."""
+
+    def __init__(self, nodes):
+        super().__init__(nodes)
+        self.nodes = nodes
+
+
 def _past_kept():
     """The strict walk's last group: the claimed whole nodes, which may be kept jobs' there."""
     raise _GiveUp
@@ -499,7 +508,7 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
             out[jid] = gpus
             continue
         if strict and h is not None and not knodes.isdisjoint(mine):
-            return None  # its own nodes' free counts would count a kept job's GPUs
+            raise KeptOnNodes(frozenset(mine))  # its nodes' free counts would count them
         cl = claims_now()
         c = cl.c
         full = fn.buckets.get(per_node, [])

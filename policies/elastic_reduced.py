@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from .elastic_place import _EMPTY, _RUNNING, _FreeNodes, _empty_cluster, _place, held_facts
+from .elastic_place import (_EMPTY, _RUNNING, KeptOnNodes, _FreeNodes, _empty_cluster, _place,
+                            held_facts)
 from .model import ClusterSnapshot, Gpu, identity_memo
 from .records import any_shared_gpu, gpu_record
 
@@ -158,7 +159,7 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
     jobs = snap.jobs
     out: dict[str, tuple[Gpu, ...]] = {}
     rest: dict[str, int] = {}
-    on: list = []  # the nodes of each kept job
+    on: list = []  # (id, its nodes) of each job kept in this pass
     back: list = []
     held = 0
     memo_get = _KIND.get
@@ -166,7 +167,6 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
     if kept is not None and kept.share:
         ks = kept.share
         out.update(kept.gpus)
-        on.append(tuple(kept.node_count))
         held = kept.held
         items = [(j, k) for j, k in items if j not in ks]
     for jid, k in items:
@@ -183,7 +183,7 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         if n == k:
             if kind[3] is not None:
                 out[jid] = kind[4]
-                on.append(kind[3])
+                on.append((jid, kind[3]))
                 if newly is not None:
                     newly.append((jid, kind))
                 continue
@@ -200,12 +200,44 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
                 back.append(job.allocation.gpus)
     if not rest:
         return out
-    fn = _reduced_free(snap, back)
-    if fn is None:
-        return None
-    knodes = {x for xs in on for x in xs}
-    got = _place(snap, rest, fn, False, knodes)
-    if got is None:
-        return None
-    out.update(got)
-    return out
+    while True:
+        fn = _reduced_free(snap, back)
+        if fn is None:
+            return None
+        knodes = {x for _, xs in on for x in xs}
+        if kept is not None:
+            knodes.update(kept.node_count)
+        try:
+            got = _place(snap, rest, fn, False, knodes)
+        except KeptOnNodes as e:
+            # a job to place holds GPUs beside kept jobs: those are placed by the rule too
+            # (any set of jobs kept as above gives the whole rule's answer; this one holds
+            # none on the nodes whose free counts the job reads), and the pass runs again
+            if not _unkeep(e.nodes, shares, jobs, out, rest, on, back, kept, newly):
+                return None
+            rest = {j: shares[j] for j in shares if j in rest}  # (the rule's order)
+            continue
+        if got is None:
+            return None
+        out.update(got)
+        return out
+
+
+def _unkeep(nodes, shares, jobs, out, rest, on, back, kept, newly) -> bool:
+    """Move every kept job with a GPU on ``nodes`` to ``rest`` (its GPUs back to the free
+    ones); False when there is none."""
+    gone = {j for j, xs in on if not nodes.isdisjoint(xs)}
+    if kept is not None:
+        gone.update(j for j, xs in kept.on.items() if not nodes.isdisjoint(xs))
+    if not gone:
+        return False
+    for jid in gone:
+        del out[jid]
+        rest[jid] = shares[jid]
+        back.append(jobs[jid].allocation.gpus)
+        if kept is not None:
+            kept.drop(jid)
+    on[:] = [(j, xs) for j, xs in on if j not in gone]
+    if newly is not None:
+        newly[:] = [(j, kind) for j, kind in newly if j not in gone]
+    return True

@@ -157,6 +157,35 @@ def test_by_hand_case_keeps_the_kept_and_places_the_rest():
     assert {g.node for g in got["P"]} == {"n2"}
 
 
+def test_a_job_beside_kept_jobs_has_them_placed_by_the_rule_too():
+    """A multi-node job to place (A: 12 GPUs held, share 16) holds GPUs on n1 beside a kept
+    job (B: n1's other 4): its walk would read n1's free count, which counts B's GPUs there,
+    so B is placed by the rule too and the pass answers, with the whole rule's GPU sets (B
+    moves there); so does the kept set of policies.elastic_kept, which loses B."""
+    from policies.elastic_kept import KeptJobs
+    from policies.elastic_reduced import _KIND
+
+    nodes = (Node("n0", 8), Node("n1", 8), Node("n2", 8))
+    a = [Gpu("n0", i) for i in range(8)] + [Gpu("n1", i) for i in range(4)]
+    jobs = [_running("A", a, 0.0), _running("B", [Gpu("n1", i) for i in range(4, 8)], 1.0),
+            _running("C", [Gpu("n2", 0), Gpu("n2", 1)], 2.0)]
+    snap = _snap(nodes, jobs)
+    shares = {"A": 16, "B": 4, "C": 2}
+    whole = ref_place(snap, shares)
+    got = place_reduced(snap, shares)
+    assert got is not None and got == whole
+    # the rule gives A the whole of n1 (its own), so B moves: it could not have been kept
+    assert set(got["A"]) >= set(a) and got["B"] != snap.jobs["B"].allocation.gpus
+    newly: list = []
+    assert place_reduced(snap, shares, None, newly) == whole
+    assert [j for j, _ in newly] == ["C"]  # B is no longer kept by the shortcut
+    kp = KeptJobs()
+    b = snap.jobs["B"].allocation
+    kp.add("B", 4, _KIND[id(b)])
+    assert place_reduced(snap, shares, kp, []) == whole
+    assert "B" not in kp.share and not kp.node_count.get("n1")
+
+
 def test_gives_up_where_the_rule_would_read_a_kept_jobs_gpus():
     """A new sub-node job with no node of enough unclaimed GPUs: the rule takes a kept job's
     GPUs (it moves); the reduced form does not try."""
