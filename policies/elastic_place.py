@@ -253,7 +253,7 @@ class _Claims:
         """``_keep_of`` for running job ``jid``, memoised per allocation record (then per
         share, for this node tuple)."""
         alloc, k = self.jobs[jid].allocation, self.shares[jid]
-        per = identity_memo(_KEEP, alloc, _per_share, 100_000)
+        per = identity_memo(_KEEP, alloc, _per_share, 20_000)
         hit = per.get(k)
         if hit is None or hit[0] is not self.nodes:
             hit = per[k] = (self.nodes, _keep_of(alloc, k, self.per_node, self.fn.key, self.size))
@@ -326,12 +326,15 @@ class _GiveUp(Exception):
     """(strict placement) A whole-node walk reached the claimed nodes."""
 
 
-class KeptOnNodes(Exception):
-    """(strict placement) A job to place holds GPUs on ``nodes``, where a kept job holds
-    some: its own nodes' free counts there would count the kept job's GPUs."""
+class KeptOnNodes:
+    """(strict placement, what :func:`_place` returns then) A job to place holds GPUs on
+    ``nodes``, where a kept job holds some: its own nodes' free counts there would count the
+    kept job's GPUs.  (Returned, not raised: a raised exception's traceback would hold the
+    placement's frames until the cycle collector ran.)"""
+
+    __slots__ = ("nodes",)
 
     def __init__(self, nodes):
-        super().__init__(nodes)
         self.nodes = nodes
 
 
@@ -364,10 +367,11 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int],
 
 
 def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", shared: bool,
-           knodes: Optional[set]) -> Optional[dict[str, tuple[Gpu, ...]]]:
+           knodes: Optional[set]):
     """:func:`place`'s rule on the free GPUs ``fn``.  ``knodes`` (strict mode, from
     :func:`place_reduced`): the nodes where a kept job left out of ``shares`` holds GPUs; the
-    placement then gives up (``None``) at every step whose choice could read those GPUs."""
+    placement then gives up (``None``) at every step whose choice could read those GPUs, or
+    returns :class:`KeptOnNodes` where a job's own nodes are among them."""
     per_node = snap.max_gpus_per_node or 1
     free, nkey = fn.free, fn.key
     jobs = snap.jobs
@@ -508,7 +512,7 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
             out[jid] = gpus
             continue
         if strict and h is not None and not knodes.isdisjoint(mine):
-            raise KeptOnNodes(frozenset(mine))  # its nodes' free counts would count them
+            return KeptOnNodes(frozenset(mine))  # its nodes' free counts would count them
         cl = claims_now()
         c = cl.c
         full = fn.buckets.get(per_node, [])

@@ -101,7 +101,7 @@ def _kind(alloc, nodes: tuple, per_node: int, size, tfree) -> tuple:
     """(alloc, node tuple, its GPU count n, the nodes it keeps on a share of n or None, the
     GPU tuple it keeps then, whether the shape is a kept one but for an index its node does
     not have): the rule's shortcut tests of :func:`place_reduced`, memoised per record."""
-    if len(_KIND) > 100_000:
+    if len(_KIND) > 20_000:  # (it holds the records: those of ended jobs go at a clear)
         _KIND.clear()
     h = held_facts(alloc, nodes, tfree)
     gp, mine = alloc.gpus, h[1]
@@ -138,11 +138,15 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
     free, so every node's unclaimed count (free less claimed) is the same on both; one placed
     already took exactly its own.  The choices that read claimed GPUs give up here: a
     sub-node share with no node of enough unclaimed GPUs (the rule's best-fit fallbacks), a
-    whole-node walk past the unclaimed whole nodes (its last group, claimed nodes), or one
-    whose own nodes hold a kept job's GPUs (their free counts differ), and the unequal-node
-    fill.  Within a node ``take`` orders unclaimed GPUs before claimed ones, so where the
-    node has enough unclaimed ones it takes the same.  By induction over the rule's order
-    every kept job then finds its GPUs free and keeps them.  Only the simulator's snapshots
+    whole-node walk past the unclaimed whole nodes (its last group, claimed nodes), and the
+    unequal-node fill.  Within a node ``take`` orders unclaimed GPUs before claimed ones, so
+    where the node has enough unclaimed ones it takes the same.  By induction over the rule's
+    order every kept job then finds its GPUs free and keeps them.  The argument holds for any
+    set of jobs kept so (a kept job left in ``rest`` claims its GPUs there as in the whole
+    rule); so a running multi-node job whose own nodes hold a kept job's GPUs (its walk reads
+    their free counts, which differ) does not end the pass: every kept job on those nodes joins
+    ``rest`` and the pass runs again (:class:`~policies.elastic_place.KeptOnNodes`; each run
+    keeps fewer jobs, so it ends).  Only the simulator's snapshots
     (consistent free views, no GPU held twice) are placed so; tests/policies/
     test_elastic_reduced.py checks the result against :func:`place`'s whole rule and the
     literal reference on random snapshots and on whole simulations.
@@ -207,13 +211,12 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         knodes = {x for _, xs in on for x in xs}
         if kept is not None:
             knodes.update(kept.node_count)
-        try:
-            got = _place(snap, rest, fn, False, knodes)
-        except KeptOnNodes as e:
+        got = _place(snap, rest, fn, False, knodes)
+        if isinstance(got, KeptOnNodes):
             # a job to place holds GPUs beside kept jobs: those are placed by the rule too
             # (any set of jobs kept as above gives the whole rule's answer; this one holds
             # none on the nodes whose free counts the job reads), and the pass runs again
-            if not _unkeep(e.nodes, shares, jobs, out, rest, on, back, kept, newly):
+            if not _unkeep(got.nodes, shares, jobs, out, rest, on, back, kept, newly):
                 return None
             rest = {j: shares[j] for j in shares if j in rest}  # (the rule's order)
             continue
