@@ -69,9 +69,8 @@ def test_every_simulated_call_plans_as_without_the_kept_jobs(name, cluster):
     assert plain._rows == res._rows
 
 
-def test_kept_jobs_leave_when_their_view_or_share_changes():
-    """A job whose view changed (the job record names it) or whose share moved is not kept;
-    another run's record empties the set."""
+def test_dropping_a_kept_job_gives_back_its_gpus_and_nodes():
+    """The kept set's sums follow its jobs: held GPUs, and per node the kept jobs there."""
     from policies.elastic_kept import KeptJobs
 
     kp = KeptJobs()
