@@ -25,7 +25,6 @@ against the full path at every call of whole simulations and on random snapshots
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
 from typing import Callable, Optional
 
 from .elastic import UNPROFILED, Rates
@@ -48,7 +47,6 @@ class KeptDemands:
     def clear(self) -> None:
         self._seen = None  # the job change record read so far
         self._ctx: Optional[tuple] = None  # (useful memo, node tuple, unprofiled ids)
-        self.keys: list = []  # (submit_time, id), sorted
         self.dem: dict[str, int] = {}  # id -> demand, in submit order
         self.cut: dict[str, int] = {}  # id -> the bound its demand was cut at
         self.bad: set[str] = set()
@@ -64,8 +62,7 @@ class KeptDemands:
         self.total -= d
         self.cut.pop(jid, None)
         self.bad.discard(jid)
-        i = bisect_left(self.keys, (self._key_of.pop(jid), jid))
-        del self.keys[i]
+        del self._key_of[jid]
 
     def _put(self, rates: Rates, job, bound: int) -> None:
         """Add ``job`` (or renew it: its view changed) with its demand probed up to ``bound``."""
@@ -90,15 +87,13 @@ class KeptDemands:
         else:
             self.cut.pop(jid, None)
         if old is None:
-            self._key_of[jid] = key[0]
-            if not self.keys or self.keys[-1] < key:
-                self.keys.append(key)
-                self.dem[jid] = d
-            else:  # a job older than the newest kept one: the dict's order is rebuilt
-                insort(self.keys, key)
-                self.dem[jid] = d
-                dem = self.dem
-                self.dem = {i: dem[i] for _, i in self.keys}
+            dem, key_of = self.dem, self._key_of
+            last = next(reversed(dem), None)
+            key_of[jid] = key[0]
+            dem[jid] = d
+            if last is not None and (key_of[last], last) > key:
+                # older than the newest kept job: the submit order is made again
+                self.dem = {i: dem[i] for i in sorted(dem, key=lambda i: (key_of[i], i))}
             self.total += d
         else:
             self.dem[jid] = d

@@ -17,3 +17,15 @@ class PolicyProbe:
 
     def schedule(self, snap):
         return self.inner.schedule(snap)
+
+
+class Recorder(PolicyProbe):
+    """A probe that keeps every snapshot it is handed (``seen``), oldest first."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.seen: list = []
+
+    def schedule(self, snap):
+        self.seen.append(snap)
+        return self.inner.schedule(snap)

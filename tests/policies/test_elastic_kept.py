@@ -15,6 +15,7 @@ from gimbalctl.sim import SimConfig, simulate
 from policies import elastic, elastic_kept
 from policies.elastic_place import place
 from policies.elastic_reduced import place_reduced
+from policy_probe import PolicyProbe, Recorder
 from test_elastic_differential import _jobs, build
 
 MODELS = default_models()
@@ -25,21 +26,18 @@ def _plan_facts(plan):
     return plan.policy, plan.actions, tuple(plan.order), dict(plan.reasons), plan.infeasible
 
 
-class _Checked:
+class _Checked(PolicyProbe):
     """A policy whose every call is also made without the kept jobs and compared."""
 
     def __init__(self, name):
-        self.pol, self.ref = policies.get_policy(name), policies.get_policy(name)
-        self.name = name
+        super().__init__(name)
+        self.ref = policies.get_policy(name)
         self.calls = self.with_kept = self.placed = 0
-
-    def __getattr__(self, attr):  # the policy's flags (elastic, preemptive, rounds, ...)
-        return getattr(self.pol, attr)
 
     def schedule(self, snap):
         with mock.patch.object(elastic, "kept_jobs", lambda *a: None):
             want = self.ref.schedule(snap)
-        got = self.pol.schedule(snap)
+        got = self.inner.schedule(snap)
         assert _plan_facts(got) == _plan_facts(want)
         self.calls += 1
         kp = elastic_kept._KEPT.get((self.name, True))
@@ -138,17 +136,10 @@ def test_a_kept_job_whose_view_changes_is_planned_again(name):
     from policies.model import Frozen, JobChanges
     from policies.plan import ResizeJob
 
-    seen = []
-    pol = policies.get_policy(name)
-    inner = pol.schedule
-
-    def keep(snap):
-        seen.append(snap)
-        return inner(snap)
-
-    pol.schedule = keep
-    simulate(_jobs(60, seed=7), parse_cluster("16x8"), pol, MODELS, SimConfig())
-    snap = seen[len(seen) // 2]
+    rec = Recorder(name)
+    simulate(_jobs(60, seed=7), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    inner = rec.inner.schedule
+    snap = rec.seen[len(rec.seen) // 2]
     elastic_kept._KEPT.clear()
     first = inner(snap)
     kp = elastic_kept._KEPT[(name, True)]

@@ -17,23 +17,21 @@ from policies.elastic import UNPROFILED, Rates
 from policies.max_min import _demand, full_shares
 from policies.max_min_kept import KeptDemands
 from policies.model import Frozen, JobChanges
+from policy_probe import PolicyProbe, Recorder
 from test_elastic_differential import _jobs
 
 MODELS = default_models()
 
 
-class _Checked:
+class _Checked(PolicyProbe):
     def __init__(self):
-        self.pol = policies.get_policy("max-min")
+        super().__init__("max-min")
         self.kept = self.full = 0
-
-    def __getattr__(self, attr):
-        return getattr(self.pol, attr)
 
     def schedule(self, snap):
         rates = Rates(snap)
         want = full_shares(snap, rates)
-        got = self.pol._kept.shares(snap, rates)
+        got = self.inner._kept.shares(snap, rates)
         M, n = snap.total_gpus, len(want)
         dem = {j: _demand(rates, snap.jobs[j], rates.cap(snap.jobs[j], 1), M) for j in want}
         if got is None:
@@ -44,7 +42,7 @@ class _Checked:
         else:
             self.kept += 1
             assert list(got.items()) == list(want.items()) and want == dem
-        return self.pol.schedule(snap)
+        return self.inner.schedule(snap)
 
 
 @pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("3x8", 40), ("40x8", 120)])
@@ -61,16 +59,9 @@ def test_every_simulated_call_gives_the_full_paths_shares(cluster, n):
 
 
 def test_an_unprofiled_job_or_no_record_takes_the_full_path():
-    seen = []
-    pol = policies.get_policy("max-min")
-    inner = pol.schedule
-
-    def keep(snap):
-        seen.append(snap)
-        return inner(snap)
-
-    pol.schedule = keep
-    simulate(_jobs(40, seed=3), parse_cluster("16x8"), pol, MODELS, SimConfig())
+    rec = Recorder("max-min")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    seen = rec.seen
     snap = seen[len(seen) // 2]
     kd = KeptDemands(_demand)
     assert kd.shares(snap, Rates(snap)) == full_shares(snap, Rates(snap))
@@ -83,16 +74,9 @@ def test_an_unprofiled_job_or_no_record_takes_the_full_path():
 
 def test_a_demand_cut_at_the_probe_bound_is_probed_again():
     """A demand probed up to M - n + 1 and cut there is looked at again when n falls."""
-    seen = []
-    pol = policies.get_policy("max-min")
-    inner = pol.schedule
-
-    def keep(snap):
-        seen.append(snap)
-        return inner(snap)
-
-    pol.schedule = keep
-    simulate(_jobs(30, seed=5), parse_cluster("1x8"), pol, MODELS, SimConfig())
+    rec = Recorder("max-min")
+    simulate(_jobs(30, seed=5), parse_cluster("1x8"), rec, MODELS, SimConfig())
+    seen = rec.seen
     checked = cut = 0
     kd = KeptDemands(_demand)
     for snap in seen:
@@ -106,22 +90,20 @@ def test_a_demand_cut_at_the_probe_bound_is_probed_again():
     assert checked > 0 and cut > 0
 
 
-class _ThemisChecked:
+class _ThemisChecked(PolicyProbe):
     """Themis at every call with its kept demands and without them (the full path: the
     peaks, ``_uncontended`` or the heaps): the same Plan, numbers included."""
 
     def __init__(self):
-        self.pol, self.ref = policies.get_policy("themis"), policies.get_policy("themis")
+        super().__init__("themis")
+        self.ref = policies.get_policy("themis")
         self.kept = 0
-
-    def __getattr__(self, attr):
-        return getattr(self.pol, attr)
 
     def schedule(self, snap):
         with mock.patch.object(KeptDemands, "shares", lambda self, snap, rates: None):
             want = self.ref.schedule(snap)
-        self.kept += self.pol._kept.shares(snap, Rates(snap)) is not None
-        got = self.pol.schedule(snap)
+        self.kept += self.inner._kept.shares(snap, Rates(snap)) is not None
+        got = self.inner.schedule(snap)
         assert got == want and dict(got.reasons) == dict(want.reasons)
         return got
 
@@ -136,16 +118,9 @@ def test_themis_plans_with_its_kept_demands_as_without(cluster, n):
 def test_themis_strict_demands_leave_a_ranged_job_to_the_full_path():
     """A job with a GPU range (Themis's first hand-out ignores its cap) or a rate that is not
     finite and positive up to its demand sends Themis down its full path; Max-Min keeps it."""
-    seen = []
-    pol = policies.get_policy("themis")
-    inner = pol.schedule
-
-    def keep(snap):
-        seen.append(snap)
-        return inner(snap)
-
-    pol.schedule = keep
-    simulate(_jobs(40, seed=3), parse_cluster("16x8"), pol, MODELS, SimConfig())
+    rec = Recorder("themis")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    seen = rec.seen
     snap = seen[len(seen) // 2]
     strict, plain = KeptDemands(_demand, strict=True), KeptDemands(_demand)
     assert strict.shares(snap, Rates(snap)) == plain.shares(snap, Rates(snap)) is not None
@@ -163,3 +138,17 @@ def test_themis_strict_demands_leave_a_ranged_job_to_the_full_path():
     with mock.patch.object(Rates, "rate", lambda self, j, k: math.nan):
         assert not KeptDemands(_demand, strict=True)._rates_finite(rates, job, 2)
     assert KeptDemands(_demand, strict=True)._rates_finite(rates, job, 2)
+
+
+def test_jobs_met_out_of_submit_order_are_kept_in_it():
+    """A snapshot whose job map is not in submit order (the simulator's is): the kept
+    shares still come in submit order, the full path's."""
+    rec = Recorder("max-min")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    snap = max(rec.seen, key=lambda s: len(s.jobs))
+    assert len(snap.jobs) >= 3
+    jobs = dict(reversed(list(snap.jobs.items())))
+    back = dataclasses.replace(snap, jobs=jobs,
+                               job_changes=JobChanges(log=Frozen([]), source=jobs))
+    got = KeptDemands(_demand).shares(back, Rates(back))
+    assert got is not None and list(got.items()) == list(full_shares(back, Rates(back)).items())
