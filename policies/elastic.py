@@ -38,12 +38,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import compress
+from operator import ne
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config
 from .elastic_kept import kept_jobs
+from .elastic_packing import allowed, packing_shares, round_down  # noqa: F401 (re-exported)
+from .elastic_packing import next_up as _next_up
 from .elastic_place import place
+from .elastic_regulate import kept_classes
 from .elastic_reduced import place_reduced
 from .model import ClusterSnapshot, Job, JobState
 from .plan import Plan, PreemptJob, ReasonCode, ResizeJob, make_plan, reason, start_job
@@ -150,43 +155,6 @@ class Rates:
 
 
 # ---------------------------------------------------------------- network packing
-def packing_shares(per_node: int, total: int) -> tuple[int, ...]:
-    """Allowed shares (§4.4): powers of two dividing ``per_node``, then multiples of it."""
-    small = [1 << e for e in range(per_node.bit_length()) if per_node % (1 << e) == 0
-             and (1 << e) < per_node]
-    return tuple(small + list(range(per_node, total + 1, per_node)))
-
-
-def allowed(share: int, per_node: int) -> bool:
-    if share <= 0:
-        return share == 0
-    if share >= per_node:
-        return share % per_node == 0
-    return per_node % share == 0 and share & (share - 1) == 0
-
-
-def round_down(share: int, per_node: int) -> int:
-    """Appendix E's ``x_i``: the largest allowed share not above ``share``."""
-    if share <= 0:
-        return 0
-    if share >= per_node:
-        return share // per_node * per_node
-    x = 1 << (share.bit_length() - 1)
-    while per_node % x:
-        x >>= 1
-    return x
-
-
-def _next_up(r: int, per_node: int) -> Optional[int]:
-    """Appendix E's moves: ``2^l -> 2^(l+1)`` below a node, ``+per_node`` above."""
-    if r >= per_node:
-        return r + per_node
-    up = r * 2
-    while up < per_node and per_node % up:
-        up *= 2
-    return up if up <= per_node and allowed(up, per_node) else per_node
-
-
 def regulate(shares: Mapping[str, int], per_node: int, total: int,
              useful: Callable[[str, int], bool] = lambda j, k: True) -> dict[str, int]:
     """Network-packing regulation of ``shares`` (Appendix E, Proposition 2).
@@ -260,14 +228,23 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     per_node = snap.max_gpus_per_node or 1
     total = snap.total_gpus
     positive = {j: s for j, s in shares.items() if s > 0}
-    # (each test once per distinct share)
-    if packing and any(not allowed(s, per_node) for s in set(positive.values())):
-        positive = regulate(positive, per_node, total,
-                            lambda j, k: rates.rate(snap.jobs[j], k)
-                            > rates.rate(snap.jobs[j], shares[j]) * (1 + 1e-9))
     jobs = snap.jobs
+    # the classes of the regulation's walk, kept across calls (policies.elastic_regulate)
+    cls = kept_classes(policy, snap, rates.profiles, positive, per_node,
+                       _class_of(jobs, rates)) if packing else None
+
+    def useful(j: str, k: int) -> bool:
+        # a function of (share, application, global batch, k) for a profiled job: the
+        # classes' contract
+        return rates.rate(jobs[j], k) > rates.rate(jobs[j], shares[j]) * (1 + 1e-9)
+    # (each test once per distinct share)
+    if packing and any(not allowed(s, per_node)
+                       for s in (set(positive.values()) if cls is None else cls.shares_seen())):
+        positive = (regulate(positive, per_node, total, useful) if cls is None
+                    else cls.regulate(total, useful))
     cut = False
-    for jid in [j for j in positive if jobs[j].gpu_range is not None]:
+    for jid in ([j for j in positive if jobs[j].gpu_range is not None] if cls is None
+                else list(cls.ranged)):
         # a job's own GPU range bounds its share
         r = positive[jid]
         rng = jobs[jid].gpu_range
@@ -283,8 +260,8 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     if kp is not None:
         ks = kp.share
         if ks:
-            pget = positive.get
-            for jid in [j for j, k in ks.items() if pget(j) != k]:
+            # (the kept jobs not in ``positive`` at their kept share; C-level passes)
+            for jid in list(compress(ks, map(ne, map(positive.get, ks), ks.values()))):
                 kp.drop(jid)
         newly: Optional[list] = []
         placed = place_reduced(snap, positive, kp, newly)
@@ -378,6 +355,19 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                                             **base, share=float(n), decided_share=decided))
         return hit[1]
     return make_plan(policy, actions, waiting, reasons, shared=[(kept_ids, kept_reason)])
+
+
+def _class_of(jobs, rates: Rates) -> Callable[[str], tuple]:
+    """``(u, has a GPU range)`` of a job, for :mod:`policies.elastic_regulate`: ``u`` its
+    (application, global batch) when profiled (the model's rates are a function of those),
+    else its id (a class of its own)."""
+    unprofiled, profiles = rates.unprofiled, rates.profiles
+
+    def of(jid: str) -> tuple:
+        job = jobs[jid]
+        u = (job.app, job.global_batch) if jid not in unprofiled and job.app in profiles else jid
+        return u, job.gpu_range is not None
+    return of
 
 
 def useful_share(rates: Rates, job: Job, k: int) -> bool:

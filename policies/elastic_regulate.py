@@ -1,0 +1,253 @@
+"""Network-packing regulation by classes of jobs, kept across calls (issue #13, docs/scale.md §2).
+
+:func:`policies.elastic.regulate` (Appendix E) walks a heap of every job with a positive
+share at every call: at 300x8 on the Philly trace about 130 jobs per call, on about 8 share
+values and 18 (share, application, global batch) triples, with one job's share changed per
+call.  Its walk pops the jobs in the order of the key ``(r − s, rank)`` (``s`` the job's
+share, ``r`` what it holds now, rank its place in the input's order), and what it does with
+a job depends on the job only through ``s``, ``r`` and ``useful(job, up)``:
+
+* the step ``up − r`` to the next allowed share is a function of ``r``;
+* a job is dropped when the step is more than the GPUs left ``d`` (which only shrink), or
+  when its deficit ``s − r`` is not positive and ``useful(job, up)`` is false.
+
+So the jobs of one *class* — one share ``s``, one count ``r`` and one answer of
+``useful`` — are popped in their rank order, at the same level ``r − s``; the walk here
+keeps one heap entry per class (its first job not yet popped) instead of one per job, and
+drops a class at once where the heap walk drops each of its jobs in turn (for the step:
+``d`` only shrinks; for ``useful``: the same answer for every job of the class).  A job
+moved up joins the class ``(s, up)`` of its own class's jobs moved so far, whose level
+``up − s`` is above the level being walked, so that class is whole before its first job is
+popped (its rank order is the order of their moves).  The walk then costs O(classes +
+moves) heap steps, not O(jobs).
+
+The classes are *kept across calls*: :class:`Classes` keeps the last input (its shares in
+order), every job's rank and class, the shares rounded down (``base``, in the input's order)
+and their sums, and at the next call reads only what changed: the ids whose share changed
+or that came or went (a set difference of the two inputs, done in C), and the jobs whose
+view changed (the snapshot's job change record: their application, batch, profile or GPU
+range may be another).  The order is checked: the jobs still there must keep their relative
+order and the new ones must come after them (else the classes are made again, O(jobs)).
+
+The class of a job is ``(s, u)`` with ``u = (application, global batch)`` for a profiled
+job — :func:`policies.elastic.elastic_plan`'s ``useful(job, k)`` compares the model's rate
+at ``k`` with the rate at ``s``, a function of those three for a profiled job — and its own
+id for any other job (a class of one).  That is the caller's contract: ``useful`` must give
+the same answer for the jobs of a class.  Without a usable record (the daemon's snapshots,
+hand-built ones), for another profile table, unprofiled set or node size, the classes are
+made again from the input.  tests/policies/test_elastic_regulate.py checks the walk against
+``regulate`` on random sequences of inputs and every call of whole simulations of the five
+elastic policies.
+
+Also kept here, from the same upkeep: ``ranged``, the ids of the input whose job has a
+``gpu_range`` (the plan's pass that bounds their shares reads only them).
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from itertools import compress, filterfalse
+from operator import ne
+from typing import Callable, Mapping, Optional
+
+from .elastic_packing import next_up, round_down
+from .model import ClusterSnapshot
+from .records import job_record
+
+UNPROFILED = "unprofiled"  # (policies.elastic.UNPROFILED: the predictors key)
+
+
+class Classes:
+    """The jobs of the last input by class: ``members`` (class -> [(rank, id)] in rank
+    order), ``base`` (id -> its share rounded down, in the input's order), ``tot_s`` and
+    ``tot_r`` (the sums of the shares and of ``base``) and ``ranged`` (ids whose job has a
+    GPU range)."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen = None  # the job change record read so far
+        self._ctx: Optional[tuple] = None  # (profiles, unprofiled ids, GPUs per node)
+        self.per_node = 1
+        self._make({}, None)
+
+    def _make(self, shares: Mapping[str, int], keyof: Optional[Callable]) -> None:
+        self.prev: dict[str, int] = {}
+        self.keys: list[str] = []
+        self.rank: dict[str, int] = {}
+        self.key: dict[str, tuple] = {}
+        self.members: dict[tuple, list] = {}
+        self.base: dict[str, int] = {}
+        self.ranged: set[str] = set()
+        self.tot_s = self.tot_r = 0
+        self._down: dict[int, int] = {}
+        self._next = 0
+        for jid, s in shares.items():
+            self.rank[jid] = self._next
+            self._next += 1
+            self._add(jid, s, keyof(jid))
+        self.prev, self.keys = dict(shares), list(shares)
+
+    # ------------------------------------------------------------------ upkeep
+    def _add(self, jid: str, s: int, kr: tuple) -> None:
+        """Put ``jid`` (its rank set) in class ``(s, kr[0])``; ``kr[1]``: it has a GPU range."""
+        key = self.key[jid] = (s, kr[0])
+        item = (self.rank[jid], jid)
+        lst = self.members.get(key)
+        if lst is None:
+            self.members[key] = [item]
+        elif lst[-1] < item:
+            lst.append(item)
+        else:
+            lst.insert(bisect_left(lst, item), item)
+        r = self._down.get(s)
+        if r is None:
+            r = self._down[s] = round_down(s, self.per_node)
+        self.base[jid] = r  # (a job already there keeps its place)
+        self.tot_s += s
+        self.tot_r += r
+        if kr[1]:
+            self.ranged.add(jid)
+
+    def _remove(self, jid: str) -> None:
+        """Take ``jid`` out of its class and the sums (its rank and place in ``base`` stay)."""
+        key = self.key.pop(jid)
+        lst = self.members[key]
+        del lst[bisect_left(lst, (self.rank[jid],))]
+        if not lst:
+            del self.members[key]
+        self.tot_s -= key[0]
+        self.tot_r -= self.base[jid]
+        self.ranged.discard(jid)
+
+    def sync(self, shares: Mapping[str, int], keyof: Callable[[str], tuple],
+             stale: Optional[set]) -> None:
+        """Bring the classes to the input ``shares`` (id -> share > 0, in rank order).
+        ``keyof(id)``: ``(u, has a GPU range)`` of a job; ``stale``: the ids whose ``u`` or
+        range may have changed since the last input (``None``: any; the classes are made
+        again)."""
+        if stale is None:
+            return self._make(shares, keyof)
+        prev, pkeys = self.prev, self.keys
+        keys = list(shares)
+        # (C-level passes: no tuple per job)
+        if keys == pkeys:  # the same jobs in the same order
+            new: set = set()
+            gone: set = new
+            m = len(keys)
+            changed = list(compress(keys, map(ne, shares.values(), prev.values())))
+        else:
+            gone = prev.keys() - shares.keys()
+            new = shares.keys() - prev.keys()
+            m = len(keys) - len(new)
+            old = keys[:m]
+            # the jobs still there, first and in their order (so the new ones come last)
+            if old != (list(filterfalse(gone.__contains__, pkeys)) if gone else pkeys):
+                return self._make(shares, keyof)
+            changed = list(compress(old, map(ne, map(shares.__getitem__, old),
+                                             map(prev.__getitem__, old))))
+        rank, base = self.rank, self.base
+        for jid in gone:
+            self._remove(jid)
+            del rank[jid], base[jid]
+        for jid in stale.union(changed).difference(new):
+            s = shares.get(jid)
+            if s is not None:
+                self._remove(jid)
+                self._add(jid, s, keyof(jid))
+        for jid in keys[m:]:
+            rank[jid] = self._next
+            self._next += 1
+            self._add(jid, shares[jid], keyof(jid))
+        self.prev, self.keys = dict(shares), keys
+
+    def update(self, snap: ClusterSnapshot, profiles, shares: Mapping[str, int],
+               per_node: int, keyof: Callable[[str], tuple]) -> bool:
+        """:meth:`sync` with the jobs whose view changed since the last call (the snapshot's
+        job change record); False (and the classes cleared) without a usable record."""
+        log = job_record(snap)
+        if log is None:
+            self.clear()
+            return False
+        ctx = (profiles, snap.predictors.get(UNPROFILED), per_node)
+        old, seen = self._ctx, self._seen
+        self._seen = log
+        if (old is None or old[0] is not ctx[0] or old[1] is not ctx[1] or old[2] != per_node
+                or seen is None or not log.extends(seen)):
+            self._ctx = ctx
+            self.per_node = per_node
+            self._make(shares, keyof)
+        else:
+            self.sync(shares, keyof, set(log[len(seen):]))
+        return True
+
+    # ------------------------------------------------------------------ the walk
+    def shares_seen(self):
+        """The distinct shares of the input (one per class key's share)."""
+        return {k[0] for k in self.members}
+
+    def regulate(self, total: int, useful: Callable[[str, int], bool]) -> dict[str, int]:
+        """:func:`policies.elastic.regulate` of the input with ``total`` GPUs, by classes."""
+        per_node = self.per_node
+        out = dict(self.base)
+        d = min(self.tot_s, total) - self.tot_r
+        if d <= 0:
+            return out
+        nxt: dict[int, int] = {}
+        down = self._down
+        heap = []
+        for (s, u), mem in self.members.items():
+            r = down[s]
+            up = nxt.get(r)
+            if up is None:
+                up = nxt[r] = next_up(r, per_node)
+            if up - r <= d:  # (d only shrinks: a larger step is never taken)
+                heap.append((r - s, mem[0][0], 0, s, u, r, mem))
+        heapq.heapify(heap)
+        # (s, u, up) -> the class's jobs moved up to ``up`` so far, in rank order
+        moved: dict[tuple, list] = {}
+        while d > 0 and heap:
+            level, rk, p, s, u, r, mem = heap[0]
+            up = nxt.get(r)
+            if up is None:
+                up = nxt[r] = next_up(r, per_node)
+            step = up - r
+            jid = mem[p][1]
+            if step > d or (level >= 0 and not useful(jid, up)):
+                heapq.heappop(heap)  # every job of the class, as the heap walk drops each
+                continue
+            heapq.heappop(heap)
+            key = (s, u, up)
+            lst = moved.get(key)
+            if lst is None:  # (its level ``up - s`` is above this one)
+                lst = moved[key] = []
+                heapq.heappush(heap, (up - s, rk, 0, s, u, up, lst))
+            # this class's jobs from p on, moved up while they come before the heap's top
+            # (the heap walk's next pops) and the step fits
+            top = heap[0] if heap else None
+            n = len(mem)
+            while True:
+                d -= step
+                out[jid] = up
+                lst.append((rk, jid))
+                p += 1
+                if p == n or step > d:  # (a step that does not fit never will)
+                    break
+                rk, jid = mem[p]
+                if top is not None and (top[0] < level or (top[0] == level and top[1] < rk)):
+                    heapq.heappush(heap, (level, rk, p, s, u, r, mem))
+                    break
+        return out
+
+
+_CLASSES: dict = {}  # policy name -> its Classes
+
+
+def kept_classes(policy: str, snap: ClusterSnapshot, profiles, shares: Mapping[str, int],
+                 per_node: int, keyof: Callable[[str], tuple]) -> Optional[Classes]:
+    """The policy's classes brought up to ``shares`` (``None``: no usable record)."""
+    c = _CLASSES.get(policy)
+    if c is None:
+        c = _CLASSES[policy] = Classes()
+    return c if c.update(snap, profiles, shares, per_node, keyof) else None
