@@ -10,13 +10,15 @@ counts into a Plan:
   measured rates where the launcher reported them, linear scaling from the last
   measured count above it, and linear scaling from "1 unit at 1 GPU" before any
   measurement (optimistic), with the initial share capped at the fair share.
-* :func:`packing_shares` / :func:`regulate` — network packing (§4.4, Appendix E):
-  a share must be a power of two dividing the GPUs per node, or a multiple of the
-  GPUs per node (``1/2/4n`` on 4-GPU nodes).  Shares are first rounded down to the
+* :func:`~policies.elastic_packing.packing_shares` / :func:`regulate` — network packing
+  (§4.4, Appendix E): a share must be a power of two dividing the GPUs per node, or a
+  multiple of the GPUs per node (``1/2/4n`` on 4-GPU nodes).  Shares are first rounded down to the
   largest allowed value (Appendix E's ``x_i``), then the GPUs this frees are given
   back by Appendix E's two moves (double a sub-node share, add a whole node to a
   multi-node share), largest deficit ``s_i - r_i`` first, so the total is kept
-  (Proposition 2) and the result stays closest to the algorithm's shares.
+  (Proposition 2) and the result stays closest to the algorithm's shares.  The plan
+  walks the same moves by classes of jobs kept across calls where the snapshot has a
+  change record (:mod:`policies.elastic_regulate`).
 * :func:`~policies.elastic_place.place` — GPU placement (§4.4): multi-node shares take
   whole nodes, then sub-node shares first-fit-decreasing (never fails, Proposition 1);
   running jobs keep their GPUs and others go where no running job is expected to stay,
@@ -45,7 +47,7 @@ from typing import Callable, Mapping, Optional
 
 from .base import exclusive_config
 from .elastic_kept import kept_jobs
-from .elastic_packing import allowed, packing_shares, round_down  # noqa: F401 (re-exported)
+from .elastic_packing import allowed, round_down
 from .elastic_packing import next_up as _next_up
 from .elastic_place import place
 from .elastic_regulate import kept_classes
