@@ -47,7 +47,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import compress, filterfalse
-from operator import ne
+from operator import itemgetter, ne, not_
 from typing import Callable, Mapping, Optional
 
 from .elastic_packing import next_up, round_down
@@ -73,8 +73,8 @@ class Classes:
         self._make({}, None)
 
     def _make(self, shares: Mapping[str, int], keyof: Optional[Callable]) -> None:
-        self.prev: dict[str, int] = {}
-        self.keys: list[str] = []
+        self.keys: list[str] = []  # the last input's ids and shares, in its order
+        self.vals: list[int] = []
         self.rank: dict[str, int] = {}
         self.key: dict[str, tuple] = {}
         self.members: dict[tuple, list] = {}
@@ -87,7 +87,7 @@ class Classes:
             self.rank[jid] = self._next
             self._next += 1
             self._add(jid, s, keyof(jid))
-        self.prev, self.keys = dict(shares), list(shares)
+        self.keys, self.vals = list(shares), list(shares.values())
 
     # ------------------------------------------------------------------ upkeep
     def _add(self, jid: str, s: int, kr: tuple) -> None:
@@ -129,25 +129,27 @@ class Classes:
         again)."""
         if stale is None:
             return self._make(shares, keyof)
-        prev, pkeys = self.prev, self.keys
-        keys = list(shares)
-        # (C-level passes: no tuple per job)
+        pkeys, pvals, rank = self.keys, self.vals, self.rank
+        keys, vals = list(shares), list(shares.values())
+        # (C-level passes over the jobs: no tuple or set of them)
         if keys == pkeys:  # the same jobs in the same order
-            new: set = set()
-            gone: set = new
+            gone = new = ()
             m = len(keys)
-            changed = list(compress(keys, map(ne, shares.values(), prev.values())))
+            changed = list(compress(keys, map(ne, vals, pvals)))
         else:
-            gone = prev.keys() - shares.keys()
-            new = shares.keys() - prev.keys()
+            gone = list(filterfalse(shares.__contains__, pkeys))
+            new = set(filterfalse(rank.__contains__, keys))
             m = len(keys) - len(new)
-            old = keys[:m]
+            if gone:
+                keep = list(map(not_, map(set(gone).__contains__, pkeys)))
+                okeys, ovals = list(compress(pkeys, keep)), compress(pvals, keep)
+            else:
+                okeys, ovals = pkeys, pvals
             # the jobs still there, first and in their order (so the new ones come last)
-            if old != (list(filterfalse(gone.__contains__, pkeys)) if gone else pkeys):
+            if keys[:m] != okeys:
                 return self._make(shares, keyof)
-            changed = list(compress(old, map(ne, map(shares.__getitem__, old),
-                                             map(prev.__getitem__, old))))
-        rank, base = self.rank, self.base
+            changed = list(compress(okeys, map(ne, vals, ovals)))
+        base = self.base
         for jid in gone:
             self._remove(jid)
             del rank[jid], base[jid]
@@ -160,7 +162,7 @@ class Classes:
             rank[jid] = self._next
             self._next += 1
             self._add(jid, shares[jid], keyof(jid))
-        self.prev, self.keys = dict(shares), keys
+        self.keys, self.vals = keys, vals
 
     def update(self, snap: ClusterSnapshot, profiles, shares: Mapping[str, int],
                per_node: int, keyof: Callable[[str], tuple]) -> bool:
@@ -224,20 +226,18 @@ class Classes:
                 lst = moved[key] = []
                 heapq.heappush(heap, (up - s, rk, 0, s, u, up, lst))
             # this class's jobs from p on, moved up while they come before the heap's top
-            # (the heap walk's next pops) and the step fits
-            top = heap[0] if heap else None
+            # (the heap walk's next pops: the others at this level come by rank) and the
+            # step fits: one slice
             n = len(mem)
-            while True:
-                d -= step
-                out[jid] = up
-                lst.append((rk, jid))
-                p += 1
-                if p == n or step > d:  # (a step that does not fit never will)
-                    break
-                rk, jid = mem[p]
-                if top is not None and (top[0] < level or (top[0] == level and top[1] < rk)):
-                    heapq.heappush(heap, (level, rk, p, s, u, r, mem))
-                    break
+            q = min(n, p + d // step)
+            if heap and heap[0][0] == level:
+                q = bisect_left(mem, (heap[0][1],), p, q)
+            run = mem[p:q]
+            lst.extend(run)
+            out.update(dict.fromkeys(map(itemgetter(1), run), up))
+            d -= step * (q - p)
+            if q < n and step <= d:  # (a step that does not fit now never will)
+                heapq.heappush(heap, (level, mem[q][0], q, s, u, r, mem))
         return out
 
 

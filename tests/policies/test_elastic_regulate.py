@@ -179,4 +179,4 @@ def test_the_daemons_snapshots_keep_no_classes(name):
     with mock.patch.object(Classes, "regulate", side_effect=AssertionError("walked")):
         policies.get_policy(name).schedule(snap)
     c = elastic_regulate._CLASSES.get(name)
-    assert c is not None and not c.members and not c.prev
+    assert c is not None and not c.members and not c.keys
