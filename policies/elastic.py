@@ -229,7 +229,9 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     """
     per_node = snap.max_gpus_per_node or 1
     total = snap.total_gpus
-    positive = {j: s for j, s in shares.items() if s > 0}
+    # (a C-level copy where every share is positive: Max-Min's and Themis's kept demands)
+    positive = (dict(shares) if shares and min(shares.values()) > 0
+                else {j: s for j, s in shares.items() if s > 0})
     jobs = snap.jobs
     # the classes of the regulation's walk, kept across calls (policies.elastic_regulate)
     cls = kept_classes(policy, snap, rates.profiles, positive, per_node,
@@ -261,7 +263,7 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     kp = kept_jobs(policy, packing, snap, accum)
     if kp is not None:
         ks = kp.share
-        if ks:
+        if ks and not ks.items() <= positive.items():
             # (the kept jobs not in ``positive`` at their kept share; C-level passes)
             for jid in list(compress(ks, map(ne, map(positive.get, ks), ks.values()))):
                 kp.drop(jid)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, insort
-from itertools import chain
+from itertools import chain, compress
 from types import MappingProxyType
 from typing import Optional, Sequence
 
@@ -114,7 +114,7 @@ class KeptFree:
                     counts.add(new)
         self.dirty.clear()
         if rebuild:
-            index = {n: t for n, t in tuples.items() if t}
+            index = dict(compress(tuples.items(), tuples.values()))  # (the nodes with free GPUs)
         for c in counts:
             b = lists[c]
             if b:
