@@ -55,20 +55,29 @@ def candidates(snap, rates: Rates, jobs, rem_of) -> list[Cand]:
 
 def numbers_of(cands: dict[str, Cand]):
     """``explain`` numbers of each job at its count: (3)'s two sides and, when its length
-    is known, ``len_s``.  Jobs with equal (p, p', length) get the same mapping (not to be
+    is known, ``len_s`` (:func:`numbers_from` of the job's Cand)."""
+    def facts(job):
+        c = cands.get(job.id)
+        if c is None:
+            return None
+        return c.p(c.cnt), c.p(c.cnt + 1), (c.length(c.cnt) if c.rem != INF else None)
+    return numbers_from(facts)
+
+
+def numbers_from(facts):
+    """``numbers(job)`` from ``facts(job)``: ``(p, p', length or None)`` at the job's count,
+    or ``None`` (no numbers).  Jobs with equal facts get the same mapping (not to be
     changed), so :func:`~policies.elastic.elastic_plan` gives the waiting ones one shared
     Reason (a zero length is not shared: its sign is kept as computed)."""
     memo: dict = {}
 
     def numbers(job):
-        c = cands.get(job.id)
-        if c is None:
+        key = facts(job)
+        if key is None:
             return no_numbers(job)
-        p, p1 = c.p(c.cnt), c.p(c.cnt + 1)
-        ln = c.length(c.cnt) if c.rem != INF else None
-        key = (p, p1, ln)
         d = memo.get(key)
         if d is None:
+            p, p1, ln = key
             d = {"ineq3_left": (p1 - p) / p1 if p1 > 0 else 0.0,
                  "ineq3_right": (p1 - p) / p if p > 0 else INF}
             if ln is not None:

@@ -27,11 +27,19 @@ from __future__ import annotations
 
 
 from .afs_core import INF, afs_p_shares, pick_order
-from .afs_l import candidates, numbers_of
+from .afs_l import candidates, numbers_from, numbers_of
 from .base import Policy
 from .elastic import Rates, elastic_plan
+from .max_min import _demand
+from .max_min_kept import KeptDemands
 from .model import SUBMIT_ORDER
 from .registry import register
+
+
+def _one_gpu_first(rates: Rates, job, cap: int) -> bool:
+    """Not :meth:`~policies.afs_core.Cand.doubles_at_one` (where some job is, AFS-P does not
+    give every job one GPU first)."""
+    return not (cap > 1 and rates.rate(job, 2) >= 2 * rates.rate(job, 1))
 
 
 @register("afs-p")
@@ -47,6 +55,7 @@ class AfsP(Policy):
             raise ValueError(f"afs-p unit_s must be positive, got {unit_s}")
         self.unit_s = float(unit_s)
         self.packing = bool(packing)
+        self._kept = KeptDemands(_demand, also=_one_gpu_first)
 
     def counter(self, snap, job) -> int:
         return int(snap.executed_time(job) // self.unit_s)
@@ -60,14 +69,22 @@ class AfsP(Policy):
 
     def schedule(self, snap):
         rates = Rates(snap)
+        kept = self._kept.shares(snap, rates)
+        if kept is not None:
+            return self._uncontended_plan(snap, rates, kept)
         jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         if len(jobs) > M:
             return self._sharing(snap, rates, jobs, M)
         cands = candidates(snap, rates, jobs, lambda j: INF)
-        by_id = {c.id: c for c in cands}
-        base = numbers_of(by_id)
+        afs_p_shares(cands, M, snap.seed)
+        shares = {c.id: c.cnt for c in pick_order(cands)}
+        return elastic_plan(snap, self.name, shares, rates, list(shares),
+                            self._with_counter(snap, numbers_of({c.id: c for c in cands})),
+                            packing=self.packing)
 
+    def _with_counter(self, snap, base):
+        """``numbers(job)``: ``base(job)`` and the job's counter."""
         shown: dict = {}  # (id of a base mapping, counter) -> (that mapping, the numbers)
 
         def numbers(job):
@@ -80,10 +97,26 @@ class AfsP(Policy):
             if hit is None or hit[0] is not b:
                 hit = shown[(id(b), c)] = (b, dict(b, counter=c))
             return hit[1]
+        return numbers
 
-        afs_p_shares(cands, M, snap.seed)
-        shares = {c.id: c.cnt for c in pick_order(cands)}
-        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers,
+    def _uncontended_plan(self, snap, rates: Rates, shares: dict):
+        """The Plan where every job's count is its demand (:class:`~policies.max_min_kept.
+        KeptDemands`: at most M jobs, all profiled, none that a second GPU at least doubles,
+        demands summing to at most M): :func:`~policies.afs_core.afs_p_shares`'s answer.
+        Every job then gets one GPU in submit order (the pick order), and the hand-out ends
+        with every job at its stop (:func:`~policies.afs_core._to_stops`): the first count
+        at which one more GPU is not useful or its cap, which is the demand
+        (:func:`policies.max_min._demand`, the same test on the same rates).  Its numbers
+        are (3)'s sides at that count and its counter, made when asked for
+        (tests/policies/test_max_min_kept.py against the full path at every call of whole
+        simulations)."""
+        rate = rates.rate
+
+        def facts(job):
+            k = shares[job.id]
+            return rate(job, k), rate(job, k + 1), None
+        return elastic_plan(snap, self.name, shares, rates, list(shares),
+                            self._with_counter(snap, numbers_from(facts)),
                             packing=self.packing)
 
     def _sharing(self, snap, rates, jobs, M):

@@ -37,11 +37,15 @@ class KeptDemands:
     whose demand was cut at the probe bound (``cut``: bound it was found with) and the ids
     of jobs not profiled (``bad``)."""
 
-    def __init__(self, demand: Callable, strict: bool = False):
+    def __init__(self, demand: Callable, strict: bool = False,
+                 also: Optional[Callable] = None):
         self.demand = demand  # policies.max_min._demand (rates, job, cap, bound) -> demand
         # strict (Themis's shortcut, policies.themis): a job with a ``gpu_range`` or with a
         # rate up to its demand that is not finite and positive counts as not profiled
         self.strict = strict
+        # also(rates, job, cap) (AFS-P's shortcut, policies.afs_p): a profiled job for which
+        # it is false counts as not profiled (a function of application, batch and cap)
+        self.also = also
         self.clear()
 
     def clear(self) -> None:
@@ -81,6 +85,8 @@ class KeptDemands:
             top = max(cap, 1)
             d = self.demand(rates, job, cap, bound)
             if self.strict and (job.gpu_range is not None or not self._rates_finite(rates, job, d)):
+                self.bad.add(jid)
+            elif self.also is not None and not self.also(rates, job, cap):
                 self.bad.add(jid)
         if top is not None and d == bound and bound < top:
             self.cut[jid] = bound

@@ -13,6 +13,7 @@ import policies
 from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
+from policies import elastic
 from policies.elastic import UNPROFILED, Rates
 from policies.max_min import _demand, full_shares
 from policies.max_min_kept import KeptDemands
@@ -90,13 +91,14 @@ def test_a_demand_cut_at_the_probe_bound_is_probed_again():
     assert checked > 0 and cut > 0
 
 
-class _ThemisChecked(PolicyProbe):
-    """Themis at every call with its kept demands and without them (the full path: the
-    peaks, ``_uncontended`` or the heaps): the same Plan, numbers included."""
+class _PlansChecked(PolicyProbe):
+    """A policy with kept demands (Themis, AFS-P) at every call with them and without them
+    (the full path: for Themis the peaks, ``_uncontended`` or the heaps; for AFS-P the
+    candidates and the hand-out): the same Plan, numbers included."""
 
-    def __init__(self):
-        super().__init__("themis")
-        self.ref = policies.get_policy("themis")
+    def __init__(self, name):
+        super().__init__(name)
+        self.ref = policies.get_policy(name)
         self.kept = 0
 
     def schedule(self, snap):
@@ -108,11 +110,41 @@ class _ThemisChecked(PolicyProbe):
         return got
 
 
+@pytest.mark.parametrize("name", ["themis", "afs-p"])
 @pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("40x8", 120)])
-def test_themis_plans_with_its_kept_demands_as_without(cluster, n):
-    pol = _ThemisChecked()
+def test_plans_with_kept_demands_as_without(name, cluster, n):
+    pol = _PlansChecked(name)
     res = simulate(_jobs(n, seed=11), parse_cluster(cluster), pol, MODELS, SimConfig())
     assert len(res._rows) == n and pol.kept > 0
+
+
+def test_afs_p_leaves_a_job_a_second_gpu_doubles_to_the_full_path():
+    """Where a second GPU at least doubles some job's rate, AFS-P does not give every job one
+    GPU first: its kept demands give way to the full path (Max-Min's do not)."""
+    from policies import afs_p
+
+    rec = Recorder("afs-p")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    snap = rec.seen[len(rec.seen) // 2]
+    kd = KeptDemands(_demand, also=afs_p._one_gpu_first)
+    assert kd.shares(snap, Rates(snap)) is not None
+    doubled = next(iter(snap.jobs.values()))
+    real = Rates.rate
+
+    def rate(self, job, k):  # the first job's second GPU doubles its rate
+        r = real(self, job, k)
+        return 2.5 * real(self, job, 1) if job.id == doubled.id and k == 2 else r
+    elastic._MEMO.clear()  # (the rates' memos are kept across calls: none made here stays)
+    try:
+        with mock.patch.object(Rates, "rate", rate):
+            kd = KeptDemands(_demand, also=afs_p._one_gpu_first)
+            assert kd.shares(snap, Rates(snap)) is None
+            assert KeptDemands(_demand).shares(snap, Rates(snap)) is not None
+            pol = _PlansChecked("afs-p")
+            pol.schedule(snap)
+            assert pol.kept == 0
+    finally:
+        elastic._MEMO.clear()
 
 
 def test_themis_strict_demands_leave_a_ranged_job_to_the_full_path():
