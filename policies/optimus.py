@@ -19,11 +19,11 @@ import heapq
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
 from .model import SUBMIT_ORDER
+from .optimus_kept import _SAFE, KeptStops  # (_SAFE: where r / p is a normal float)
 from .registry import register
 
 
 _SEP = 1.0 + 1e-12  # a rate step this large keeps r / p and r / p1 apart in floats
-_SAFE = (1e-100, 1e100)  # rates and remaining iterations where r / p is a normal float
 
 
 def _structural_stop(rates, job, cap: int, memo: dict) -> tuple:
@@ -46,6 +46,13 @@ def _structural_stop(rates, job, cap: int, memo: dict) -> tuple:
             k, p = k + 1, p1
         hit = memo[key] = (k, sep)
     return hit
+
+
+def _separated(rates, job, cap: int) -> bool:
+    """Whether :func:`_uncontended` reads a profiled job's stop from its structural stop
+    whatever its remaining iterations in ``_SAFE``: a stop of 1, or separated rates."""
+    s, sep = _structural_stop(rates, job, cap, rates.kept.setdefault("optimus-stop", {}))
+    return s == 1 or sep
 
 
 def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict | None":
@@ -101,9 +108,17 @@ class Optimus(Policy):
 
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
+        self._kept = KeptStops(_structural_stop, _separated)
 
     def schedule(self, snap):
         rates = Rates(snap)
+        kept = self._kept.shares(snap, rates)
+        if kept is not None:
+            # _uncontended's answer (policies.optimus_kept): every job at its structural
+            # stop with the gain 0.0 there (one shared mapping, as below)
+            zero = {"marginal_gain_s": 0.0}
+            return elastic_plan(snap, self.name, kept, rates, list(kept), lambda j: zero,
+                                packing=self.packing)
         jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         n = len(jobs)

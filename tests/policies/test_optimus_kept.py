@@ -1,0 +1,110 @@
+"""Optimus's stops kept across calls (policies.optimus_kept): at every call of whole
+simulations Optimus plans with them as without them (the full path: sort, remaining
+iterations, ``_uncontended`` or the heap), numbers included; a job whose remaining iterations
+leave ``_SAFE`` sends the call down the full path; the remaining iterations of one view never
+grow with ``now`` (the argument for looking at a job only when its time has passed)."""
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import policies
+from gimbalctl.cluster import parse_cluster
+from gimbalctl.profiles import default_models
+from gimbalctl.sim import SimConfig, simulate
+from policies.elastic import Rates
+from policies.model import Job, JobState
+from policies.optimus import _separated, _structural_stop
+from policies.optimus_kept import _At, KeptStops
+from policy_probe import PolicyProbe, Recorder
+from test_elastic_differential import _jobs
+
+MODELS = default_models()
+
+
+class _Checked(PolicyProbe):
+    def __init__(self):
+        super().__init__("optimus")
+        self.ref = policies.get_policy("optimus")
+        self.kept = 0
+
+    def schedule(self, snap):
+        with mock.patch.object(KeptStops, "shares", lambda self, snap, rates: None):
+            want = self.ref.schedule(snap)
+        got = self.inner.schedule(snap)
+        self.kept += self.inner._kept.shares(snap, Rates(snap)) is not None
+        assert got == want and dict(got.reasons) == dict(want.reasons)
+        return got
+
+
+@pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("40x8", 120), ("8x4", 40)])
+def test_optimus_plans_with_its_kept_stops_as_without(cluster, n):
+    pol = _Checked()
+    looks = []
+    real = KeptStops._look
+
+    def look(self, snap, job):
+        looks.append((job.id, snap.now, job))
+        return real(self, snap, job)
+    with mock.patch.object(KeptStops, "_look", look):
+        res = simulate(_jobs(n, seed=11), parse_cluster(cluster), pol, MODELS,
+                       SimConfig(reveal_lengths=True))
+    assert len(res._rows) == n and pol.kept > 0
+    # some job was looked at again with the view it had (its time had passed)
+    seen: dict = {}
+    again = 0
+    for jid, _, view in looks:
+        again += seen.get(jid) is view
+        seen[jid] = view
+    assert again > 0
+
+
+def _snapshot_with(job_change):
+    rec = Recorder("optimus")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig(reveal_lengths=True))
+    snap = rec.seen[len(rec.seen) // 2]
+    jobs = dict(snap.jobs)
+    jid = next(j for j, v in jobs.items() if v.running and v.num_gpus > 1
+               and _structural_stop(Rates(snap), v, Rates(snap).cap(v, 1), {})[0] > 1)
+    jobs[jid] = job_change(jobs[jid])
+    view = MappingProxyType(jobs)
+    return dataclasses.replace(snap, jobs=view, job_changes=dataclasses.replace(
+        snap.job_changes, source=view)), snap
+
+
+def test_remaining_iterations_outside_safe_take_the_full_path():
+    """A running job with 1e-120 iterations left (or none: r = 0.0) gets one GPU in the full
+    path, not its stop, and one with 1e101 left has its gains walked there: the kept stops
+    give way."""
+    for left in (1e-120, 0.0, 1e101):
+        snap, before = _snapshot_with(lambda j: dataclasses.replace(
+            j, total_iters=j.completed_iters + left, iter_rate=0.0))
+        assert KeptStops(_structural_stop, _separated).shares(before, Rates(before)) is not None
+        ks = KeptStops(_structural_stop, _separated)
+        assert ks.shares(snap, Rates(snap)) is None and ks.unsafe
+        pol = _Checked()
+        pol.schedule(snap)  # the full path's Plan, compared inside
+
+
+def test_a_duration_estimate_takes_the_full_path():
+    snap, _ = _snapshot_with(lambda j: dataclasses.replace(j, total_iters=None,
+                                                           duration_estimate=3600.0))
+    ks = KeptStops(_structural_stop, _separated)
+    assert ks.shares(snap, Rates(snap)) is None and ks.bad
+
+
+@settings(max_examples=300, deadline=None)
+@given(total=st.floats(0, 1e12), done=st.floats(0, 1e12), rate=st.floats(0, 1e6),
+       as_of=st.floats(0, 1e7), restore=st.floats(0, 600),
+       t1=st.floats(0, 1e8), dt=st.floats(0, 1e8))
+def test_remaining_iterations_of_one_view_never_grow_with_now(total, done, rate, as_of,
+                                                              restore, t1, dt):
+    job = Job("j", 0.0, 1, "resnet50", 32, total_iters=total, state=JobState.RUNNING,
+              completed_iters=done, iter_rate=rate, as_of=as_of, restore_left=restore)
+    t2 = t1 + dt
+    assert _At(t2).remaining_iters(job) <= _At(t1).remaining_iters(job)
