@@ -98,6 +98,48 @@ def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict
     return out
 
 
+def _by_sorted_steps(front: list, left: int, gain, shares: dict, now: dict) -> bool:
+    """The heap's hand-out of ``left`` GPUs to ``front`` (each holding one), by one sort
+    (ours: a shortcut, the same shares and gains; tests/policies/test_optimus_kept.py
+    against the heap).
+
+    The heap pops the largest gain among each job's next step (ties: the first job).  A job's
+    step ``k`` can be popped only after its steps before it, so it is popped as if its gain
+    were ``e_k = min(g_1, ..., g_k)``: once its step with gain ``e_k`` is popped (the largest
+    head then, so every other head is at most ``e_k``, equal ones behind it), each later step
+    of gain at least ``e_k`` is the largest head in turn.  With those keys non-increasing
+    along each job, the pops are one sorted order of all steps by (−e, position, k), the
+    merge of sorted lists.  A job's steps end at its first gain that is not positive (the
+    heap stops at such a head: every head is then not positive), and the pops end there or
+    when the GPUs run out: the first ``left`` steps of that order.  Sets ``shares`` and
+    ``now`` and returns True; False (nothing changed) where a gain read is not a number, or
+    where the jobs' positive steps are many more than the GPUs (the heap then costs less)."""
+    steps: list = []
+    budget = 2 * left + len(front)  # (past it the heap's left pops cost less: it answers)
+    for i, j in enumerate(front):
+        g = e = now[j.id]
+        k = 1
+        while g > 0 and k <= left:
+            if len(steps) >= budget:
+                return False
+            steps.append((-e, i, k))
+            g = gain(j, k + 1)
+            if g < e:
+                e = g
+            k += 1
+        if g != g:  # NaN: the heap's order is not a sort
+            return False
+    steps.sort()
+    more = [0] * len(front)
+    for _, i, _ in steps[:left]:
+        more[i] += 1
+    for i, j in enumerate(front):
+        if more[i]:
+            k = shares[j.id] = 1 + more[i]
+            now[j.id] = gain(j, k)
+    return True
+
+
 @register("optimus")
 class Optimus(Policy):
     """Optimus: greedy marginal reduction of remaining time per extra GPU (seed 001 baseline)."""
@@ -148,7 +190,10 @@ class Optimus(Policy):
             now = {jid: g for jid, (_, g) in now.items()}
         else:
             now = {j.id: gain(j, 1) for j in jobs[:M]}
-            heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]
+            if _by_sorted_steps(jobs[:M], M - min(n, M), gain, shares, now):
+                heap = []  # (the heap's answer: shares and now set)
+            else:
+                heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]
             heapq.heapify(heap)
             left = M - min(n, M)
             while left > 0 and heap:
