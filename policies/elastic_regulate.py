@@ -88,6 +88,15 @@ class Classes:
             self._next += 1
             self._add(jid, s, keyof(jid))
         self.keys, self.vals = list(shares), list(shares.values())
+        self.valid = True
+
+    def _unordered(self, keys: list, vals: list) -> None:
+        """The input's order moved: no classes (the caller walks per job) until it holds
+        again from one input to the next; only the input's ids and shares are kept."""
+        self._make({}, None)
+        self.valid = False
+        self.keys, self.vals = keys, vals
+        self.rank = dict.fromkeys(keys)
 
     # ------------------------------------------------------------------ upkeep
     def _add(self, jid: str, s: int, kr: tuple) -> None:
@@ -147,8 +156,10 @@ class Classes:
                 okeys, ovals = pkeys, pvals
             # the jobs still there, first and in their order (so the new ones come last)
             if keys[:m] != okeys:
-                return self._make(shares, keyof)
+                return self._unordered(keys, vals)
             changed = list(compress(okeys, map(ne, vals, ovals)))
+        if not self.valid:  # the order held from the last input to this one
+            return self._make(shares, keyof)
         base = self.base
         for jid in gone:
             self._remove(jid)
