@@ -234,8 +234,8 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
                 else {j: s for j, s in shares.items() if s > 0})
     jobs = snap.jobs
     # the classes of the regulation's walk, kept across calls (policies.elastic_regulate)
-    cls = kept_classes(policy, snap, rates.profiles, positive, per_node,
-                       _class_of(jobs, rates)) if packing else None
+    cls = kept_classes(policy, snap, (rates.profiles, snap.predictors.get(UNPROFILED)),
+                       positive, per_node, _class_of(jobs, rates)) if packing else None
     if cls is not None and not cls.valid:  # the input's order moved: the walk per job
         cls = None
 

@@ -54,8 +54,6 @@ from .elastic_packing import next_up, round_down
 from .model import ClusterSnapshot
 from .records import job_record
 
-UNPROFILED = "unprofiled"  # (policies.elastic.UNPROFILED: the predictors key)
-
 
 class Classes:
     """The jobs of the last input by class: ``members`` (class -> [(rank, id)] in rank
@@ -175,15 +173,17 @@ class Classes:
             self._add(jid, shares[jid], keyof(jid))
         self.keys, self.vals = keys, vals
 
-    def update(self, snap: ClusterSnapshot, profiles, shares: Mapping[str, int],
+    def update(self, snap: ClusterSnapshot, ctx: tuple, shares: Mapping[str, int],
                per_node: int, keyof: Callable[[str], tuple]) -> bool:
         """:meth:`sync` with the jobs whose view changed since the last call (the snapshot's
-        job change record); False (and the classes cleared) without a usable record."""
+        job change record); False (and the classes cleared) without a usable record.  ``ctx``:
+        (profile table, unprofiled ids' object) that ``keyof`` reads; another one (by
+        identity) or another node size makes the classes again."""
         log = job_record(snap)
         if log is None:
             self.clear()
             return False
-        ctx = (profiles, snap.predictors.get(UNPROFILED), per_node)
+        ctx = (ctx[0], ctx[1], per_node)
         old, seen = self._ctx, self._seen
         self._seen = log
         if (old is None or old[0] is not ctx[0] or old[1] is not ctx[1] or old[2] != per_node
@@ -255,10 +255,10 @@ class Classes:
 _CLASSES: dict = {}  # policy name -> its Classes
 
 
-def kept_classes(policy: str, snap: ClusterSnapshot, profiles, shares: Mapping[str, int],
+def kept_classes(policy: str, snap: ClusterSnapshot, ctx: tuple, shares: Mapping[str, int],
                  per_node: int, keyof: Callable[[str], tuple]) -> Optional[Classes]:
     """The policy's classes brought up to ``shares`` (``None``: no usable record)."""
     c = _CLASSES.get(policy)
     if c is None:
         c = _CLASSES[policy] = Classes()
-    return c if c.update(snap, profiles, shares, per_node, keyof) else None
+    return c if c.update(snap, ctx, shares, per_node, keyof) else None

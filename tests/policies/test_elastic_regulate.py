@@ -184,3 +184,45 @@ def test_the_daemons_snapshots_keep_no_classes(name):
         policies.get_policy(name).schedule(snap)
     c = elastic_regulate._CLASSES.get(name)
     assert c is not None and not c.members and not c.keys
+
+
+def test_the_classes_follow_the_record_and_their_context():
+    """Jobs the record names are classed again; another profile table or unprofiled set (by
+    identity), another node size or another run's record makes the classes again; no record,
+    no classes."""
+    from types import SimpleNamespace
+
+    from policies.model import Frozen, JobChanges
+
+    def snap_of(items):
+        jobs: dict = {}
+        return SimpleNamespace(jobs=jobs, job_changes=JobChanges(log=Frozen(items), source=jobs))
+
+    klass = {"a": ("x", False), "b": ("x", False), "c": ("y", True)}
+    shares = {"a": 3, "b": 3, "c": 5}
+    items = ["a"]
+    profiles, unprof = {}, ()
+    c = Classes()
+    assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
+    assert c.members == {(3, "x"): [(0, "a"), (1, "b")], (5, "y"): [(2, "c")]}
+    klass["b"] = ("y", False)  # not named by the record: kept as it was
+    assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
+    assert (3, "y") not in c.members
+    items.append("b")  # named: classed again, rank kept
+    assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
+    assert c.members[(3, "y")] == [(1, "b")] and c.ranged == {"c"}
+    made = []
+    real = Classes._make
+
+    def making(self, *a):
+        made.append(a)
+        return real(self, *a)
+    with mock.patch.object(Classes, "_make", making):
+        for ctx, per, log in [(({}, unprof), 4, items), ((profiles, ("a",)), 4, items),
+                              ((profiles, ("a",)), 8, items),
+                              ((profiles, ("a",)), 8, list(items))]:
+            assert c.update(snap_of(log), ctx, shares, per, klass.__getitem__)
+    assert len(made) == 4 and c.per_node == 8
+    assert not c.update(SimpleNamespace(jobs={}, job_changes=None), (profiles, unprof),
+                        shares, 8, klass.__getitem__)
+    assert not c.members and not c.keys
