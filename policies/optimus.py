@@ -19,7 +19,7 @@ import heapq
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
 from .model import SUBMIT_ORDER
-from .optimus_kept import _SAFE, KeptStops  # (_SAFE: where r / p is a normal float)
+from .optimus_kept import _SAFE, KeptStops, stop_memo  # (_SAFE: where r / p is a normal float)
 from .registry import register
 
 
@@ -51,7 +51,7 @@ def _structural_stop(rates, job, cap: int, memo: dict) -> tuple:
 def _separated(rates, job, cap: int) -> bool:
     """Whether :func:`_uncontended` reads a profiled job's stop from its structural stop
     whatever its remaining iterations in ``_SAFE``: a stop of 1, or separated rates."""
-    s, sep = _structural_stop(rates, job, cap, rates.kept.setdefault("optimus-stop", {}))
+    s, sep = _structural_stop(rates, job, cap, stop_memo(rates))
     return s == 1 or sep
 
 
@@ -68,7 +68,7 @@ def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict
     ``r/p1`` are normal floats more than 2 ulp apart at every step below the structural
     stop, so every gain there is positive and the stop is the structural one (its gain
     0.0).  Other jobs walk their gains as the heap would."""
-    memo = rates.kept.setdefault("optimus-stop", {})
+    memo = stop_memo(rates)
     out: dict = {}
     total = 0
     lo, hi = _SAFE
