@@ -26,6 +26,8 @@ from __future__ import annotations
 from .afs_core import Cand, INF, afs_l_shares, pick_order
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
+from .max_min import _demand
+from .max_min_kept import KeptDemands
 from .model import JobState, SUBMIT_ORDER, plain_progress
 from .registry import register
 
@@ -51,6 +53,12 @@ def candidates(snap, rates: Rates, jobs, rem_of) -> list[Cand]:
             c._p = m
         out.append(c)
     return out
+
+
+def _one_gpu_first(rates: Rates, job, cap: int) -> bool:
+    """Not :meth:`~policies.afs_core.Cand.doubles_at_one` (where some job is, stage one is not
+    one GPU per job in a fixed order: AFS-L's and AFS-P's kept demands give way)."""
+    return not (cap > 1 and rates.rate(job, 2) >= 2 * rates.rate(job, 1))
 
 
 def numbers_of(cands: dict[str, Cand]):
@@ -98,10 +106,10 @@ class AfsL(Policy):
 
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
+        self._kept = KeptDemands(_demand, also=_one_gpu_first)
 
     def schedule(self, snap):
         rates = Rates(snap)
-        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
 
         # a known length as ClusterSnapshot.remaining_iters computes it (the same float
         # operations, inlined: one call per job per call), unless a snapshot class overrides
@@ -120,10 +128,58 @@ class AfsL(Policy):
                 return max(0.0, total - j.completed_iters)
             r = rates.remaining_iters(j)
             return INF if r is None else r
+        kept = self._kept.shares(snap, rates)
+        if kept is not None:
+            plan = self._uncontended_plan(snap, rates, kept, rem)
+            if plan is not None:
+                return plan
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         cands = candidates(snap, rates, jobs, rem)
         afs_l_shares(cands, snap.total_gpus)
         by_id = {c.id: c for c in cands}
         shares = {c.id: c.cnt for c in pick_order(cands)}
         order = list(shares)
         return elastic_plan(snap, self.name, shares, rates, order, numbers_of(by_id),
+                            packing=self.packing)
+
+    def _uncontended_plan(self, snap, rates: Rates, kept: dict, rem):
+        """The Plan where Algorithm 1 gives every job its demand (``kept``, in submit order:
+        :class:`~policies.max_min_kept.KeptDemands` with at most M jobs, all profiled, none
+        that a second GPU at least doubles, demands summing to at most M), else ``None``.
+
+        Stage one is then :func:`~policies.afs_core._fast_stage_one`'s sort: one GPU to
+        every job in increasing ``len(1)`` (ties: the later in submit order, line 7's
+        ``else``), which is the pick order; the hand-out ends with every job at its stop
+        (:func:`~policies.afs_core._to_stops`: the first count at which one more GPU is not
+        useful, or its cap), which is its demand (:func:`policies.max_min._demand`, the same
+        test on the same rates), as for AFS-P (:meth:`policies.afs_p.AfsP._uncontended_plan`).
+        Only the lengths are computed per call; where one is not finite (the full path's
+        stage one is then the plain walk) this gives ``None``.  The explain numbers are
+        :func:`numbers_of`'s, made when asked for (tests/policies/test_max_min_kept.py
+        against the full path at every call of whole simulations)."""
+        jobs = snap.jobs
+        memo = rates._rate  # Rates.rate's memo: a profiled job's rate on k GPUs
+        rate = rates.rate
+        rems: dict = {}
+        keyed = []
+        i = 0
+        for jid in kept:
+            j = jobs[jid]
+            r1 = memo.get((j.app, j.global_batch, 1))
+            if r1 is None:
+                r1 = rate(j, 1)
+            left = rems[jid] = rem(j)
+            ln = left / r1 if r1 > 0 else INF  # Cand.length(1)
+            if not ln < INF:  # (infinite or NaN)
+                return None
+            keyed.append((ln, i, jid))
+            i -= 1
+        keyed.sort()  # by (len(1), -submit index): the items' second fields are distinct
+        shares = {jid: kept[jid] for _, _, jid in keyed}
+
+        def facts(job):
+            k = shares[job.id]
+            p = rate(job, k)
+            return p, rate(job, k + 1), (rems[job.id] / p if p > 0 else INF)
+        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers_from(facts),
                             packing=self.packing)

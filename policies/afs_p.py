@@ -27,19 +27,13 @@ from __future__ import annotations
 
 
 from .afs_core import INF, afs_p_shares, pick_order
-from .afs_l import candidates, numbers_from, numbers_of
+from .afs_l import _one_gpu_first, candidates, numbers_from, numbers_of
 from .base import Policy
 from .elastic import Rates, elastic_plan
 from .max_min import _demand
 from .max_min_kept import KeptDemands
 from .model import SUBMIT_ORDER
 from .registry import register
-
-
-def _one_gpu_first(rates: Rates, job, cap: int) -> bool:
-    """Not :meth:`~policies.afs_core.Cand.doubles_at_one` (where some job is, AFS-P does not
-    give every job one GPU first)."""
-    return not (cap > 1 and rates.rate(job, 2) >= 2 * rates.rate(job, 1))
 
 
 @register("afs-p")

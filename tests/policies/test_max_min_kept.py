@@ -110,7 +110,7 @@ class _PlansChecked(PolicyProbe):
         return got
 
 
-@pytest.mark.parametrize("name", ["themis", "afs-p"])
+@pytest.mark.parametrize("name", ["themis", "afs-p", "afs-l"])
 @pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("40x8", 120)])
 def test_plans_with_kept_demands_as_without(name, cluster, n):
     pol = _PlansChecked(name)
@@ -184,3 +184,67 @@ def test_jobs_met_out_of_submit_order_are_kept_in_it():
                                job_changes=JobChanges(log=Frozen([]), source=jobs))
     got = KeptDemands(_demand).shares(back, Rates(back))
     assert got is not None and list(got.items()) == list(full_shares(back, Rates(back)).items())
+
+
+def _twins(n, seed):
+    """Pairs of jobs alike in all but their ids (one submit time, application, batch and
+    length): their ``len(1)`` tie while both wait, so stage one's tie-break decides."""
+    out = []
+    for j in _jobs(n, seed):
+        out.append(j)
+        out.append(dataclasses.replace(j, id=j.id + "b"))
+    return out
+
+
+@pytest.mark.parametrize("cluster,jobs", [("40x8", _jobs(120, seed=11)),
+                                          ("16x8", _twins(30, seed=4)),
+                                          ("6x8", _twins(20, seed=9))])
+def test_afs_l_plans_from_kept_demands_as_from_the_walk(cluster, jobs):
+    """AFS-L's Plans where the kept demands answer (its stage one a sort by len(1), ties to
+    the later job in submit order) are the full path's; the kept path answers at some
+    calls, and on the contended cluster the full path at others."""
+    from policies.afs_l import AfsL
+
+    pol = _PlansChecked("afs-l")
+    real, inner = AfsL._uncontended_plan, pol.schedule
+    used = [0, 0]
+    calls = []
+    pol.schedule = lambda snap: calls.append(snap) or inner(snap)
+
+    def counted(self, *a):
+        plan = real(self, *a)
+        used[plan is None] += 1
+        return plan
+    with mock.patch.object(AfsL, "_uncontended_plan", counted):
+        res = simulate(jobs, parse_cluster(cluster), pol, MODELS, SimConfig())
+    assert len(res._rows) == len(jobs) and used[0] > 0
+    if cluster == "6x8":
+        assert pol.kept < len(calls)
+
+
+def test_afs_l_job_without_a_length_takes_the_full_path():
+    """A job whose length is unknown (no iterations, no estimate: len(1) infinite) makes the
+    full path's stage one the plain walk; the kept path gives way to it."""
+    from policies.afs_l import AfsL
+
+    rec = Recorder("afs-l")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    snap = rec.seen[len(rec.seen) // 2]
+    pol = AfsL()
+    rates = Rates(snap)
+    assert pol._kept.shares(snap, rates) is not None
+    assert pol._uncontended_plan(snap, rates, pol._kept.shares(snap, rates),
+                                 lambda j: j.total_iters) is not None
+    jid = next(iter(snap.jobs))
+    jobs = dict(snap.jobs)
+    jobs[jid] = dataclasses.replace(jobs[jid], total_iters=None, duration_estimate=None)
+    items = snap.job_changes.log._items
+    items.append(jid)
+    unknown = dataclasses.replace(snap, jobs=jobs,
+                                  job_changes=JobChanges(log=Frozen(items), source=jobs))
+    rates = Rates(unknown)
+    kept = pol._kept.shares(unknown, rates)
+    assert kept is not None  # (its demand does not read its length)
+    assert pol._uncontended_plan(unknown, rates, kept, lambda j: math.inf) is None
+    probe = _PlansChecked("afs-l")
+    probe.schedule(unknown)
