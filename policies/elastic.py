@@ -236,8 +236,6 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     # the classes of the regulation's walk, kept across calls (policies.elastic_regulate)
     cls = kept_classes(policy, snap, (rates.profiles, snap.predictors.get(UNPROFILED)),
                        positive, per_node, _class_of(jobs, rates)) if packing else None
-    if cls is not None and not cls.valid:  # the input's order moved: the walk per job
-        cls = None
 
     def useful(j: str, k: int) -> bool:
         # a function of (share, application, global batch, k) for a profiled job: the

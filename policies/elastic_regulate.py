@@ -86,15 +86,6 @@ class Classes:
             self._next += 1
             self._add(jid, s, keyof(jid))
         self.keys, self.vals = list(shares), list(shares.values())
-        self.valid = True
-
-    def _unordered(self, keys: list, vals: list) -> None:
-        """The input's order moved: no classes (the caller walks per job) until it holds
-        again from one input to the next; only the input's ids and shares are kept."""
-        self._make({}, None)
-        self.valid = False
-        self.keys, self.vals = keys, vals
-        self.rank = dict.fromkeys(keys)
 
     # ------------------------------------------------------------------ upkeep
     def _add(self, jid: str, s: int, kr: tuple) -> None:
@@ -139,6 +130,7 @@ class Classes:
         pkeys, pvals, rank = self.keys, self.vals, self.rank
         keys, vals = list(shares), list(shares.values())
         # (C-level passes over the jobs: no tuple or set of them)
+        moved = False
         if keys == pkeys:  # the same jobs in the same order
             gone = new = ()
             m = len(keys)
@@ -153,11 +145,12 @@ class Classes:
             else:
                 okeys, ovals = pkeys, pvals
             # the jobs still there, first and in their order (so the new ones come last)
-            if keys[:m] != okeys:
-                return self._unordered(keys, vals)
-            changed = list(compress(okeys, map(ne, vals, ovals)))
-        if not self.valid:  # the order held from the last input to this one
-            return self._make(shares, keyof)
+            if keys[:m] == okeys:
+                changed = list(compress(okeys, map(ne, vals, ovals)))
+            else:  # the order moved: each job's share looked up (new ones: None)
+                moved = True
+                was = dict(zip(pkeys, pvals))
+                changed = list(compress(keys, map(ne, vals, map(was.get, keys))))
         base = self.base
         for jid in gone:
             self._remove(jid)
@@ -167,11 +160,27 @@ class Classes:
             if s is not None:
                 self._remove(jid)
                 self._add(jid, s, keyof(jid))
-        for jid in keys[m:]:
+        for jid in (filter(new.__contains__, keys) if moved else keys[m:]):
             rank[jid] = self._next
             self._next += 1
             self._add(jid, shares[jid], keyof(jid))
+        if moved:
+            self._rerank(keys)
         self.keys, self.vals = keys, vals
+
+    def _rerank(self, keys: list) -> None:
+        """Every job's rank made its place in ``keys`` (the input's order, which moved), the
+        classes' member lists sorted again and ``base`` put in that order: O(classes) steps
+        of Python and C-level passes over the jobs (their classes are unchanged)."""
+        n = len(keys)
+        rank = self.rank = dict(zip(keys, range(n)))
+        self._next = n
+        get = rank.__getitem__
+        for key, lst in self.members.items():
+            ids = list(map(itemgetter(1), lst))
+            lst[:] = sorted(zip(map(get, ids), ids))
+        base = self.base
+        self.base = dict(zip(keys, map(base.__getitem__, keys)))
 
     def update(self, snap: ClusterSnapshot, ctx: tuple, shares: Mapping[str, int],
                per_node: int, keyof: Callable[[str], tuple]) -> bool:
