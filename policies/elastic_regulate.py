@@ -47,7 +47,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import compress, filterfalse
-from operator import itemgetter, ne, not_
+from operator import ne, not_
 from typing import Callable, Mapping, Optional
 
 from .elastic_packing import next_up, round_down
@@ -56,8 +56,7 @@ from .records import job_record
 
 
 class Classes:
-    """The jobs of the last input by class: ``members`` (class -> [(rank, id)] in rank
-    order), ``base`` (id -> its share rounded down, in the input's order), ``tot_s`` and
+    """The jobs of the last input by class: ``members`` (class -> [id] in rank order), ``base`` (id -> its share rounded down, in the input's order), ``tot_s`` and
     ``tot_r`` (the sums of the shares and of ``base``) and ``ranged`` (ids whose job has a
     GPU range)."""
 
@@ -91,14 +90,15 @@ class Classes:
     def _add(self, jid: str, s: int, kr: tuple) -> None:
         """Put ``jid`` (its rank set) in class ``(s, kr[0])``; ``kr[1]``: it has a GPU range."""
         key = self.key[jid] = (s, kr[0])
-        item = (self.rank[jid], jid)
+        rank = self.rank
+        at = rank[jid]
         lst = self.members.get(key)
         if lst is None:
-            self.members[key] = [item]
-        elif lst[-1] < item:
-            lst.append(item)
+            self.members[key] = [jid]
+        elif rank[lst[-1]] < at:
+            lst.append(jid)
         else:
-            lst.insert(bisect_left(lst, item), item)
+            lst.insert(bisect_left(lst, at, key=rank.__getitem__), jid)
         r = self._down.get(s)
         if r is None:
             r = self._down[s] = round_down(s, self.per_node)
@@ -112,7 +112,8 @@ class Classes:
         """Take ``jid`` out of its class and the sums (its rank and place in ``base`` stay)."""
         key = self.key.pop(jid)
         lst = self.members[key]
-        del lst[bisect_left(lst, (self.rank[jid],))]
+        rank = self.rank
+        del lst[bisect_left(lst, rank[jid], key=rank.__getitem__)]
         if not lst:
             del self.members[key]
         self.tot_s -= key[0]
@@ -176,9 +177,8 @@ class Classes:
         rank = self.rank = dict(zip(keys, range(n)))
         self._next = n
         get = rank.__getitem__
-        for key, lst in self.members.items():
-            ids = list(map(itemgetter(1), lst))
-            lst[:] = sorted(zip(map(get, ids), ids))
+        for lst in self.members.values():
+            lst.sort(key=get)
         base = self.base
         self.base = dict(zip(keys, map(base.__getitem__, keys)))
 
@@ -218,6 +218,7 @@ class Classes:
             return out
         nxt: dict[int, int] = {}
         down = self._down
+        rank = self.rank
         heap = []
         for (s, u), mem in self.members.items():
             r = down[s]
@@ -225,7 +226,7 @@ class Classes:
             if up is None:
                 up = nxt[r] = next_up(r, per_node)
             if up - r <= d:  # (d only shrinks: a larger step is never taken)
-                heap.append((r - s, mem[0][0], 0, s, u, r, mem))
+                heap.append((r - s, rank[mem[0]], 0, s, u, r, mem))
         heapq.heapify(heap)
         # (s, u, up) -> the class's jobs moved up to ``up`` so far, in rank order
         moved: dict[tuple, list] = {}
@@ -235,7 +236,7 @@ class Classes:
             if up is None:
                 up = nxt[r] = next_up(r, per_node)
             step = up - r
-            jid = mem[p][1]
+            jid = mem[p]
             if step > d or (level >= 0 and not useful(jid, up)):
                 heapq.heappop(heap)  # every job of the class, as the heap walk drops each
                 continue
@@ -251,13 +252,13 @@ class Classes:
             n = len(mem)
             q = min(n, p + d // step)
             if heap and heap[0][0] == level:
-                q = bisect_left(mem, (heap[0][1],), p, q)
+                q = bisect_left(mem, heap[0][1], p, q, key=rank.__getitem__)
             run = mem[p:q]
             lst.extend(run)
-            out.update(dict.fromkeys(map(itemgetter(1), run), up))
+            out.update(dict.fromkeys(run, up))
             d -= step * (q - p)
             if q < n and step <= d:  # (a step that does not fit now never will)
-                heapq.heappush(heap, (level, mem[q][0], q, s, u, r, mem))
+                heapq.heappush(heap, (level, rank[mem[q]], q, s, u, r, mem))
         return out
 
 

@@ -215,13 +215,14 @@ def test_the_classes_follow_the_record_and_their_context():
     profiles, unprof = {}, ()
     c = Classes()
     assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
-    assert c.members == {(3, "x"): [(0, "a"), (1, "b")], (5, "y"): [(2, "c")]}
+    assert c.members == {(3, "x"): ["a", "b"], (5, "y"): ["c"]}
+    assert c.rank == {"a": 0, "b": 1, "c": 2}
     klass["b"] = ("y", False)  # not named by the record: kept as it was
     assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
     assert (3, "y") not in c.members
     items.append("b")  # named: classed again, rank kept
     assert c.update(snap_of(items), (profiles, unprof), shares, 4, klass.__getitem__)
-    assert c.members[(3, "y")] == [(1, "b")] and c.ranged == {"c"}
+    assert c.members[(3, "y")] == ["b"] and c.rank["b"] == 1 and c.ranged == {"c"}
     made = []
     real = Classes._make
 
