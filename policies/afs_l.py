@@ -24,6 +24,7 @@ the longer job ``j_b``), ``ineq3_right`` = (p'-p)/p (its side as the shorter job
 from __future__ import annotations
 
 from .afs_core import Cand, INF, afs_l_shares, pick_order
+from .afs_lengths import KeptLengths
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
 from .max_min import _demand
@@ -107,6 +108,7 @@ class AfsL(Policy):
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
         self._kept = KeptDemands(_demand, also=_one_gpu_first)
+        self._lens = KeptLengths()
 
     def schedule(self, snap):
         rates = Rates(snap)
@@ -130,7 +132,7 @@ class AfsL(Policy):
             return INF if r is None else r
         kept = self._kept.shares(snap, rates)
         if kept is not None:
-            plan = self._uncontended_plan(snap, rates, kept, rem)
+            plan = self._uncontended_plan(snap, rates, kept, rem, inline)
             if plan is not None:
                 return plan
         jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
@@ -142,7 +144,7 @@ class AfsL(Policy):
         return elastic_plan(snap, self.name, shares, rates, order, numbers_of(by_id),
                             packing=self.packing)
 
-    def _uncontended_plan(self, snap, rates: Rates, kept: dict, rem):
+    def _uncontended_plan(self, snap, rates: Rates, kept: dict, rem, inline: bool = False):
         """The Plan where Algorithm 1 gives every job its demand (``kept``, in submit order:
         :class:`~policies.max_min_kept.KeptDemands` with at most M jobs, all profiled, none
         that a second GPU at least doubles, demands summing to at most M), else ``None``.
@@ -153,14 +155,39 @@ class AfsL(Policy):
         (:func:`~policies.afs_core._to_stops`: the first count at which one more GPU is not
         useful, or its cap), which is its demand (:func:`policies.max_min._demand`, the same
         test on the same rates), as for AFS-P (:meth:`policies.afs_p.AfsP._uncontended_plan`).
-        Only the lengths are computed per call; where one is not finite (the full path's
-        stage one is then the plain walk) this gives ``None``.  The explain numbers are
+        Only the lengths are computed per call (with ``inline``, the snapshot's own progress
+        arithmetic, on arrays kept across calls: :class:`~policies.afs_lengths.KeptLengths`;
+        else per job with ``rem``); where one is not finite (the full path's stage one is
+        then the plain walk) this gives ``None``.  The explain numbers are
         :func:`numbers_of`'s, made when asked for (tests/policies/test_max_min_kept.py
         against the full path at every call of whole simulations)."""
+        rate = rates.rate
+        rems: dict = {}
+        order = self._lens.order(snap, rates, list(kept)) if inline else None
+        if order is not None:
+            shares = dict(zip(order, map(kept.__getitem__, order)))
+        else:
+            shares = self._by_lengths(snap, rates, kept, rem, rems)
+            if shares is None:
+                return None
+
+        def facts(job):
+            k = shares[job.id]
+            p = rate(job, k)
+            left = rems.get(job.id)
+            if left is None:
+                left = rem(job)
+            return p, rate(job, k + 1), (left / p if p > 0 else INF)
+        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers_from(facts),
+                            packing=self.packing)
+
+    @staticmethod
+    def _by_lengths(snap, rates: Rates, kept: dict, rem, rems: dict):
+        """``kept`` in stage one's order, each job's length computed with ``rem`` (kept in
+        ``rems``), or ``None`` where one is not finite."""
         jobs = snap.jobs
         memo = rates._rate  # Rates.rate's memo: a profiled job's rate on k GPUs
         rate = rates.rate
-        rems: dict = {}
         keyed = []
         i = 0
         for jid in kept:
@@ -175,11 +202,4 @@ class AfsL(Policy):
             keyed.append((ln, i, jid))
             i -= 1
         keyed.sort()  # by (len(1), -submit index): the items' second fields are distinct
-        shares = {jid: kept[jid] for _, _, jid in keyed}
-
-        def facts(job):
-            k = shares[job.id]
-            p = rate(job, k)
-            return p, rate(job, k + 1), (rems[job.id] / p if p > 0 else INF)
-        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers_from(facts),
-                            packing=self.packing)
+        return {jid: kept[jid] for _, _, jid in keyed}

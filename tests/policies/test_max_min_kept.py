@@ -248,3 +248,64 @@ def test_afs_l_job_without_a_length_takes_the_full_path():
     assert pol._uncontended_plan(unknown, rates, kept, lambda j: math.inf) is None
     probe = _PlansChecked("afs-l")
     probe.schedule(unknown)
+
+
+class _LengthsChecked(PolicyProbe):
+    """AFS-L where, at every call with kept demands, the kept lengths' order (arrays) is the
+    per-job order (Python floats), and each job's length on arrays is its Python length."""
+
+    def __init__(self):
+        super().__init__("afs-l")
+        from policies.afs_lengths import KeptLengths
+
+        self.lens = KeptLengths()
+        self.kd = KeptDemands(_demand, also=__import__("policies.afs_l").afs_l._one_gpu_first)
+        self.same = self.restoring = 0
+
+    def schedule(self, snap):
+        from policies.afs_l import AfsL
+
+        rates = Rates(snap)
+        kept = self.kd.shares(snap, rates)
+        if kept is not None:
+            got = self.lens.order(snap, rates, list(kept))
+            want = AfsL._by_lengths(snap, rates, kept, snap.remaining_iters, {})
+            if got is not None:
+                assert want is not None and got == list(want)
+                self.same += 1
+                self.restoring += any(snap.jobs[j].restore_left for j in kept)
+        return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("cfg", [SimConfig(), SimConfig(resize_cost=30.0, preempt_cost=60.0)])
+def test_afs_l_lengths_on_arrays_are_the_per_job_lengths(cfg):
+    pol = _LengthsChecked()
+    res = simulate(_twins(40, seed=2), parse_cluster("12x8"), pol, MODELS, cfg)
+    assert len(res._rows) == 80 and pol.same > 20
+    if cfg.resize_cost:
+        assert pol.restoring > 0  # (restores under way: the restore_left arithmetic)
+
+
+def test_afs_l_lengths_give_way_where_numpy_and_python_differ():
+    """A NaN restore (Python's max(0.0, nan) is 0.0, numpy's maximum is NaN), an unknown
+    total, a snapshot without a record: no order from the arrays."""
+    from policies.afs_lengths import KeptLengths
+
+    rec = Recorder("afs-l")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    snap = next(s for s in rec.seen[len(rec.seen) // 2:]
+                if any(j.running for j in s.jobs.values()))
+    ids = sorted(snap.jobs, key=lambda j: (snap.jobs[j].submit_time, j))
+    kl = KeptLengths()
+    assert kl.order(snap, Rates(snap), ids) is not None
+    jid = next(j for j in ids if snap.jobs[j].running)
+    for change in ({"restore_left": math.nan}, {"total_iters": None}):
+        jobs = dict(snap.jobs)
+        jobs[jid] = dataclasses.replace(jobs[jid], **change)
+        items = snap.job_changes.log._items
+        items.append(jid)
+        other = dataclasses.replace(snap, jobs=jobs,
+                                    job_changes=JobChanges(log=Frozen(items), source=jobs))
+        assert KeptLengths().order(other, Rates(other), ids) is None
+        assert kl.order(other, Rates(other), ids) is None  # (kept: the record names it)
+    assert kl.order(dataclasses.replace(snap, job_changes=None), Rates(snap), ids) is None

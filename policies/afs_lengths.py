@@ -1,0 +1,135 @@
+"""AFS-L's stage-one order from lengths kept per job across calls (issue #13, docs/scale.md §2).
+
+Where every job gets its demand (:meth:`policies.afs_l.AfsL._uncontended_plan`), a call of
+AFS-L computes one thing per job: its length on one GPU, ``len(1) = rem / p(1)``, to sort
+the jobs by it (ties: the later in submit order).  ``rem`` is
+:meth:`~policies.model.ClusterSnapshot.remaining_iters`'s arithmetic on the job's view
+(``total``, ``completed``, ``iter_rate``, ``as_of``, ``restore_left``, its state) and the
+snapshot's ``now``; ``p(1)`` is the model's rate of its (application, global batch) on one
+GPU.  :class:`KeptLengths` keeps those numbers of every job as one row, brought up to date
+from the snapshot's job change record (a job's view changes only where the record names it),
+and computes every length of a call with the same IEEE operations in the same order, on
+arrays (numpy's element-wise operations are each one rounding, as Python's float operations
+are): the same lengths, bit for bit, wherever they are finite.  Where Python's ``max(0.0,
+x)`` and numpy's differ (``x`` NaN) or a length is not finite, :meth:`KeptLengths.order`
+gives ``None`` and the caller takes its per-job path, which gives way to the full path there.
+tests/policies/test_max_min_kept.py checks the Plans against the full path at every call of
+whole simulations, and the lengths against the per-job arithmetic.
+"""
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Optional
+
+import numpy as np
+
+from .elastic import UNPROFILED
+from .model import ClusterSnapshot, JobState
+from .records import job_record
+
+_RUNNING = JobState.RUNNING
+
+
+_COLS = 7  # total, completed, iter_rate, as_of, restore_left, running (1.0/0.0), p(1)
+
+
+class KeptLengths:
+    """Every job of the last snapshot whose total iterations are known has a slot
+    (``slot[id]``) in the columns ``cols`` (``cols[:, slot]``: ``(total, completed,
+    iter_rate, as_of, restore_left, running, p(1))``); ``unknown``: the ids of the others;
+    ``free``: slots no job holds."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self._seen = None  # the job change record read so far
+        # what the rows' p(1) came from: the rates' memo (Rates._rate) and the ids of jobs
+        # with no profile (a job's p(1) is the model's only where it has one)
+        self._ctx: Optional[tuple] = None
+        self.slot: dict[str, int] = {}
+        self.free: list[int] = []
+        self.cols = np.zeros((_COLS, 0))
+        self.unknown: set[str] = set()
+
+    def _drop(self, jid: str) -> None:
+        at = self.slot.pop(jid, None)
+        if at is not None:
+            self.free.append(at)
+
+    def _put(self, rates, job) -> None:
+        jid = job.id
+        total = job.total_iters
+        if total is None:
+            self._drop(jid)
+            self.unknown.add(jid)
+            return
+        self.unknown.discard(jid)
+        r1 = rates._rate.get((job.app, job.global_batch, 1))
+        if r1 is None:
+            r1 = rates.rate(job, 1)
+        at = self.slot.get(jid)
+        if at is None:
+            if not self.free:  # (room for as many again)
+                cap = self.cols.shape[1]
+                grown = np.zeros((_COLS, max(2 * cap, 64)))
+                grown[:, :cap] = self.cols
+                self.cols = grown
+                self.free = list(range(grown.shape[1] - 1, cap - 1, -1))
+            at = self.slot[jid] = self.free.pop()
+        self.cols[:, at] = (float(total), float(job.completed_iters), float(job.iter_rate),
+                            float(job.as_of), float(job.restore_left or 0.0),
+                            1.0 if job.state is _RUNNING else 0.0, float(r1))
+
+    def update(self, snap: ClusterSnapshot, rates) -> bool:
+        """Bring the rows up to ``snap``; False (and cleared) without a usable record."""
+        log = job_record(snap)
+        if log is None:
+            self.clear()
+            return False
+        jobs = snap.jobs
+        ctx = (rates._rate, snap.predictors.get(UNPROFILED))
+        old = self._ctx
+        if (old is not None and old[0] is ctx[0] and old[1] is ctx[1]
+                and self._seen is not None and log.extends(self._seen)):
+            for jid in set(log[len(self._seen):]):
+                job = jobs.get(jid)
+                if job is None:
+                    self._drop(jid)
+                    self.unknown.discard(jid)
+                else:
+                    self._put(rates, job)
+        else:
+            self.clear()
+            self._ctx = ctx
+            for job in jobs.values():
+                self._put(rates, job)
+        self._seen = log
+        return True
+
+    def order(self, snap: ClusterSnapshot, rates, ids: list[str]) -> Optional[list[str]]:
+        """``ids`` (in submit order, every one profiled) sorted by ``len(1)``, ties to the
+        later one (:func:`~policies.afs_core._fast_stage_one`'s sort), or ``None`` where a
+        length is unknown, not finite or not computed as Python computes it."""
+        if not self.update(snap, rates) or self.unknown or not ids:
+            return None
+        n = len(ids)
+        try:
+            idx = np.fromiter(map(self.slot.__getitem__, ids), dtype=np.intp, count=n)
+        except KeyError:  # (not the record's contract: start again next call)
+            self.clear()
+            return None
+        total, done, rate, as_of, restore, running, r1 = self.cols[:, idx]
+        # ClusterSnapshot.remaining_iters of a running job, as AfsL.schedule's rem inlines it
+        dt = snap.now - as_of
+        late = restore != 0.0
+        if late.any():
+            dt = np.where(late, np.maximum(0.0, dt - restore), dt)
+        run = np.maximum(0.0, total - (done + rate * dt))
+        rem = np.where(running != 0.0, run, np.maximum(0.0, total - done))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ln = np.where(r1 > 0.0, rem / r1, np.inf)
+        if not np.isfinite(ln).all():  # (infinite, or NaN where Python's max gives 0.0)
+            return None
+        perm = np.lexsort((np.arange(0, -n, -1), ln)).tolist()
+        return [ids[perm[0]]] if n == 1 else list(itemgetter(*perm)(ids))
