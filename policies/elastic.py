@@ -230,12 +230,14 @@ def elastic_plan(snap: ClusterSnapshot, policy: str, shares: Mapping[str, int], 
     per_node = snap.max_gpus_per_node or 1
     total = snap.total_gpus
     # (a C-level copy where every share is positive: Max-Min's and Themis's kept demands)
-    positive = (dict(shares) if shares and min(shares.values()) > 0
-                else {j: s for j, s in shares.items() if s > 0})
+    whole = bool(shares) and min(shares.values()) > 0
+    positive = dict(shares) if whole else {j: s for j, s in shares.items() if s > 0}
     jobs = snap.jobs
     # the classes of the regulation's walk, kept across calls (policies.elastic_regulate)
     cls = kept_classes(policy, snap, (rates.profiles, snap.predictors.get(UNPROFILED)),
-                       positive, per_node, _class_of(jobs, rates)) if packing else None
+                       positive, per_node, _class_of(jobs, rates),
+                       # (kept demands: what changed since the last call's)
+                       getattr(shares, "delta", None) if whole else None) if packing else None
 
     def useful(j: str, k: int) -> bool:
         # a function of (share, application, global batch, k) for a profiled job: the

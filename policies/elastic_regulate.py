@@ -65,6 +65,7 @@ class Classes:
 
     def clear(self) -> None:
         self._seen = None  # the job change record read so far
+        self._token: Optional[object] = None  # the kept demands' token of the last input
         self._ctx: Optional[tuple] = None  # (profiles, unprofiled ids, GPUs per node)
         self.per_node = 1
         self._make({}, None)
@@ -126,7 +127,7 @@ class Classes:
         ``keyof(id)``: ``(u, has a GPU range)`` of a job; ``stale``: the ids whose ``u`` or
         range may have changed since the last input (``None``: any; the classes are made
         again)."""
-        if stale is None:
+        if stale is None or self.keys is None:
             return self._make(shares, keyof)
         pkeys, pvals, rank = self.keys, self.vals, self.rank
         keys, vals = list(shares), list(shares.values())
@@ -183,11 +184,17 @@ class Classes:
         self.base = dict(zip(keys, map(base.__getitem__, keys)))
 
     def update(self, snap: ClusterSnapshot, ctx: tuple, shares: Mapping[str, int],
-               per_node: int, keyof: Callable[[str], tuple]) -> bool:
+               per_node: int, keyof: Callable[[str], tuple],
+               delta: Optional[tuple] = None) -> bool:
         """:meth:`sync` with the jobs whose view changed since the last call (the snapshot's
         job change record); False (and the classes cleared) without a usable record.  ``ctx``:
         (profile table, unprofiled ids' object) that ``keyof`` reads; another one (by
-        identity) or another node size makes the classes again."""
+        identity) or another node size makes the classes again.
+
+        ``delta`` (:attr:`policies.max_min_kept.KeptShares.delta`, where ``shares`` are kept
+        demands): where its ``prev`` names the last input, the classes are brought up to
+        ``shares`` from its ids alone (:meth:`_sync_delta`), with no pass over the jobs."""
+        token, self._token = self._token, (delta[1] if delta is not None else None)
         log = job_record(snap)
         if log is None:
             self.clear()
@@ -200,9 +207,37 @@ class Classes:
             self._ctx = ctx
             self.per_node = per_node
             self._make(shares, keyof)
+        elif delta is not None and token is not None and delta[0] is token:
+            self._sync_delta(shares, keyof, set(log[len(seen):]), delta[2], delta[3])
         else:
             self.sync(shares, keyof, set(log[len(seen):]))
         return True
+
+    def _sync_delta(self, shares: Mapping[str, int], keyof: Callable[[str], tuple],
+                    stale: set, moved: frozenset, new: tuple) -> None:
+        """:meth:`sync` where the input differs from the last one only at ``moved`` (ids put
+        or dropped since) and by ``new`` (ids added since, in order, after all others):
+        O(changes).  An id of ``new`` that was in the last input moved to the end: the
+        classes are made again."""
+        rank, base, key = self.rank, self.base, self.key
+        if any(map(key.__contains__, new)):
+            return self._make(shares, keyof)
+        for jid in moved:
+            if jid not in shares and jid in key:  # gone
+                self._remove(jid)
+                del rank[jid], base[jid]
+        for jid in stale.union(moved):
+            s = shares.get(jid)
+            if s is not None and jid in key:  # (the new ones come below)
+                self._remove(jid)
+                self._add(jid, s, keyof(jid))
+        for jid in new:
+            s = shares.get(jid)
+            if s is not None:
+                rank[jid] = self._next
+                self._next += 1
+                self._add(jid, s, keyof(jid))
+        self.keys = self.vals = None  # (made from ``shares`` when a pass needs them)
 
     # ------------------------------------------------------------------ the walk
     def shares_seen(self):
@@ -266,9 +301,10 @@ _CLASSES: dict = {}  # policy name -> its Classes
 
 
 def kept_classes(policy: str, snap: ClusterSnapshot, ctx: tuple, shares: Mapping[str, int],
-                 per_node: int, keyof: Callable[[str], tuple]) -> Optional[Classes]:
+                 per_node: int, keyof: Callable[[str], tuple],
+                 delta: Optional[tuple] = None) -> Optional[Classes]:
     """The policy's classes brought up to ``shares`` (``None``: no usable record)."""
     c = _CLASSES.get(policy)
     if c is None:
         c = _CLASSES[policy] = Classes()
-    return c if c.update(snap, ctx, shares, per_node, keyof) else None
+    return c if c.update(snap, ctx, shares, per_node, keyof, delta) else None

@@ -32,6 +32,19 @@ from .model import ClusterSnapshot
 from .records import job_record
 
 
+class KeptShares(dict):
+    """The shares :meth:`KeptDemands.shares` gives (id -> demand, in submit order), with
+    ``delta``: ``(prev, token, moved, new)`` — ``token`` names these shares and ``prev`` the
+    ones given at the last call of the same :class:`KeptDemands` (``None``: none); ``moved``
+    holds every id whose entry was put or dropped since ``prev`` and ``new`` the ids added
+    since, in the order they come (all after the others: the order of the rest is
+    unchanged).  ``delta`` is ``None`` where the order was made again or the demands were
+    cleared since ``prev``.  A consumer that kept ``prev``'s shares brings them to these
+    from ``delta`` alone (:meth:`policies.elastic_regulate.Classes.update`)."""
+
+    __slots__ = ("delta",)
+
+
 class KeptDemands:
     """Every active job's demand (``dem``, in submit order), their sum (``total``), the ids
     whose demand was cut at the probe bound (``cut``: bound it was found with) and the ids
@@ -57,12 +70,18 @@ class KeptDemands:
         self._key_of: dict[str, float] = {}  # id -> its submit time as kept
         self._finite: dict[tuple, bool] = {}  # (app, global batch, demand) -> rates finite
         self.total = 0
+        # what changed since the last shares given (KeptShares.delta)
+        self._token: Optional[object] = None
+        self._moved: set[str] = set()
+        self._new: list[str] = []
+        self._resorted = True
 
     # ------------------------------------------------------------------ upkeep
     def _drop(self, jid: str) -> None:
         d = self.dem.pop(jid, None)
         if d is None:
             return
+        self._moved.add(jid)
         self.total -= d
         self.cut.pop(jid, None)
         self.bad.discard(jid)
@@ -72,6 +91,7 @@ class KeptDemands:
         """Add ``job`` (or renew it: its view changed) with its demand probed up to ``bound``."""
         jid = job.id
         key = (job.submit_time, jid)
+        self._moved.add(jid)
         old = self.dem.get(jid)
         if old is not None and self._key_of[jid] != key[0]:
             self._drop(jid)
@@ -97,9 +117,11 @@ class KeptDemands:
             last = next(reversed(dem), None)
             key_of[jid] = key[0]
             dem[jid] = d
+            self._new.append(jid)
             if last is not None and (key_of[last], last) > key:
                 # older than the newest kept job: the submit order is made again
                 self.dem = {i: dem[i] for i in sorted(dem, key=lambda i: (key_of[i], i))}
+                self._resorted = True
             self.total += d
         else:
             self.dem[jid] = d
@@ -141,9 +163,22 @@ class KeptDemands:
         self._seen = log
         return True
 
-    def shares(self, snap: ClusterSnapshot, rates: Rates) -> Optional[dict[str, int]]:
+    def shares(self, snap: ClusterSnapshot, rates: Rates) -> Optional[KeptShares]:
         """Max-Min's shares of ``snap`` (id -> demand, in submit order) where every job
         gets its demand, else ``None`` (the full path decides)."""
+        got = self._shares(snap, rates)
+        prev = self._token
+        if got is None:
+            self._token = None
+        else:
+            self._token = object()
+            got = KeptShares(got)
+            got.delta = (None if self._resorted or prev is None
+                         else (prev, self._token, frozenset(self._moved), tuple(self._new)))
+        self._moved, self._new, self._resorted = set(), [], False
+        return got
+
+    def _shares(self, snap: ClusterSnapshot, rates: Rates) -> Optional[dict[str, int]]:
         if not self.update(snap, rates):
             return None
         n = len(snap.jobs)
@@ -160,4 +195,4 @@ class KeptDemands:
                     self._put(rates, snap.jobs[jid], bound)
             if self.cut or self.total > M:
                 return None
-        return dict(self.dem)
+        return self.dem

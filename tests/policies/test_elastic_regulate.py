@@ -238,3 +238,121 @@ def test_the_classes_follow_the_record_and_their_context():
     assert not c.update(SimpleNamespace(jobs={}, job_changes=None), (profiles, unprof),
                         shares, 8, klass.__getitem__)
     assert not c.members and not c.keys
+
+
+@pytest.mark.parametrize("name", ["max-min", "themis", "afs-p", "optimus"])
+@pytest.mark.parametrize("cluster", ["16x8", "40x8", "2x8"])
+def test_classes_brought_up_from_the_kept_demands_changes(name, cluster):
+    """Where the shares are kept demands (policies.max_min_kept.KeptShares), the classes are
+    brought up from what changed alone: after each such call they are the classes made
+    from the whole input (members in rank order, ranks in input order, base in input order,
+    sums, ranged ids), and every call plans as without the classes."""
+    pol = _Checked(name)
+    real_update, real_delta = Classes.update, Classes._sync_delta
+    by_delta = []
+
+    def delta(self, *a):
+        by_delta.append(True)
+        return real_delta(self, *a)
+
+    def update(self, snap, ctx, shares, per_node, keyof, delta=None):
+        n = len(by_delta)
+        ok = real_update(self, snap, ctx, shares, per_node, keyof, delta)
+        if ok and len(by_delta) > n:
+            fresh = Classes()
+            fresh.per_node = per_node
+            fresh._make(shares, keyof)
+            assert self.members == fresh.members and self.key == fresh.key
+            assert sorted(self.rank, key=self.rank.get) == list(shares)
+            assert list(self.base.items()) == list(fresh.base.items())
+            assert (self.tot_s, self.tot_r, self.ranged) == \
+                (fresh.tot_s, fresh.tot_r, fresh.ranged)
+        return ok
+    with mock.patch.object(Classes, "update", update), \
+            mock.patch.object(Classes, "_sync_delta", delta):
+        # (Themis's kept demands leave jobs with a GPU range to the full path)
+        jobs = (_jobs if name == "themis" else _mixed_jobs)(80, seed=5)
+        res = simulate(jobs, parse_cluster(cluster), pol, MODELS, SimConfig())
+    assert len(res._rows) == 80 and len(by_delta) > (10 if cluster != "2x8" else 0)
+
+
+def test_a_broken_chain_of_kept_demands_takes_the_diff():
+    """Shares given twice in one call (the first one never reached the classes), or plain
+    shares between two kept ones: the next kept shares' delta does not name the classes'
+    last input, so the classes diff the whole input."""
+    from policies.max_min import _demand
+    from policies.max_min_kept import KeptDemands
+    from policy_probe import Recorder
+
+    rec = Recorder("max-min")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    kd = KeptDemands(_demand)
+    seen = [s for s in rec.seen if len(s.jobs) > 2]
+    a = kd.shares(seen[0], elastic.Rates(seen[0]))
+    b = kd.shares(seen[1], elastic.Rates(seen[1]))
+    assert a.delta is None and b.delta[0] is not None
+    c1 = kd.shares(seen[2], elastic.Rates(seen[2]))
+    c2 = kd.shares(seen[2], elastic.Rates(seen[2]))  # (asked twice)
+    assert c2.delta[0] is c1.delta[1] and dict(c1) == dict(c2)
+    cls = Classes()
+    keyof = lambda j: (j, False)  # noqa: E731
+    ctx = ((), ())
+    assert cls.update(seen[1], ctx, b, 8, keyof, b.delta)
+    with mock.patch.object(Classes, "_sync_delta", side_effect=AssertionError("delta")):
+        assert cls.update(seen[2], ctx, c2, 8, keyof, c2.delta)  # prev is c1: not b
+        assert list(cls.base) == list(c2)
+        assert cls.update(seen[3], ctx, dict(c2), 8, keyof, None)  # plain shares
+        d = kd.shares(seen[3], elastic.Rates(seen[3]))
+        assert cls.update(seen[3], ctx, d, 8, keyof, d.delta)  # the classes' token: None
+    assert list(cls.base) == list(d)
+
+
+def _with_job(snap, job):
+    """``snap`` with ``job`` put in its job map and named by its change record (the same
+    record, one entry longer: it extends the one read before)."""
+    from policies.model import Frozen, JobChanges
+
+    jobs = dict(snap.jobs)
+    jobs[job.id] = job
+    items = snap.job_changes.log._items
+    items.append(job.id)
+    return dataclasses.replace(snap, jobs=jobs,
+                               job_changes=JobChanges(log=Frozen(items), source=jobs))
+
+
+@pytest.mark.parametrize("change", ["older new job", "moved submit time"])
+def test_kept_demands_whose_order_moved_are_followed(change):
+    """A new job older than the newest kept one (the submit order made again: no delta), or
+    a kept job whose submit time moved (it leaves its place for the end: the classes are
+    made again): the classes stay those of the whole input."""
+    from policies.max_min import _demand
+    from policies.max_min_kept import KeptDemands
+    from policy_probe import Recorder
+
+    rec = Recorder("max-min")
+    simulate(_jobs(40, seed=3), parse_cluster("16x8"), rec, MODELS, SimConfig())
+    snap = next(s for s in rec.seen if 4 <= len(s.jobs) <= 8)
+    kd = KeptDemands(_demand)
+    cls = Classes()
+    keyof = lambda j: ("u", False)  # noqa: E731
+    ctx = ((), ())
+    for _ in range(2):
+        got = kd.shares(snap, elastic.Rates(snap))
+        assert cls.update(snap, ctx, got, 8, keyof, got.delta)
+    first = next(iter(snap.jobs.values()))
+    if change == "older new job":
+        other = _with_job(snap, dataclasses.replace(first, id="zz", submit_time=-1.0))
+    else:
+        other = _with_job(snap, dataclasses.replace(first, submit_time=1e9))
+    got = kd.shares(other, elastic.Rates(other))
+    assert got is not None
+    assert kd._seen is other.job_changes.log  # (read on from the record: not made again)
+    if change == "older new job":
+        assert got.delta is None and list(got)[0] == "zz"
+    else:
+        assert got.delta is not None and got.delta[3] == (first.id,)
+        assert list(got)[-1] == first.id
+    assert cls.update(other, ctx, got, 8, keyof, got.delta)
+    assert sorted(cls.rank, key=cls.rank.get) == list(got) == list(cls.base)
+    assert cls.members == {(s, "u"): [j for j in got if got[j] == s] for s in set(got.values())}
+
