@@ -28,7 +28,7 @@ import math
 from typing import Callable, Optional
 
 from .elastic import UNPROFILED, Rates
-from .model import ClusterSnapshot
+from .model import SUBMIT_ORDER, ClusterSnapshot
 from .records import job_record
 
 
@@ -149,12 +149,20 @@ class KeptDemands:
         old = self._ctx
         if (old is not None and old[0] is ctx[0] and old[1] is ctx[1] and old[2] is ctx[2]
                 and self._seen is not None and log.extends(self._seen)):
+            # the jobs that went first, then the others in submit order: jobs that came at
+            # one time (one submit time, in the trace's order) are put in the kept order,
+            # not made again (the same entries either way)
+            here = []
             for jid in set(log[len(self._seen):]):
                 job = jobs.get(jid)
                 if job is None:
                     self._drop(jid)
                 else:
-                    self._put(rates, job, bound)
+                    here.append(job)
+            if len(here) > 1:
+                here.sort(key=SUBMIT_ORDER)
+            for job in here:
+                self._put(rates, job, bound)
         else:
             self.clear()
             self._ctx = ctx

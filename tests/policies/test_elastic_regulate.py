@@ -356,3 +356,25 @@ def test_kept_demands_whose_order_moved_are_followed(change):
     assert sorted(cls.rank, key=cls.rank.get) == list(got) == list(cls.base)
     assert cls.members == {(s, "u"): [j for j in got if got[j] == s] for s in set(got.values())}
 
+
+
+def test_jobs_that_come_together_keep_the_delta():
+    """Jobs submitted at one time come in one call; the kept demands put them in submit
+    order, so every kept call after the first carries a delta (none makes the order again)."""
+    from policies.max_min_kept import KeptDemands
+
+    jobs = []
+    for j in _jobs(30, seed=8):
+        jobs += [j, dataclasses.replace(j, id=j.id + "b"), dataclasses.replace(j, id=j.id + "a")]
+    real = KeptDemands.shares
+    deltas = []
+
+    def shares(self, snap, rates):
+        got = real(self, snap, rates)
+        if got is not None:
+            deltas.append(got.delta is not None)
+        return got
+    with mock.patch.object(KeptDemands, "shares", shares):
+        simulate(jobs, parse_cluster("40x8"), policies.get_policy("max-min"), MODELS,
+                 SimConfig())
+    assert len(deltas) > 30 and not deltas[0] and all(deltas[1:])
