@@ -292,6 +292,8 @@ class _Claims:
     def taken(self, x: str, got) -> None:
         """GPUs ``got`` of ``x`` were taken (after :meth:`note`): claims of jobs not placed lapse."""
         placed, c = self.placed, self.c
+        if not c.get(x):  # no job not placed claims a free GPU of ``x``: none lapses
+            return
         for i in got:
             jid = self.owner((x, i), None)
             if jid is not None and jid not in placed:

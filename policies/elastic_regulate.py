@@ -290,7 +290,8 @@ class Classes:
                 q = bisect_left(mem, heap[0][1], p, q, key=rank.__getitem__)
             run = mem[p:q]
             lst.extend(run)
-            out.update(dict.fromkeys(run, up))
+            for jid in run:  # (a few per slice: faster than a dict built to update from)
+                out[jid] = up
             d -= step * (q - p)
             if q < n and step <= d:  # (a step that does not fit now never will)
                 heapq.heappush(heap, (level, rank[mem[q]], q, s, u, r, mem))
