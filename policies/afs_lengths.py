@@ -10,7 +10,8 @@ GPU.  :class:`KeptLengths` keeps those numbers of every job as one row, brought 
 from the snapshot's job change record (a job's view changes only where the record names it),
 and computes every length of a call with the same IEEE operations in the same order, on
 arrays (numpy's element-wise operations are each one rounding, as Python's float operations
-are): the same lengths, bit for bit, wherever they are finite.  Where Python's ``max(0.0,
+are): the same lengths, bit for bit, wherever they are finite.  (numpy is imported at the
+first job kept, not with the policy registry: start-up stays free of it.)  Where Python's ``max(0.0,
 x)`` and numpy's differ (``x`` NaN) or a length is not finite, :meth:`KeptLengths.order`
 gives ``None`` and the caller takes its per-job path, which gives way to the full path there.
 tests/policies/test_max_min_kept.py checks the Plans against the full path at every call of
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 from operator import itemgetter
 from typing import Optional
-
-import numpy as np
 
 from .elastic import UNPROFILED
 from .model import ClusterSnapshot, JobState
@@ -49,7 +48,7 @@ class KeptLengths:
         self._ctx: Optional[tuple] = None
         self.slot: dict[str, int] = {}
         self.free: list[int] = []
-        self.cols = np.zeros((_COLS, 0))
+        self.cols = None  # (a numpy array from the first job on: numpy is imported then)
         self.unknown: set[str] = set()
 
     def _drop(self, jid: str) -> None:
@@ -71,9 +70,12 @@ class KeptLengths:
         at = self.slot.get(jid)
         if at is None:
             if not self.free:  # (room for as many again)
-                cap = self.cols.shape[1]
+                import numpy as np
+
+                cap = 0 if self.cols is None else self.cols.shape[1]
                 grown = np.zeros((_COLS, max(2 * cap, 64)))
-                grown[:, :cap] = self.cols
+                if cap:
+                    grown[:, :cap] = self.cols
                 self.cols = grown
                 self.free = list(range(grown.shape[1] - 1, cap - 1, -1))
             at = self.slot[jid] = self.free.pop()
@@ -113,6 +115,8 @@ class KeptLengths:
         length is unknown, not finite or not computed as Python computes it."""
         if not self.update(snap, rates) or self.unknown or not ids:
             return None
+        import numpy as np
+
         n = len(ids)
         try:
             idx = np.fromiter(map(self.slot.__getitem__, ids), dtype=np.intp, count=n)
