@@ -10,10 +10,11 @@ GPU.  :class:`KeptLengths` keeps those numbers of every job as one row, brought 
 from the snapshot's job change record (a job's view changes only where the record names it),
 and computes every length of a call with the same IEEE operations in the same order, on
 arrays (numpy's element-wise operations are each one rounding, as Python's float operations
-are): the same lengths, bit for bit, wherever they are finite.  (numpy is imported at the
-first job kept, not with the policy registry: start-up stays free of it.)  Where Python's ``max(0.0,
-x)`` and numpy's differ (``x`` NaN) or a length is not finite, :meth:`KeptLengths.order`
-gives ``None`` and the caller takes its per-job path, which gives way to the full path there.
+are): the same lengths, bit for bit, wherever they are finite.  Where Python's
+``max(0.0, x)`` and numpy's differ (``x`` NaN) or a length is not finite,
+:meth:`KeptLengths.order` gives ``None`` and the caller takes its per-job path, which gives
+way to the full path there.  (numpy is imported at the first job kept, not with the policy
+registry: start-up stays free of it.)
 tests/policies/test_max_min_kept.py checks the Plans against the full path at every call of
 whole simulations, and the lengths against the per-job arithmetic.
 """

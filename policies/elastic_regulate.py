@@ -56,9 +56,12 @@ from .records import job_record
 
 
 class Classes:
-    """The jobs of the last input by class: ``members`` (class -> [id] in rank order), ``base`` (id -> its share rounded down, in the input's order), ``tot_s`` and
-    ``tot_r`` (the sums of the shares and of ``base``) and ``ranged`` (ids whose job has a
-    GPU range)."""
+    """The jobs of the last input by class: ``members`` (class -> [id] in rank order),
+    ``rank`` (id -> its place in the input), ``base`` (id -> its share rounded down, in the
+    input's order), ``tot_s`` and ``tot_r`` (the sums of the shares and of ``base``) and
+    ``ranged`` (ids whose job has a GPU range).  ``keys`` and ``vals`` (the last input's ids
+    and shares, for the next diff) are ``None`` after a call brought up from a delta: the
+    next diff then makes the classes again."""
 
     def __init__(self):
         self.clear()
