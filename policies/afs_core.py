@@ -199,39 +199,76 @@ def _state(c: Cand) -> tuple:
             (p1 - p) / p1 if p1 > 0 else 0.0, (p1 - p) / p if p > 0 else INF)
 
 
-def _walk_l_from(st: list, k0: int, k_star: int, traj: list) -> int:
+BLOCK = 16  # positions per block of the hand-out's walks (:func:`_hand_out`)
+
+
+def _stays(s: tuple, blk: int, blocks: list) -> bool:
+    """The star ``s`` wins every comparison of block ``blk`` in both walks: its left side
+    of (3) beats every job's right side (``blocks[blk]``: the block's largest, NaN counted
+    as infinite).  Then (3) keeps it where it is the longer job; where it is the shorter
+    one, a job's left side is below its own right side, below ``s``'s left side, below
+    ``s``'s right side (``(p'-p)/p' < (p'-p)/p``), so (3) keeps it too; no tie is reached
+    (AFS-P's coin) and the count-0 branch (lines 5-7) is not taken (``s`` holds a GPU)."""
+    return not s[0] and s[3] > blocks[blk]
+
+
+def _walk_l_from(st: list, k0: int, k_star: int, traj: list, blocks=None) -> int:
     """:func:`top_priority_l` on precomputed states (same decisions, no calls per pair),
     resumed at position ``k0`` with ``k_star`` the star before it; ``traj[k]`` is set to
-    the star after position ``k`` (the resumption point of a later walk)."""
+    the star after position ``k`` (the resumption point of a later walk).  With
+    ``blocks`` (:func:`_hand_out`), a whole block of :data:`BLOCK` positions the star
+    wins (:func:`_stays`) is passed over without its comparisons."""
     s = st[k_star]
-    for k in range(k0, len(st)):
-        r = st[k]
-        if s[0] and r[0]:  # lines 5-7
-            if not s[1] < r[1]:
+    n = len(st)
+    k = k0
+    while k < n:
+        b = k // BLOCK
+        e = min(n, (b + 1) * BLOCK)
+        if blocks is not None and k == b * BLOCK and _stays(s, b, blocks):
+            traj[k:e] = [k_star] * (e - k)
+            k = e
+            continue
+        for k in range(k, e):
+            r = st[k]
+            if s[0] and r[0]:  # lines 5-7
+                if not s[1] < r[1]:
+                    k_star, s = k, r
+            elif s[2] >= r[2]:  # line 9: j_a = j, j_b = j*; (3) keeps j*, else j
+                if not s[3] > r[4]:
+                    k_star, s = k, r
+            elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
                 k_star, s = k, r
-        elif s[2] >= r[2]:  # line 9: j_a = j, j_b = j*; (3) keeps j*, else j
-            if not s[3] > r[4]:
-                k_star, s = k, r
-        elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
-            k_star, s = k, r
-        traj[k] = k_star
+            traj[k] = k_star
+        k = e
     return k_star
 
 
-def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: list) -> int:
-    """:func:`top_priority_p` on precomputed states, resumed as :func:`_walk_l_from`."""
+def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: list,
+                 blocks=None) -> int:
+    """:func:`top_priority_p` on precomputed states, resumed (and passing over the blocks
+    the star wins) as :func:`_walk_l_from`."""
     s = st[k_star]
     coin_ = _coin
-    for k in range(k0, len(st)):
-        if k != k_star:
-            r = st[k]
-            if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
-                k_star, s = k, r
-            elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
-                pass
-            elif coin_(seed, ids[k_star], ids[k]):
-                k_star, s = k, r
-        traj[k] = k_star
+    n = len(st)
+    k = k0
+    while k < n:
+        b = k // BLOCK
+        e = min(n, (b + 1) * BLOCK)
+        if blocks is not None and k == b * BLOCK and _stays(s, b, blocks):
+            traj[k:e] = [k_star] * (e - k)
+            k = e
+            continue
+        for k in range(k, e):
+            if k != k_star:
+                r = st[k]
+                if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
+                    k_star, s = k, r
+                elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
+                    pass
+                elif coin_(seed, ids[k_star], ids[k]):
+                    k_star, s = k, r
+            traj[k] = k_star
+        k = e
     return k_star
 
 
@@ -240,7 +277,7 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
     one more GPU helps.  With no GPU left (more jobs than GPUs after stage one) nothing is
     handed out, so the states are not built.
 
-    ``walk(st, ids, k0, k_star, traj)`` is :func:`_walk_l_from` or :func:`_walk_p_from`.
+    ``walk(st, ids, k0, k_star, traj, blocks)`` is :func:`_walk_l_from` or :func:`_walk_p_from`.
     A step changes the state of one job only, the winner at position ``kw`` (or removes it
     when one more GPU no longer helps it).  The walk's comparisons at positions before
     ``kw`` read only the states of jobs before ``kw``, so its stars there are the previous
@@ -257,9 +294,16 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
     st = [_state(c) for c in live]
     ids = [c.id for c in live]
     traj = [0] * len(live)
+    # each block's largest right side of (3) (:func:`_stays`), where the walks are long
+    # enough for whole blocks to be passed over
+    sides = blocks = None
+    if len(live) >= 4 * BLOCK:
+        sides = [_side(x[4]) for x in st]
+        blocks = []
+        _block_max(sides, blocks, 0)
     k0 = 0  # first position whose star must be recomputed
     while m > 0 and live:
-        k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj)  # line 19
+        k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj, blocks)  # line 19
         c = live[k]
         c.cnt += 1  # line 20
         if c.pick < 0:
@@ -267,10 +311,31 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
         step += 1
         m -= 1  # line 21
         if c.can_grow():
-            st[k] = _state(c)
+            x = st[k] = _state(c)
+            if sides is not None:
+                sides[k] = _side(x[4])
+                _block_max(sides, blocks, k // BLOCK, k // BLOCK + 1)
         else:
             del live[k], st[k], ids[k], traj[k]
+            if sides is not None:  # (the positions after it move down by one)
+                del sides[k]
+                _block_max(sides, blocks, k // BLOCK)
         k0 = k
+
+
+def _side(x: float) -> float:
+    """A right side of (3) for a block's largest: NaN (which no comparison passes) as
+    infinite."""
+    return x if x == x else INF
+
+
+def _block_max(sides: list, blocks: list, b0: int, b1: Optional[int] = None) -> None:
+    """``blocks`` from block ``b0`` on (to ``b1``, else to the end, which may have moved)
+    made the largest of ``sides`` over each block's positions."""
+    n = len(sides)
+    stop = (n + BLOCK - 1) // BLOCK if b1 is None else b1
+    blocks[b0:b1] = [max(sides[i:i + BLOCK])
+                     for i in range(b0 * BLOCK, min(n, stop * BLOCK), BLOCK)]
 
 
 def _to_stops(live: list[Cand], m: int) -> bool:
@@ -312,8 +377,8 @@ def afs_l_shares(jobs: list[Cand], total: int) -> None:
         _reset(jobs)
     else:
         m = left
-    _hand_out(jobs, m, total - m, lambda st, ids, k0, k_star, traj:
-              _walk_l_from(st, k0, k_star, traj))
+    _hand_out(jobs, m, total - m, lambda st, ids, k0, k_star, traj, blocks:
+              _walk_l_from(st, k0, k_star, traj, blocks))
 
 
 def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
@@ -329,5 +394,5 @@ def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
             c.cnt, c.pick = 1, step
             step += 1
             m -= 1
-    _hand_out(jobs, m, step, lambda st, ids, k0, k_star, traj:
-              _walk_p_from(st, ids, seed, k0, k_star, traj))
+    _hand_out(jobs, m, step, lambda st, ids, k0, k_star, traj, blocks:
+              _walk_p_from(st, ids, seed, k0, k_star, traj, blocks))

@@ -111,6 +111,41 @@ def test_afs_l_shares_match_reference(case):
     assert _result(new) == _result(old)
 
 
+@st.composite
+def many_cand_sets(draw):
+    """Dozens to a couple of hundred jobs (from a few shapes, so ties and repeated states
+    are common) and a few GPUs to hundreds more than jobs: stage two's walks are long
+    enough to be passed over block by block (afs_core.BLOCK, drawn small too)."""
+    protos = draw(st.lists(st.tuples(
+        st.sampled_from(SHAPES), st.sampled_from([0.5, 1.0, 3.0, 10.0]),
+        st.sampled_from([0.0, 1e-3, 0.01, 0.1, 0.5]), st.integers(1, 12),
+        st.sampled_from([math.inf, 0.0, 1.0, 500.0, 1e6]), st.sampled_from([1, 2, 4, 100])),
+        min_size=1, max_size=6))
+    n = draw(st.integers(8, 150))
+    proto = [protos[draw(st.integers(0, len(protos) - 1))] for _ in range(n)]
+    total = n + draw(st.sampled_from([1, 5, 40, 200]))
+    return proto, total, draw(st.integers(0, 5)), draw(st.sampled_from([1, 2, 3, 5, 16]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=many_cand_sets())
+def test_many_jobs_block_walks_match_reference(case):
+    proto, total, seed, block = case
+    real = afs_core.BLOCK
+    afs_core.BLOCK = block
+    try:
+        for shares, ref_shares in ((lambda c: afs_l_shares(c, total),
+                                    lambda c: ref.afs_l_shares(c, total)),
+                                   (lambda c: afs_p_shares(c, total, seed),
+                                    lambda c: ref.afs_p_shares(c, total, seed))):
+            new, old = _cands(proto), _cands(proto)
+            shares(new)
+            ref_shares(old)
+            assert _result(new) == _result(old)
+    finally:
+        afs_core.BLOCK = real
+
+
 def test_equal_jobs_share_a_large_cluster_by_coin():
     """Eight identical jobs on 2,400 GPUs: every step is a tie or a (3) decision between
     equal curves; hundreds of GPUs each, the same as the reference."""
@@ -136,10 +171,10 @@ def test_a_wrong_resume_point_is_caught(monkeypatch):
     comparison) must change some decision on these inputs."""
     real = afs_core._walk_p_from
 
-    def late(st_, ids, seed, k0, k_star, traj):
+    def late(st_, ids, seed, k0, k_star, traj, blocks=None):
         if k0:
-            return real(st_, ids, seed, min(k0 + 1, len(st_)), k_star, traj)
-        return real(st_, ids, seed, k0, k_star, traj)
+            return real(st_, ids, seed, min(k0 + 1, len(st_)), k_star, traj, blocks)
+        return real(st_, ids, seed, k0, k_star, traj, blocks)
 
     monkeypatch.setattr(afs_core, "_walk_p_from", late)
     proto = [("concave", 3.0, 0.002, 1, math.inf, 2400)] * 6 + \
