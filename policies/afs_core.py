@@ -202,14 +202,25 @@ def _state(c: Cand) -> tuple:
 BLOCK = 16  # positions per block of the hand-out's walks (:func:`_hand_out`)
 
 
-def _stays(s: tuple, blk: int, blocks: list) -> bool:
+def _stays(s: tuple, blk: int, blocks: tuple) -> bool:
     """The star ``s`` wins every comparison of block ``blk`` in both walks: its left side
-    of (3) beats every job's right side (``blocks[blk]``: the block's largest, NaN counted
-    as infinite).  Then (3) keeps it where it is the longer job; where it is the shorter
-    one, a job's left side is below its own right side, below ``s``'s left side, below
-    ``s``'s right side (``(p'-p)/p' < (p'-p)/p``), so (3) keeps it too; no tie is reached
-    (AFS-P's coin) and the count-0 branch (lines 5-7) is not taken (``s`` holds a GPU)."""
-    return not s[0] and s[3] > blocks[blk]
+    of (3) beats every job's right side (``blocks[0][blk]``: the block's largest, NaN
+    counted as infinite).  Then (3) keeps it where it is the longer job; where it is the
+    shorter one, a job's left side is below its own right side, below ``s``'s left side,
+    below ``s``'s right side (``(p'-p)/p' < (p'-p)/p``), so (3) keeps it too; no tie is
+    reached (AFS-P's coin) and the count-0 branch (lines 5-7) is not taken (``s`` holds a
+    GPU)."""
+    return not s[0] and s[3] > blocks[0][blk]
+
+
+def _stays_l(s: tuple, blk: int, blocks: tuple) -> bool:
+    """:func:`_stays`, or (AFS-L's walk, lengths known) ``s`` is shorter than every job of
+    the block (``blocks[2][blk]``: their least length, NaN counted as infinite: line 9's
+    test fails for it too) and no job's left side beats its right side (``blocks[1][blk]``:
+    their largest, NaN, which beats nothing, as -inf): line 9 makes each job ``j_b`` and
+    (3) keeps ``s``."""
+    return not s[0] and (s[3] > blocks[0][blk]
+                         or (s[2] < blocks[2][blk] and blocks[1][blk] <= s[4]))
 
 
 def _walk_l_from(st: list, k0: int, k_star: int, traj: list, blocks=None) -> int:
@@ -224,7 +235,7 @@ def _walk_l_from(st: list, k0: int, k_star: int, traj: list, blocks=None) -> int
     while k < n:
         b = k // BLOCK
         e = min(n, (b + 1) * BLOCK)
-        if blocks is not None and k == b * BLOCK and _stays(s, b, blocks):
+        if blocks is not None and k == b * BLOCK and _stays_l(s, b, blocks):
             traj[k:e] = [k_star] * (e - k)
             k = e
             continue
@@ -272,7 +283,7 @@ def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: lis
     return k_star
 
 
-def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
+def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = False) -> None:
     """Lines 18-21: ``m`` GPUs, one at a time, to the job TOPPRIORITY names among the jobs
     one more GPU helps.  With no GPU left (more jobs than GPUs after stage one) nothing is
     handed out, so the states are not built.
@@ -294,13 +305,10 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
     st = [_state(c) for c in live]
     ids = [c.id for c in live]
     traj = [0] * len(live)
-    # each block's largest right side of (3) (:func:`_stays`), where the walks are long
-    # enough for whole blocks to be passed over
-    sides = blocks = None
-    if len(live) >= 4 * BLOCK:
-        sides = [_side(x[4]) for x in st]
-        blocks = []
-        _block_max(sides, blocks, 0)
+    # each block's bounds for :func:`_stays` (and :func:`_stays_l` with ``lengths``),
+    # where the walks are long enough for whole blocks to be passed over
+    blk = _Blocks(st, lengths) if len(live) >= 4 * BLOCK else None
+    blocks = None if blk is None else blk.agg
     k0 = 0  # first position whose star must be recomputed
     while m > 0 and live:
         k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj, blocks)  # line 19
@@ -312,30 +320,61 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk) -> None:
         m -= 1  # line 21
         if c.can_grow():
             x = st[k] = _state(c)
-            if sides is not None:
-                sides[k] = _side(x[4])
-                _block_max(sides, blocks, k // BLOCK, k // BLOCK + 1)
+            if blk is not None:
+                blk.put(k, x)
         else:
             del live[k], st[k], ids[k], traj[k]
-            if sides is not None:  # (the positions after it move down by one)
-                del sides[k]
-                _block_max(sides, blocks, k // BLOCK)
+            if blk is not None:
+                blk.drop(k)
         k0 = k
 
 
-def _side(x: float) -> float:
-    """A right side of (3) for a block's largest: NaN (which no comparison passes) as
-    infinite."""
-    return x if x == x else INF
+def _nan_as(x: float, v: float) -> float:
+    return x if x == x else v
 
 
-def _block_max(sides: list, blocks: list, b0: int, b1: Optional[int] = None) -> None:
-    """``blocks`` from block ``b0`` on (to ``b1``, else to the end, which may have moved)
-    made the largest of ``sides`` over each block's positions."""
-    n = len(sides)
-    stop = (n + BLOCK - 1) // BLOCK if b1 is None else b1
-    blocks[b0:b1] = [max(sides[i:i + BLOCK])
-                     for i in range(b0 * BLOCK, min(n, stop * BLOCK), BLOCK)]
+class _Blocks:
+    """Per block of :data:`BLOCK` positions of the hand-out's states: the largest right
+    side of (3) (NaN as infinite), and with ``lengths`` the largest left side (NaN as
+    -inf) and the least length (NaN as infinite): ``agg`` (:func:`_stays`,
+    :func:`_stays_l`), kept up to date as states change or leave."""
+
+    def __init__(self, st: list, lengths: bool):
+        self.cols = [[_nan_as(x[4], INF) for x in st]]
+        if lengths:
+            self.cols.append([_nan_as(x[3], -INF) for x in st])
+            self.cols.append([_nan_as(x[2], INF) for x in st])
+        self.agg = tuple([] for _ in self.cols)
+        self._redo(0)
+
+    def _redo(self, b0: int) -> None:
+        """Every block from ``b0`` on (the last may be gone or shorter)."""
+        for i, (col, agg) in enumerate(zip(self.cols, self.agg)):
+            f = min if i == 2 else max
+            agg[b0:] = [f(col[j:j + BLOCK]) for j in range(b0 * BLOCK, len(col), BLOCK)]
+
+    def put(self, k: int, x: tuple) -> None:
+        """Position ``k``'s state is now ``x``."""
+        cols, agg = self.cols, self.agg
+        b = k // BLOCK
+        lo = b * BLOCK
+        cols[0][k] = r = _nan_as(x[4], INF)
+        a = agg[0]
+        if r >= a[b]:  # (a larger one: no pass over the block)
+            a[b] = r
+        else:
+            a[b] = max(cols[0][lo:lo + BLOCK])
+        if len(cols) > 1:
+            cols[1][k] = _nan_as(x[3], -INF)
+            cols[2][k] = _nan_as(x[2], INF)
+            agg[1][b] = max(cols[1][lo:lo + BLOCK])
+            agg[2][b] = min(cols[2][lo:lo + BLOCK])
+
+    def drop(self, k: int) -> None:
+        """Position ``k`` leaves (the ones after it move down by one)."""
+        for col in self.cols:
+            del col[k]
+        self._redo(k // BLOCK)
 
 
 def _to_stops(live: list[Cand], m: int) -> bool:
@@ -378,7 +417,7 @@ def afs_l_shares(jobs: list[Cand], total: int) -> None:
     else:
         m = left
     _hand_out(jobs, m, total - m, lambda st, ids, k0, k_star, traj, blocks:
-              _walk_l_from(st, k0, k_star, traj, blocks))
+              _walk_l_from(st, k0, k_star, traj, blocks), lengths=True)
 
 
 def afs_p_shares(jobs: list[Cand], total: int, seed: int) -> None:
