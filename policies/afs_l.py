@@ -28,7 +28,7 @@ from .afs_lengths import KeptLengths
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers
 from .max_min import _demand
-from .max_min_kept import KeptDemands
+from .max_min_kept import KeptDemands, KeptShares
 from .model import JobState, SUBMIT_ORDER, plain_progress
 from .registry import register
 
@@ -165,7 +165,11 @@ class AfsL(Policy):
         rems: dict = {}
         order = self._lens.order(snap, rates, list(kept)) if inline else None
         if order is not None:
-            shares = dict(zip(order, map(kept.__getitem__, order)))
+            # the kept demands in this order: the kept demands' delta, marked reordered
+            # (the regulation's classes are brought up from it and re-ranked)
+            shares = KeptShares(zip(order, map(kept.__getitem__, order)))
+            d = getattr(kept, "delta", None)
+            shares.delta = None if d is None else (*d, True)
         else:
             shares = self._by_lengths(snap, rates, kept, rem, rems)
             if shares is None:

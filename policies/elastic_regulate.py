@@ -70,6 +70,8 @@ class Classes:
         self._seen = None  # the job change record read so far
         self._token: Optional[object] = None  # the kept demands' token of the last input
         self._ctx: Optional[tuple] = None  # (profiles, unprofiled ids, GPUs per node)
+        # the last input's order where it came reordered with a delta (the ranks follow it)
+        self._order: Optional[list] = None
         self.per_node = 1
         self._make({}, None)
 
@@ -198,6 +200,7 @@ class Classes:
         demands): where its ``prev`` names the last input, the classes are brought up to
         ``shares`` from its ids alone (:meth:`_sync_delta`), with no pass over the jobs."""
         token, self._token = self._token, (delta[1] if delta is not None else None)
+        last, self._order = self._order, None
         log = job_record(snap)
         if log is None:
             self.clear()
@@ -212,6 +215,12 @@ class Classes:
             self._make(shares, keyof)
         elif delta is not None and token is not None and delta[0] is token:
             self._sync_delta(shares, keyof, set(log[len(seen):]), delta[2], delta[3])
+            if len(delta) > 4:  # the same entries in their own order: ranks from it
+                order = list(shares)
+                if order != last:
+                    self._rerank(order)
+                self._order = order
+                return True
         else:
             self.sync(shares, keyof, set(log[len(seen):]))
         return True

@@ -240,13 +240,14 @@ def test_the_classes_follow_the_record_and_their_context():
     assert not c.members and not c.keys
 
 
-@pytest.mark.parametrize("name", ["max-min", "themis", "afs-p", "optimus"])
+@pytest.mark.parametrize("name", ["max-min", "themis", "afs-p", "optimus", "afs-l"])
 @pytest.mark.parametrize("cluster", ["16x8", "40x8", "2x8"])
 def test_classes_brought_up_from_the_kept_demands_changes(name, cluster):
-    """Where the shares are kept demands (policies.max_min_kept.KeptShares), the classes are
-    brought up from what changed alone: after each such call they are the classes made
-    from the whole input (members in rank order, ranks in input order, base in input order,
-    sums, ranged ids), and every call plans as without the classes."""
+    """Where the shares are kept demands (policies.max_min_kept.KeptShares; AFS-L's in its
+    own order, with the delta marked reordered), the classes are brought up from what
+    changed alone: after each such call they are the classes made from the whole input
+    (members in rank order, ranks in input order, base in input order, sums, ranged ids),
+    and every call plans as without the classes."""
     pol = _Checked(name)
     real_update, real_delta = Classes.update, Classes._sync_delta
     by_delta = []
