@@ -34,10 +34,11 @@ _COLS = 7  # total, completed, iter_rate, as_of, restore_left, running (1.0/0.0)
 
 
 class KeptLengths:
-    """Every job of the last snapshot whose total iterations are known has a slot
-    (``slot[id]``) in the columns ``cols`` (``cols[:, slot]``: ``(total, completed,
-    iter_rate, as_of, restore_left, running, p(1))``); ``unknown``: the ids of the others;
-    ``free``: slots no job holds."""
+    """Every job of the last snapshot whose total iterations are known has a column of
+    ``cols`` (``cols[:, i]``: ``(total, completed, iter_rate, as_of, restore_left, running,
+    p(1))``), in the order of ``ids`` (the jobs' ids; put in the order :meth:`order` was
+    last asked for, so that the next call finds the columns in its order and reads them as
+    they lie); ``unknown``: the ids of the others."""
 
     def __init__(self):
         self.clear()
@@ -47,15 +48,18 @@ class KeptLengths:
         # what the rows' p(1) came from: the rates' memo (Rates._rate) and the ids of jobs
         # with no profile (a job's p(1) is the model's only where it has one)
         self._ctx: Optional[tuple] = None
-        self.slot: dict[str, int] = {}
-        self.free: list[int] = []
+        self.ids: list[str] = []
         self.cols = None  # (a numpy array from the first job on: numpy is imported then)
         self.unknown: set[str] = set()
 
     def _drop(self, jid: str) -> None:
-        at = self.slot.pop(jid, None)
-        if at is not None:
-            self.free.append(at)
+        try:
+            at = self.ids.index(jid)
+        except ValueError:
+            return
+        n = len(self.ids)
+        self.cols[:, at:n - 1] = self.cols[:, at + 1:n]  # (numpy copies overlapping slices)
+        del self.ids[at]
 
     def _put(self, rates, job) -> None:
         jid = job.id
@@ -64,22 +68,24 @@ class KeptLengths:
             self._drop(jid)
             self.unknown.add(jid)
             return
-        self.unknown.discard(jid)
+        if self.unknown:
+            self.unknown.discard(jid)
         r1 = rates._rate.get((job.app, job.global_batch, 1))
         if r1 is None:
             r1 = rates.rate(job, 1)
-        at = self.slot.get(jid)
-        if at is None:
-            if not self.free:  # (room for as many again)
+        try:
+            at = self.ids.index(jid)
+        except ValueError:
+            at = len(self.ids)
+            cap = 0 if self.cols is None else self.cols.shape[1]
+            if at == cap:  # (room for as many again)
                 import numpy as np
 
-                cap = 0 if self.cols is None else self.cols.shape[1]
                 grown = np.zeros((_COLS, max(2 * cap, 64)))
                 if cap:
                     grown[:, :cap] = self.cols
                 self.cols = grown
-                self.free = list(range(grown.shape[1] - 1, cap - 1, -1))
-            at = self.slot[jid] = self.free.pop()
+            self.ids.append(jid)
         self.cols[:, at] = (float(total), float(job.completed_iters), float(job.iter_rate),
                             float(job.as_of), float(job.restore_left or 0.0),
                             1.0 if job.state is _RUNNING else 0.0, float(r1))
@@ -95,7 +101,7 @@ class KeptLengths:
         old = self._ctx
         if (old is not None and old[0] is ctx[0] and old[1] is ctx[1]
                 and self._seen is not None and log.extends(self._seen)):
-            for jid in set(log[len(self._seen):]):
+            for jid in dict.fromkeys(log[len(self._seen):]):  # (in the record's order)
                 job = jobs.get(jid)
                 if job is None:
                     self._drop(jid)
@@ -119,12 +125,20 @@ class KeptLengths:
         import numpy as np
 
         n = len(ids)
-        try:
-            idx = np.fromiter(map(self.slot.__getitem__, ids), dtype=np.intp, count=n)
-        except KeyError:  # (not the record's contract: start again next call)
-            self.clear()
-            return None
-        total, done, rate, as_of, restore, running, r1 = self.cols[:, idx]
+        if ids == self.ids:  # (the columns lie in this order)
+            cols = self.cols[:, :n]
+        else:
+            pos = dict(zip(self.ids, range(len(self.ids))))
+            try:
+                idx = np.fromiter(map(pos.__getitem__, ids), dtype=np.intp, count=n)
+            except KeyError:  # (not the record's contract: start again next call)
+                self.clear()
+                return None
+            cols = self.cols[:, idx]
+            if n == len(self.ids):  # the same jobs: their columns put in this order
+                self.cols[:, :n] = cols
+                self.ids = list(ids)
+        total, done, rate, as_of, restore, running, r1 = cols
         # ClusterSnapshot.remaining_iters of a running job, as AfsL.schedule's rem inlines it
         dt = snap.now - as_of
         late = restore != 0.0

@@ -261,6 +261,7 @@ class _LengthsChecked(PolicyProbe):
         self.lens = KeptLengths()
         self.kd = KeptDemands(_demand, also=__import__("policies.afs_l").afs_l._one_gpu_first)
         self.same = self.restoring = 0
+        self.laid = [0, 0]  # calls that found the columns in the kept order, and not
 
     def schedule(self, snap):
         from policies.afs_l import AfsL
@@ -268,6 +269,10 @@ class _LengthsChecked(PolicyProbe):
         rates = Rates(snap)
         kept = self.kd.shares(snap, rates)
         if kept is not None:
+            if self.same % 3 == 1:  # (asked in another order: the columns move)
+                self.lens.order(snap, rates, list(reversed(kept)))
+            self.lens.update(snap, rates)
+            self.laid[list(kept) != self.lens.ids] += 1
             got = self.lens.order(snap, rates, list(kept))
             want = AfsL._by_lengths(snap, rates, kept, snap.remaining_iters, {})
             if got is not None:
@@ -282,6 +287,7 @@ def test_afs_l_lengths_on_arrays_are_the_per_job_lengths(cfg):
     pol = _LengthsChecked()
     res = simulate(_twins(40, seed=2), parse_cluster("12x8"), pol, MODELS, cfg)
     assert len(res._rows) == 80 and pol.same > 20
+    assert min(pol.laid) > 0, pol.laid  # (columns read as they lie, and put in order)
     if cfg.resize_cost:
         assert pol.restoring > 0  # (restores under way: the restore_left arithmetic)
 
