@@ -199,7 +199,7 @@ def _state(c: Cand) -> tuple:
             (p1 - p) / p1 if p1 > 0 else 0.0, (p1 - p) / p if p > 0 else INF)
 
 
-BLOCK = 16  # positions per block of the hand-out's walks (:func:`_hand_out`)
+BLOCK = 32  # positions per block of the hand-out's walks (:func:`_hand_out`)
 
 
 def _stays(s: tuple, blk: int, blocks: tuple) -> bool:
