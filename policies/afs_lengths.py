@@ -10,7 +10,7 @@ GPU.  :class:`KeptLengths` keeps those numbers of every job as one row, brought 
 from the snapshot's job change record (a job's view changes only where the record names it),
 and computes every length of a call with the same IEEE operations in the same order, on
 arrays (numpy's element-wise operations are each one rounding, as Python's float operations
-are): the same lengths, bit for bit, wherever they are finite.  Where Python's
+are): the same lengths, bit for bit (but for the sign of a zero), wherever they are finite.  Where Python's
 ``max(0.0, x)`` and numpy's differ (``x`` NaN) or a length is not finite,
 :meth:`KeptLengths.order` gives ``None`` and the caller takes its per-job path, which gives
 way to the full path there.  (numpy is imported at the first job kept, not with the policy
@@ -30,15 +30,19 @@ from .records import job_record
 _RUNNING = JobState.RUNNING
 
 
-_COLS = 7  # total, completed, iter_rate, as_of, restore_left, running (1.0/0.0), p(1)
+_COLS = 6  # total, completed, iter_rate, as_of, restore_left, p(1)
 
 
 class KeptLengths:
     """Every job of the last snapshot whose total iterations are known has a column of
-    ``cols`` (``cols[:, i]``: ``(total, completed, iter_rate, as_of, restore_left, running,
-    p(1))``), in the order of ``ids`` (the jobs' ids; put in the order :meth:`order` was
-    last asked for, so that the next call finds the columns in its order and reads them as
-    they lie); ``unknown``: the ids of the others."""
+    ``cols`` (``cols[:, i]``: ``(total, completed, iter_rate, as_of, restore_left, p(1))``;
+    a job not running has ``iter_rate``, ``as_of`` and ``restore_left`` 0.0: its remaining
+    iterations ``max(0.0, total - (completed + 0.0 * now))`` are then ``max(0.0, total -
+    completed)`` but for the sign of a zero, which no comparison sees), in the order of
+    ``ids`` (the jobs' ids; put in the order :meth:`order` was last asked for, so that the
+    next call finds the columns in its order and reads them as they lie); ``unknown``: the
+    ids of the others; ``late``: of the jobs with a restore left (not 0.0); ``bad``: of
+    the jobs whose ``p(1)`` is not positive (their length is infinite)."""
 
     def __init__(self):
         self.clear()
@@ -51,6 +55,8 @@ class KeptLengths:
         self.ids: list[str] = []
         self.cols = None  # (a numpy array from the first job on: numpy is imported then)
         self.unknown: set[str] = set()
+        self.late: set[str] = set()
+        self.bad: set[str] = set()
 
     def _drop(self, jid: str) -> None:
         try:
@@ -60,6 +66,8 @@ class KeptLengths:
         n = len(self.ids)
         self.cols[:, at:n - 1] = self.cols[:, at + 1:n]  # (numpy copies overlapping slices)
         del self.ids[at]
+        self.late.discard(jid)
+        self.bad.discard(jid)
 
     def _put(self, rates, job) -> None:
         jid = job.id
@@ -86,9 +94,22 @@ class KeptLengths:
                     grown[:, :cap] = self.cols
                 self.cols = grown
             self.ids.append(jid)
-        self.cols[:, at] = (float(total), float(job.completed_iters), float(job.iter_rate),
-                            float(job.as_of), float(job.restore_left or 0.0),
-                            1.0 if job.state is _RUNNING else 0.0, float(r1))
+        r1 = float(r1)
+        if job.state is _RUNNING:
+            restore = float(job.restore_left or 0.0)
+            self.cols[:, at] = (float(total), float(job.completed_iters),
+                                float(job.iter_rate), float(job.as_of), restore, r1)
+        else:
+            restore = 0.0
+            self.cols[:, at] = (float(total), float(job.completed_iters), 0.0, 0.0, 0.0, r1)
+        if restore != 0.0:  # (NaN too)
+            self.late.add(jid)
+        elif self.late:
+            self.late.discard(jid)
+        if not r1 > 0.0:
+            self.bad.add(jid)
+        elif self.bad:
+            self.bad.discard(jid)
 
     def update(self, snap: ClusterSnapshot, rates) -> bool:
         """Bring the rows up to ``snap``; False (and cleared) without a usable record."""
@@ -120,7 +141,7 @@ class KeptLengths:
         """``ids`` (in submit order, every one profiled) sorted by ``len(1)``, ties to the
         later one (:func:`~policies.afs_core._fast_stage_one`'s sort), or ``None`` where a
         length is unknown, not finite or not computed as Python computes it."""
-        if not self.update(snap, rates) or self.unknown or not ids:
+        if not self.update(snap, rates) or self.unknown or self.bad or not ids:
             return None
         import numpy as np
 
@@ -138,16 +159,16 @@ class KeptLengths:
             if n == len(self.ids):  # the same jobs: their columns put in this order
                 self.cols[:, :n] = cols
                 self.ids = list(ids)
-        total, done, rate, as_of, restore, running, r1 = cols
-        # ClusterSnapshot.remaining_iters of a running job, as AfsL.schedule's rem inlines it
+        total, done, rate, as_of, restore, r1 = cols
+        # ClusterSnapshot.remaining_iters, as AfsL.schedule's rem inlines it (a job not
+        # running: rate and as_of 0.0, see the class)
         dt = snap.now - as_of
-        late = restore != 0.0
-        if late.any():
+        if self.late:
+            late = restore != 0.0
             dt = np.where(late, np.maximum(0.0, dt - restore), dt)
-        run = np.maximum(0.0, total - (done + rate * dt))
-        rem = np.where(running != 0.0, run, np.maximum(0.0, total - done))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ln = np.where(r1 > 0.0, rem / r1, np.inf)
+        rem = np.maximum(0.0, total - (done + rate * dt))
+        with np.errstate(over="ignore", invalid="ignore"):
+            ln = rem / r1  # (every p(1) positive: ``bad`` is empty)
         if not np.isfinite(ln).all():  # (infinite, or NaN where Python's max gives 0.0)
             return None
         perm = np.lexsort((np.arange(0, -n, -1), ln)).tolist()
