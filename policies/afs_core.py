@@ -306,11 +306,15 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
     ids = [c.id for c in live]
     traj = [0] * len(live)
     # each block's bounds for :func:`_stays` (and :func:`_stays_l` with ``lengths``),
-    # where the walks are long enough for whole blocks to be passed over
-    blk = _Blocks(st, lengths) if len(live) >= 4 * BLOCK else None
+    # where the walks are long enough for whole blocks to be passed over and no state has
+    # a NaN (a job that leaves is then marked DEAD in place: no position moves)
+    blk = None
+    if len(live) >= 4 * BLOCK and all(map(_clean, st)):
+        blk = _Blocks(st, lengths)
     blocks = None if blk is None else blk.agg
+    alive = len(live)
     k0 = 0  # first position whose star must be recomputed
-    while m > 0 and live:
+    while m > 0 and alive:
         k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj, blocks)  # line 19
         c = live[k]
         c.cnt += 1  # line 20
@@ -318,15 +322,37 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
             c.pick = step
         step += 1
         m -= 1  # line 21
+        k0 = k
         if c.can_grow():
             x = st[k] = _state(c)
-            if blk is not None:
+            if blk is None:
+                continue
+            if _clean(x):
                 blk.put(k, x)
+            else:  # (the DEAD marks out, no blocks from here: walk again from the start)
+                keep = [i for i, y in enumerate(st) if y is not DEAD]
+                live, st, ids = ([v[i] for i in keep] for v in (live, st, ids))
+                traj = [0] * len(live)
+                blk = blocks = None
+                k0 = 0
+        elif blk is not None:
+            st[k] = DEAD
+            blk.kill(k)
+            alive -= 1
         else:
             del live[k], st[k], ids[k], traj[k]
-            if blk is not None:
-                blk.drop(k)
-        k0 = k
+            alive -= 1
+
+
+# the state of a job out of the hand-out where blocks are kept: it changes no star (a live
+# star's left side and length are above -inf, so (3) keeps it; a DEAD star gives way to the
+# next live job, whose left side is above -inf), as a job removed would not
+DEAD = (False, 0.0, -INF, -INF, -INF)
+
+
+def _clean(x: tuple) -> bool:
+    """No NaN in a state's length and sides (where one is, DEAD is not neutral)."""
+    return x[2] == x[2] and x[3] == x[3] and x[4] == x[4]
 
 
 def _nan_as(x: float, v: float) -> float:
@@ -337,21 +363,16 @@ class _Blocks:
     """Per block of :data:`BLOCK` positions of the hand-out's states: the largest right
     side of (3) (NaN as infinite), and with ``lengths`` the largest left side (NaN as
     -inf) and the least length (NaN as infinite): ``agg`` (:func:`_stays`,
-    :func:`_stays_l`), kept up to date as states change or leave."""
+    :func:`_stays_l`), kept up to date as states change or are marked DEAD."""
 
     def __init__(self, st: list, lengths: bool):
         self.cols = [[_nan_as(x[4], INF) for x in st]]
         if lengths:
             self.cols.append([_nan_as(x[3], -INF) for x in st])
             self.cols.append([_nan_as(x[2], INF) for x in st])
-        self.agg = tuple([] for _ in self.cols)
-        self._redo(0)
-
-    def _redo(self, b0: int) -> None:
-        """Every block from ``b0`` on (the last may be gone or shorter)."""
-        for i, (col, agg) in enumerate(zip(self.cols, self.agg)):
-            f = min if i == 2 else max
-            agg[b0:] = [f(col[j:j + BLOCK]) for j in range(b0 * BLOCK, len(col), BLOCK)]
+        self.agg = tuple([(min if i == 2 else max)(col[j:j + BLOCK])
+                          for j in range(0, len(col), BLOCK)]
+                         for i, col in enumerate(self.cols))
 
     def put(self, k: int, x: tuple) -> None:
         """Position ``k``'s state is now ``x``."""
@@ -370,11 +391,12 @@ class _Blocks:
             agg[1][b] = max(cols[1][lo:lo + BLOCK])
             agg[2][b] = min(cols[2][lo:lo + BLOCK])
 
-    def drop(self, k: int) -> None:
-        """Position ``k`` leaves (the ones after it move down by one)."""
-        for col in self.cols:
-            del col[k]
-        self._redo(k // BLOCK)
+    def kill(self, k: int) -> None:
+        """Position ``k`` is DEAD: bounds that pass any star over it."""
+        self.put(k, _DEAD_BOUNDS)
+
+
+_DEAD_BOUNDS = (False, 0.0, INF, -INF, -INF)  # (what a DEAD position's bounds read)
 
 
 def _to_stops(live: list[Cand], m: int) -> bool:
