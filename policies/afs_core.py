@@ -228,17 +228,25 @@ def _walk_l_from(st: list, k0: int, k_star: int, traj: list, blocks=None) -> int
     resumed at position ``k0`` with ``k_star`` the star before it; ``traj[k]`` is set to
     the star after position ``k`` (the resumption point of a later walk).  With
     ``blocks`` (:func:`_hand_out`), a whole block of :data:`BLOCK` positions the star
-    wins (:func:`_stays`) is passed over without its comparisons."""
+    wins (:func:`_stays`) is passed over without its comparisons; the star after each of
+    its positions is then written once for the block (``blocks[-1][b]``; ``None`` where
+    ``traj`` holds them: :func:`_star_before`)."""
     s = st[k_star]
     n = len(st)
     k = k0
     while k < n:
         b = k // BLOCK
         e = min(n, (b + 1) * BLOCK)
-        if blocks is not None and k == b * BLOCK and _stays_l(s, b, blocks):
-            traj[k:e] = [k_star] * (e - k)
-            k = e
-            continue
+        if blocks is not None:
+            if k == b * BLOCK and _stays_l(s, b, blocks):
+                blocks[-1][b] = k_star  # (the star after each of its positions)
+                k = e
+                continue
+            was = blocks[-1][b]
+            if was is not None:  # (its positions' stars from a pass: written out)
+                if k > b * BLOCK:
+                    traj[b * BLOCK:k] = [was] * (k - b * BLOCK)
+                blocks[-1][b] = None
         for k in range(k, e):
             r = st[k]
             if s[0] and r[0]:  # lines 5-7
@@ -265,10 +273,16 @@ def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: lis
     while k < n:
         b = k // BLOCK
         e = min(n, (b + 1) * BLOCK)
-        if blocks is not None and k == b * BLOCK and _stays(s, b, blocks):
-            traj[k:e] = [k_star] * (e - k)
-            k = e
-            continue
+        if blocks is not None:
+            if k == b * BLOCK and _stays(s, b, blocks):
+                blocks[-1][b] = k_star  # (the star after each of its positions)
+                k = e
+                continue
+            was = blocks[-1][b]
+            if was is not None:  # (its positions' stars from a pass: written out)
+                if k > b * BLOCK:
+                    traj[b * BLOCK:k] = [was] * (k - b * BLOCK)
+                blocks[-1][b] = None
         for k in range(k, e):
             if k != k_star:
                 r = st[k]
@@ -311,11 +325,11 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
     blk = None
     if len(live) >= 4 * BLOCK and all(map(_clean, st)):
         blk = _Blocks(st, lengths)
-    blocks = None if blk is None else blk.agg
+    blocks = None if blk is None else blk.view
     alive = len(live)
     k0 = 0  # first position whose star must be recomputed
     while m > 0 and alive:
-        k = walk(st, ids, k0, traj[k0 - 1] if k0 else 0, traj, blocks)  # line 19
+        k = walk(st, ids, k0, _star_before(k0, traj, blocks), traj, blocks)  # line 19
         c = live[k]
         c.cnt += 1  # line 20
         if c.pick < 0:
@@ -342,6 +356,18 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
         else:
             del live[k], st[k], ids[k], traj[k]
             alive -= 1
+
+
+def _star_before(k: int, traj: list, blocks) -> int:
+    """The star after position ``k - 1`` (0 at ``k`` 0): its block's, where a walk passed
+    over the block, else ``traj``'s."""
+    if not k:
+        return 0
+    if blocks is not None:
+        was = blocks[-1][(k - 1) // BLOCK]
+        if was is not None:
+            return was
+    return traj[k - 1]
 
 
 # the state of a job out of the hand-out where blocks are kept: it changes no star (a live
@@ -373,6 +399,9 @@ class _Blocks:
         self.agg = tuple([(min if i == 2 else max)(col[j:j + BLOCK])
                           for j in range(0, len(col), BLOCK)]
                          for i, col in enumerate(self.cols))
+        # the walks' view: the bounds, then per block the star after each of its positions
+        # where the last walk over it passed it over (else None)
+        self.view = self.agg + ([None] * len(self.agg[0]),)
 
     def put(self, k: int, x: tuple) -> None:
         """Position ``k``'s state is now ``x``."""
