@@ -165,15 +165,16 @@ class AfsL(Policy):
         rems: dict = {}
         order = self._lens.order(snap, rates, list(kept)) if inline else None
         if order is not None:
-            # the kept demands in this order: the kept demands' delta, marked reordered
-            # (the regulation's classes are brought up from it and re-ranked)
+            # the kept demands in this order: the kept demands' delta with the order (the
+            # regulation's classes are brought up from it and re-ranked)
             shares = KeptShares(zip(order, map(kept.__getitem__, order)))
             d = getattr(kept, "delta", None)
-            shares.delta = None if d is None else (*d, True)
+            shares.delta = None if d is None else (*d, order)
         else:
             shares = self._by_lengths(snap, rates, kept, rem, rems)
             if shares is None:
                 return None
+            order = list(shares)
 
         def facts(job):
             k = shares[job.id]
@@ -182,7 +183,7 @@ class AfsL(Policy):
             if left is None:
                 left = rem(job)
             return p, rate(job, k + 1), (left / p if p > 0 else INF)
-        return elastic_plan(snap, self.name, shares, rates, list(shares), numbers_from(facts),
+        return elastic_plan(snap, self.name, shares, rates, order, numbers_from(facts),
                             packing=self.packing)
 
     @staticmethod

@@ -215,8 +215,8 @@ class Classes:
             self._make(shares, keyof)
         elif delta is not None and token is not None and delta[0] is token:
             self._sync_delta(shares, keyof, set(log[len(seen):]), delta[2], delta[3])
-            if len(delta) > 4:  # the same entries in their own order: ranks from it
-                order = list(shares)
+            if len(delta) > 4:  # the same entries in their own order (its list): ranks
+                order = delta[4]
                 if order != last:
                     self._rerank(order)
                 self._order = order

@@ -39,9 +39,10 @@ class KeptShares(dict):
     holds every id whose entry was put or dropped since ``prev`` and ``new`` the ids added
     since, in the order they come (all after the others: the order of the rest is
     unchanged).  ``delta`` is ``None`` where the order was made again or the demands were
-    cleared since ``prev``.  A fifth item ``True`` (AFS-L's stage-one order:
+    cleared since ``prev``.  A fifth item (AFS-L's stage-one order:
     :meth:`policies.afs_l.AfsL._uncontended_plan`) says these are the kept demands in
-    another order, with the kept demands' delta.  A consumer that kept ``prev``'s shares brings them to these
+    another order, with the kept demands' delta: the list of their ids in that order (not
+    to be changed).  A consumer that kept ``prev``'s shares brings them to these
     from ``delta`` alone (:meth:`policies.elastic_regulate.Classes.update`)."""
 
     __slots__ = ("delta",)
