@@ -28,7 +28,10 @@ prefers a job at count 0 (its left side is 1), so the pass picks the count-0 job
 with the smallest ``len(1)`` (ties: the last in walk order, line 7's ``else``) —
 stage one is a sort.  Stage two (every job holds a GPU, GPUs left) walks the jobs
 as written, one walk per GPU, O(M·n) with n < M; each walk resumes at the job whose
-state the last GPU changed (the walk's stars before it are unchanged: :func:`_hand_out`).
+state the last GPU changed (the walk's stars before it are unchanged: :func:`_hand_out`),
+and passes over whole blocks of jobs that the star is known to win from the blocks'
+bounds on (3)'s sides and lengths (:func:`_stays`, :func:`_stays_l`): the same
+comparisons' outcome without making them.
 If some job would gain 100 % or more, the whole computation falls back to the plain walk.
 
 Choices (ours): a job only takes part in a walk while one more GPU raises its
@@ -228,71 +231,65 @@ def _walk_l_from(st: list, k0: int, k_star: int, traj: list, blocks=None) -> int
     resumed at position ``k0`` with ``k_star`` the star before it; ``traj[k]`` is set to
     the star after position ``k`` (the resumption point of a later walk).  With
     ``blocks`` (:func:`_hand_out`), a whole block of :data:`BLOCK` positions the star
-    wins (:func:`_stays`) is passed over without its comparisons; the star after each of
-    its positions is then written once for the block (``blocks[-1][b]``; ``None`` where
-    ``traj`` holds them: :func:`_star_before`)."""
-    s = st[k_star]
-    n = len(st)
-    k = k0
-    while k < n:
-        b = k // BLOCK
-        e = min(n, (b + 1) * BLOCK)
-        if blocks is not None:
-            if k == b * BLOCK and _stays_l(s, b, blocks):
-                blocks[-1][b] = k_star  # (the star after each of its positions)
-                k = e
-                continue
-            was = blocks[-1][b]
-            if was is not None:  # (its positions' stars from a pass: written out)
-                if k > b * BLOCK:
-                    traj[b * BLOCK:k] = [was] * (k - b * BLOCK)
-                blocks[-1][b] = None
-        for k in range(k, e):
-            r = st[k]
-            if s[0] and r[0]:  # lines 5-7
-                if not s[1] < r[1]:
-                    k_star, s = k, r
-            elif s[2] >= r[2]:  # line 9: j_a = j, j_b = j*; (3) keeps j*, else j
-                if not s[3] > r[4]:
-                    k_star, s = k, r
-            elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
-                k_star, s = k, r
-            traj[k] = k_star
-        k = e
-    return k_star
+    wins (:func:`_stays_l`) is passed over without its comparisons (:func:`_walk`)."""
+    return _walk(st, k0, k_star, traj, blocks, None, 0)
 
 
 def _walk_p_from(st: list, ids: list, seed: int, k0: int, k_star: int, traj: list,
                  blocks=None) -> int:
     """:func:`top_priority_p` on precomputed states, resumed (and passing over the blocks
-    the star wins) as :func:`_walk_l_from`."""
-    s = st[k_star]
-    coin_ = _coin
+    the star wins: :func:`_stays`) as :func:`_walk_l_from`."""
+    return _walk(st, k0, k_star, traj, blocks, ids, seed)
+
+
+def _walk(st: list, k: int, k_star: int, traj: list, blocks, ids, seed: int) -> int:
+    """The walk of AFS-L (``ids`` None) or of AFS-P (the tie coin's ``ids`` and ``seed``)
+    from position ``k``.  With ``blocks``, a block the star wins is passed over and the star
+    after each of its positions written once for the block (``blocks[-1][b]``; ``None``
+    where ``traj`` holds them: :func:`_star_before`)."""
     n = len(st)
-    k = k0
+    s = st[k_star]
+    stays = _stays_l if ids is None else _stays
+    coin_ = _coin
     while k < n:
-        b = k // BLOCK
-        e = min(n, (b + 1) * BLOCK)
-        if blocks is not None:
-            if k == b * BLOCK and _stays(s, b, blocks):
-                blocks[-1][b] = k_star  # (the star after each of its positions)
+        if blocks is None:
+            e = n
+        else:
+            b = k // BLOCK
+            lo = b * BLOCK
+            e = min(n, lo + BLOCK)
+            if k == lo and stays(s, b, blocks):
+                blocks[-1][b] = k_star
                 k = e
                 continue
             was = blocks[-1][b]
             if was is not None:  # (its positions' stars from a pass: written out)
-                if k > b * BLOCK:
-                    traj[b * BLOCK:k] = [was] * (k - b * BLOCK)
+                if k > lo:
+                    traj[lo:k] = [was] * (k - lo)
                 blocks[-1][b] = None
-        for k in range(k, e):
-            if k != k_star:
+        if ids is None:  # top_priority_l
+            for k in range(k, e):
                 r = st[k]
-                if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
+                if s[0] and r[0]:  # lines 5-7
+                    if not s[1] < r[1]:
+                        k_star, s = k, r
+                elif s[2] >= r[2]:  # line 9: j_a = j, j_b = j*; (3) keeps j*, else j
+                    if not s[3] > r[4]:
+                        k_star, s = k, r
+                elif r[3] > s[4]:  # j_a = j*, j_b = j; (3) gives j
                     k_star, s = k, r
-                elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
-                    pass
-                elif coin_(seed, ids[k_star], ids[k]):
-                    k_star, s = k, r
-            traj[k] = k_star
+                traj[k] = k_star
+        else:  # top_priority_p
+            for k in range(k, e):
+                if k != k_star:
+                    r = st[k]
+                    if r[3] > s[4]:  # (3) with j_a = j*, j_b = j
+                        k_star, s = k, r
+                    elif s[3] > r[4]:  # (3) with j_a = j, j_b = j*
+                        pass
+                    elif coin_(seed, ids[k_star], ids[k]):
+                        k_star, s = k, r
+                traj[k] = k_star
         k = e
     return k_star
 
