@@ -10,8 +10,8 @@ GPU.  :class:`KeptLengths` keeps those numbers of every job as one row, brought 
 from the snapshot's job change record (a job's view changes only where the record names it),
 and computes every length of a call with the same IEEE operations in the same order, on
 arrays (numpy's element-wise operations are each one rounding, as Python's float operations
-are): the same lengths, bit for bit (but for the sign of a zero), wherever they are finite.  Where Python's
-``max(0.0, x)`` and numpy's differ (``x`` NaN) or a length is not finite,
+are): the same lengths, bit for bit (but for the sign of a zero), wherever they are finite.
+Where Python's ``max(0.0, x)`` and numpy's differ (``x`` NaN) or a length is not finite,
 :meth:`KeptLengths.order` gives ``None`` and the caller takes its per-job path, which gives
 way to the full path there.  (numpy is imported at the first job kept, not with the policy
 registry: start-up stays free of it.)
