@@ -127,6 +127,8 @@ class MaxMin(Policy):
     def schedule(self, snap):
         rates = Rates(snap)
         shares = self._kept.shares(snap, rates)
+        if shares is None:  # the water level binds: from the kept demands where it can
+            shares = self._kept.filled(snap, rates)
         if shares is None:
             shares = full_shares(snap, rates)
         # (every path gives the shares in submit order, the policy's priority order)

@@ -70,6 +70,8 @@ class KeptDemands:
         self.dem: dict[str, int] = {}  # id -> demand, in submit order
         self.cut: dict[str, int] = {}  # id -> the bound its demand was cut at
         self.bad: set[str] = set()
+        self.hist: dict[int, int] = {}  # demand -> how many jobs have it
+        self._over: Optional[ClusterSnapshot] = None  # see :meth:`filled`
         self._key_of: dict[str, float] = {}  # id -> its submit time as kept
         self._finite: dict[tuple, bool] = {}  # (app, global batch, demand) -> rates finite
         self.total = 0
@@ -86,6 +88,7 @@ class KeptDemands:
             return
         self._moved.add(jid)
         self.total -= d
+        self._count(d, -1)
         self.cut.pop(jid, None)
         self.bad.discard(jid)
         del self._key_of[jid]
@@ -126,9 +129,19 @@ class KeptDemands:
                 self.dem = {i: dem[i] for i in sorted(dem, key=lambda i: (key_of[i], i))}
                 self._resorted = True
             self.total += d
+            self._count(d, 1)
         else:
             self.dem[jid] = d
             self.total += d - old
+            self._count(old, -1)
+            self._count(d, 1)
+
+    def _count(self, d: int, by: int) -> None:
+        c = self.hist.get(d, 0) + by
+        if c:
+            self.hist[d] = c
+        else:
+            del self.hist[d]
 
     def _rates_finite(self, rates: Rates, job, d: int) -> bool:
         key = (job.app, job.global_batch, d)
@@ -177,6 +190,7 @@ class KeptDemands:
     def shares(self, snap: ClusterSnapshot, rates: Rates) -> Optional[KeptShares]:
         """Max-Min's shares of ``snap`` (id -> demand, in submit order) where every job
         gets its demand, else ``None`` (the full path decides)."""
+        self._over = None
         got = self._shares(snap, rates)
         prev = self._token
         if got is None:
@@ -197,13 +211,73 @@ class KeptDemands:
             self.clear()
             return None
         M = snap.total_gpus
-        if self.bad or n > M or self.total > M:  # (a cut demand is a lower bound of its own)
+        if self.bad or n > M:
+            return None
+        if self.total > M:  # (a cut demand is a lower bound of its own)
+            self._over = snap
             return None
         if self.cut:  # probed again up to this call's bound
-            bound = max(M - n + 1, 1)
-            for jid, b in list(self.cut.items()):
-                if b != bound:
-                    self._put(rates, snap.jobs[jid], bound)
+            self._probe_cut(snap, rates)
             if self.cut or self.total > M:
+                if self.total > M:
+                    self._over = snap
                 return None
         return self.dem
+
+    def _probe_cut(self, snap: ClusterSnapshot, rates: Rates) -> None:
+        """Every demand cut at another bound than this call's ``M − n + 1`` probed again."""
+        bound = max(snap.total_gpus - len(snap.jobs) + 1, 1)
+        for jid, b in list(self.cut.items()):
+            if b != bound:
+                self._put(rates, snap.jobs[jid], bound)
+
+    def filled(self, snap: ClusterSnapshot, rates: Rates) -> Optional[dict[str, int]]:
+        """Max-Min's water-filling (:func:`policies.max_min.water_fill`) of ``snap`` from the
+        kept demands, where the last :meth:`shares` (of this ``snap``) found every job
+        profiled, at most M jobs and the demands summing to more than M; else ``None``.
+
+        Each job gets ``min(D, L)`` for the largest level ``L`` with ``F(L) = Σ min(D, L) ≤
+        M`` (water_fill's ``S(L) ≤ left`` with ``left = M − n``), and the ``M − F(L)`` GPUs
+        left go one each to the first jobs in submit order with ``D > L``.  ``L`` comes from
+        the demands' counts (``hist``): ``F`` is ``P + L·R`` between two demand values (``P``
+        the sum of the smaller demands, ``R`` how many are larger), so the first value ``v``
+        with ``F(v) > M`` bounds the segment and ``L = (M − P) // R``.
+
+        The demands cut at the probe bound ``B = M − n + 1`` (probed again at ``B`` first)
+        are lower bounds; every other one is exact.  The level is at most ``B`` (a job at
+        ``min(D, L) = L`` alone needs ``L − 1 ≤ M − n`` GPUs beyond one each), ``F`` is the
+        same on ``[1, B]`` for the kept and the true demands, and above ``B`` both exceed
+        M where any demand does (``n − 1 + B + 1 > M``): the same level.  Each share is then
+        the true demands' (a cut one is ``min(B, L) = L``), and so is the test ``D > L`` for
+        the GPUs left: where ``L < B`` a cut demand is above ``L`` as its true value is; where
+        ``L = B`` with a cut demand, some other demand is above ``B`` (``L`` is below the
+        largest kept one), so ``F(B) ≥ n − 2 + 2B = 2M − n``, at most M only at ``n = M``,
+        ``B = 1``, ``F(1) = M``: no GPU is left for the test (tests/policies/
+        test_max_min_kept.py against the full path at every call of whole simulations)."""
+        if self._over is not snap:
+            return None
+        self._over = None
+        M = snap.total_gpus
+        if self.cut:
+            self._probe_cut(snap, rates)
+        hist, dem = self.hist, self.dem
+        p, r = 0, len(dem)
+        for v in sorted(hist):
+            if p + v * r > M:
+                break
+            c = hist[v]
+            p += v * c
+            r -= c
+        else:  # the demands fit once the cut ones were probed again: the full path decides
+            return None
+        level = (M - p) // r
+        rest = M - p - level * r
+        out = {j: (d if d < level else level) for j, d in dem.items()}
+        if rest:
+            for j, d in dem.items():
+                if d > level:
+                    out[j] = level + 1
+                    rest -= 1
+                    if not rest:
+                        break
+        return out

@@ -27,7 +27,7 @@ MODELS = default_models()
 class _Checked(PolicyProbe):
     def __init__(self):
         super().__init__("max-min")
-        self.kept = self.full = 0
+        self.kept = self.full = self.filled = 0
 
     def schedule(self, snap):
         rates = Rates(snap)
@@ -36,7 +36,13 @@ class _Checked(PolicyProbe):
         M, n = snap.total_gpus, len(want)
         dem = {j: _demand(rates, snap.jobs[j], rates.cap(snap.jobs[j], 1), M) for j in want}
         if got is None:
-            self.full += 1
+            filled = self.inner._kept.filled(snap, rates)
+            if filled is None:
+                self.full += 1
+            else:  # the water-filling from the kept demands: at most M jobs, not all met
+                self.filled += 1
+                assert list(filled.items()) == list(want.items())
+                assert n <= M and want != dem
             # only where some job is below its demand (or a demand sits at the probe bound)
             assert (n > M or want != dem or M - n + 1 in dem.values()
                     or snap.job_changes is None)
@@ -46,14 +52,17 @@ class _Checked(PolicyProbe):
         return self.inner.schedule(snap)
 
 
-@pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("3x8", 40), ("40x8", 120)])
+@pytest.mark.parametrize("cluster,n", [("16x8", 60), ("4x8", 60), ("3x8", 40), ("40x8", 120),
+                                       ("2x8", 80), ("1x8", 30)])
 def test_every_simulated_call_gives_the_full_paths_shares(cluster, n):
     pol = _Checked()
     res = simulate(_jobs(n, seed=11), parse_cluster(cluster), pol, MODELS, SimConfig())
     assert len(res._rows) == n
     assert pol.kept > 0
-    if cluster in ("4x8", "3x8"):
-        assert pol.full > 0  # contended: the water level binds at some calls
+    if cluster in ("4x8", "3x8", "2x8"):
+        assert pol.filled > 0  # contended: the water level binds at some calls
+    if cluster == "2x8":
+        assert pol.full > 0  # more jobs than GPUs at some calls
     plain = simulate(_jobs(n, seed=11), parse_cluster(cluster), policies.get_policy("max-min"),
                      MODELS, SimConfig())
     assert plain._rows == res._rows
