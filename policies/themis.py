@@ -35,6 +35,23 @@ def _draw(seed: int, jid: str, k: int) -> bytes:
     return hashlib.blake2b(f"{seed}|{jid}|{k}".encode(), digest_size=8).digest()
 
 
+_DRAWS: dict = {}
+_DRAWS_MAX = 1 << 20
+
+
+def _drawn(seed: int, jid: str, k: int) -> bytes:
+    """:func:`_draw`, memoised (a pure function of its arguments: a job waiting for leftovers
+    is drawn again at every call with the same count; the memo is emptied when it holds
+    ``_DRAWS_MAX`` entries, so it stays bounded over a long simulation)."""
+    key = (seed, jid, k)
+    v = _DRAWS.get(key)
+    if v is None:
+        if len(_DRAWS) >= _DRAWS_MAX:
+            _DRAWS.clear()
+        v = _DRAWS[key] = _draw(seed, jid, k)
+    return v
+
+
 def _comm_bound(rates: Rates, job):
     """For a profiled job whose model has non-negative parameters, ``k -> t_comm(k)`` on
     two or more nodes: a lower bound on the eq. 7 iteration time at *every* count >= k
@@ -187,8 +204,9 @@ class Themis(Policy):
         # only changes when it is picked) and is dropped; the top that may grow is the
         # minimum of the scan over all of them (tests/policies/
         # test_afs_handout_differential.py against reference_afs_handout.ThemisBefore).
-        drawn = [(_draw(seed, j.id, shares[j.id]), i, shares[j.id], j)
-                 for i, j in enumerate(leftover)]
+        # (no GPU left: nothing drawn)
+        drawn = [(_drawn(seed, j.id, shares[j.id]), i, shares[j.id], j)
+                 for i, j in enumerate(leftover)] if left > 0 else []
         heapq.heapify(drawn)
         while left > 0 and drawn:
             _, i, k, j = drawn[0]
@@ -197,7 +215,7 @@ class Themis(Policy):
                 continue
             shares[j.id] = k + 1
             left -= 1
-            heapq.heapreplace(drawn, (_draw(seed, j.id, k + 1), i, k + 1, j))
+            heapq.heapreplace(drawn, (_drawn(seed, j.id, k + 1), i, k + 1, j))
 
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
                             _numbers(target.__contains__, lambda j: target[j.id], rho,
