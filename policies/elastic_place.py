@@ -369,11 +369,14 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int],
 
 
 def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", shared: bool,
-           knodes: Optional[set]):
+           knodes: Optional[set], after=None):
     """:func:`place`'s rule on the free GPUs ``fn``.  ``knodes`` (strict mode, from
     :func:`place_reduced`): the nodes where a kept job left out of ``shares`` holds GPUs; the
     placement then gives up (``None``) at every step whose choice could read those GPUs, or
-    returns :class:`KeptOnNodes` where a job's own nodes are among them."""
+    returns :class:`KeptOnNodes` where a job's own nodes are among them.  ``after`` (strict
+    mode): job id -> {node: GPUs of the kept sub-node jobs after it in the rule's order}, the
+    GPUs the whole rule still has free there at that job's turn; with it a sub-node share's
+    fallbacks are the whole rule's (:func:`_fallback`)."""
     per_node = snap.max_gpus_per_node or 1
     free, nkey = fn.free, fn.key
     jobs = snap.jobs
@@ -591,7 +594,20 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
         else:
             x = cl.best_fit(k)
             if x is None and strict:
-                return None  # the rule would take claimed GPUs, a kept job's among them
+                # the rule reads claimed GPUs, kept jobs' among them: its choice from the
+                # free counts it has (ours plus the kept jobs' still free), taken here
+                # where no kept job holds a GPU of the nodes it takes from
+                if after is None:
+                    return None
+                how = _fallback(fn, after(jid), mine, k)
+                if isinstance(how, KeptOnNodes):
+                    return how
+                gpus = []
+                for x, n in how:
+                    gpus += take(jid, x, n)
+                if gpus:
+                    out[jid] = tuple(sorted(gpus))
+                continue
             if x is None:
                 fits = [x for x in mine if len(free[x]) >= k]
                 x = (min(fits, key=lambda x: (-mine[x], len(free[x]), nkey[x])) if fits
@@ -606,3 +622,49 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
             gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
         out[jid] = tuple(sorted(gpus))
     return out
+
+
+def _fallback(fn: _FreeNodes, ka: Mapping[str, int], mine: Mapping[str, int], k: int):
+    """(strict placement) The whole rule's choice for a sub-node share ``k`` that no node holds
+    unclaimed: ``[(node, count), ...]`` to take (``[]``: not placed), or
+    :class:`KeptOnNodes` of the chosen nodes holding kept jobs' GPUs (``ka``: node -> the kept
+    sub-node jobs' GPUs still free there in the whole rule; a node's free count there is ours
+    plus that).  The choice (as in :func:`_place`): the job's own node with room, most of its
+    GPUs first, then fewest free, then key; else the fullest node that fits (best fit, then
+    key); else, where the free GPUs hold ``k``, the nodes with most free GPUs first."""
+    free, nkey = fn.free, fn.key
+
+    def w(x: str) -> int:
+        return len(free[x]) + ka.get(x, 0)
+
+    fits = [x for x in mine if x in free and w(x) >= k]
+    if fits:
+        pick = [min(fits, key=lambda x: (-mine[x], w(x), nkey[x]))]
+    else:
+        best = None
+        buckets = fn.buckets
+        for c in sorted(c for c, b in buckets.items() if b and c >= k):
+            hit = next((kx for kx in buckets[c] if kx[1] not in ka), None)
+            if hit is not None:
+                best = (c, hit)
+                break
+        for x in ka:
+            if w(x) >= k and (best is None or (w(x), (nkey[x], x)) < best):
+                best = (w(x), (nkey[x], x))
+        pick = [best[1][1]] if best is not None else []
+    if pick:
+        x = pick[0]
+        return KeptOnNodes(frozenset(pick)) if x in ka else [(x, k)]
+    if fn.total + sum(ka.values()) < k:
+        return []
+    wide = sorted(chain(((-c, kx) for c, b in fn.buckets.items() for kx in b if kx[1] not in ka),
+                        ((-w(x), (nkey[x], x)) for x in ka if w(x))))
+    got, have = [], 0
+    for c, (_, x) in wide:
+        n = min(-c, k - have)
+        got.append((x, n))
+        have += n
+        if have >= k:
+            break
+    hit = frozenset(x for x, _ in got if x in ka)
+    return KeptOnNodes(hit) if hit else got

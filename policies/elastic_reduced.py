@@ -129,28 +129,34 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
     """:func:`place`'s result, placing only the jobs that do not keep their GPUs; ``None``
     where it cannot tell (then :func:`place` runs the whole rule).
 
-    A running job *keeps* its GPUs under the rule exactly when its share is the count it
-    holds, they lie as one of the rule's shortcuts keeps them (a sub-node share on one node;
-    a multi-node share on whole nodes of ``per_node`` GPUs) and they are still free at its
-    turn.  Every other job (``rest``) is placed here by the same rule on the cluster less the
-    kept jobs' GPUs.  That is the whole rule's answer as long as no job of ``rest`` would take
-    a kept job's GPU there, which holds while each of its choices reads only *unclaimed* free
-    GPUs, the same on both clusters: a kept job not placed yet claims all its GPUs, which are
-    free, so every node's unclaimed count (free less claimed) is the same on both; one placed
-    already took exactly its own.  The choices that read claimed GPUs give up here: a
-    sub-node share with no node of enough unclaimed GPUs (the rule's best-fit fallbacks), a
-    whole-node walk past the unclaimed whole nodes (its last group, claimed nodes), and the
-    unequal-node fill.  Within a node ``take`` orders unclaimed GPUs before claimed ones, so
-    where the node has enough unclaimed ones it takes the same.  By induction over the rule's
-    order every kept job then finds its GPUs free and keeps them.  The argument holds for any
-    set of jobs kept so (a kept job left in ``rest`` claims its GPUs there as in the whole
-    rule); so a running multi-node job whose own nodes hold a kept job's GPUs (its walk reads
-    their free counts, which differ) does not end the pass: every kept job on those nodes joins
-    ``rest`` and the pass runs again (:class:`~policies.elastic_place.KeptOnNodes`; each run
-    keeps fewer jobs, so it ends).  Only the simulator's snapshots
-    (consistent free views, no GPU held twice) are placed so; tests/policies/
-    test_elastic_reduced.py checks the result against :func:`place`'s whole rule and the
-    literal reference on random snapshots and on whole simulations.
+    A running job *keeps* its GPUs under the rule exactly when its share is the count it holds,
+    they lie as one of the rule's shortcuts keeps them (a sub-node share on one node; a
+    multi-node share on whole nodes of ``per_node`` GPUs) and they are still free at its turn.
+    Every other job (``rest``) is placed here by the same rule on the cluster less the kept
+    jobs' GPUs. That is the whole rule's answer as long as no job of ``rest`` would take a kept
+    job's GPU there, which holds while each of its choices reads only *unclaimed* free GPUs,
+    the same on both clusters: a kept job not placed yet claims all its GPUs, which are free,
+    so every node's unclaimed count (free less claimed) is the same on both; one placed already
+    took exactly its own. The choices that read claimed GPUs give up here: a whole-node walk
+    past the unclaimed whole nodes (its last group, claimed nodes) and the unequal-node fill.
+    Within a node ``take`` orders unclaimed GPUs before claimed ones, so where the node has
+    enough unclaimed ones it takes the same. A sub-node share with no node of enough unclaimed
+    GPUs is the exception that does not give up (the rule's fallbacks read every free GPU
+    there): the whole rule's free count of a node at that job's turn is ours plus the GPUs of
+    the kept sub-node jobs after it in the rule's order (those before it took theirs;
+    whole-node jobs are all placed before), so its choice is made from those counts
+    (``_fallback`` in policies/elastic_place.py); where the nodes it takes from hold none of
+    those GPUs, their free GPUs, claims and holders are ours and the job takes the same GPUs
+    here; else the kept jobs there join ``rest`` and the pass runs again, as below. By
+    induction over the rule's order every kept job then finds its GPUs free and keeps them. The
+    argument holds for any set of jobs kept so (a kept job left in ``rest`` claims its GPUs
+    there as in the whole rule); so a running multi-node job whose own nodes hold a kept job's
+    GPUs (its walk reads their free counts, which differ) does not end the pass: every kept job
+    on those nodes joins ``rest`` and the pass runs again
+    (:class:`~policies.elastic_place.KeptOnNodes`; each run keeps fewer jobs, so it ends). Only
+    the simulator's snapshots (consistent free views, no GPU held twice) are placed so;
+    tests/policies/test_elastic_reduced.py checks the result against :func:`place`'s whole rule
+    and the literal reference on random snapshots and on whole simulations.
 
     ``kept`` (:class:`policies.elastic_kept.KeptJobs`): jobs of ``shares`` known to be kept
     at their share with the GPUs it lists (their pass here would find that again); they are
@@ -213,7 +219,7 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         knodes = {x for _, xs in on for x in xs}
         if kept is not None:
             knodes.update(kept.node_count)
-        got = _place(snap, rest, fn, False, knodes)
+        got = _place(snap, rest, fn, False, knodes, _after(shares, jobs, on, kept, per_node))
         if isinstance(got, KeptOnNodes):
             # a job to place holds GPUs beside kept jobs: those are placed by the rule too
             # (any set of jobs kept as above gives the whole rule's answer; this one holds
@@ -226,6 +232,33 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
             return None
         out.update(got)
         return out
+
+
+def _after(shares, jobs, on, kept, per_node):
+    """``_place``'s ``after`` for this pass: job id -> {node: GPUs of the kept sub-node jobs
+    after it in the rule's order (largest share first, running jobs first, then ``shares``'
+    order)}; built when first asked (a kept job is running and holds its share on its node)."""
+    memo: list = []
+
+    def after(jid: str) -> dict:
+        if not memo:
+            pos = {j: i for i, j in enumerate(shares)}
+            subs = [(j, xs) for j, xs in on]
+            if kept is not None:
+                subs += kept.on.items()
+            memo.append(pos)
+            memo.append([(-shares[j], pos[j], xs[0], shares[j]) for j, xs in subs
+                         if shares[j] < per_node])
+        pos, subs = memo
+        job = jobs[jid]
+        me = (-shares[jid], job.state is not _RUNNING or job.allocation is None)
+        p = pos[jid]
+        ka: dict = {}
+        for nk, q, x, n in subs:
+            if (nk, False, q) > (me[0], me[1], p):
+                ka[x] = ka.get(x, 0) + n
+        return ka
+    return after
 
 
 def _unkeep(nodes, shares, jobs, out, rest, on, back, kept, newly) -> bool:
