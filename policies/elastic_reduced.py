@@ -212,6 +212,7 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
                 back.append(job.allocation.gpus)
     if not rest:
         return out
+    pos: list = []  # (_after: the positions in ``shares``, when first needed)
     while True:
         fn = _reduced_free(snap, back)
         if fn is None:
@@ -219,7 +220,8 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         knodes = {x for _, xs in on for x in xs}
         if kept is not None:
             knodes.update(kept.node_count)
-        got = _place(snap, rest, fn, False, knodes, _after(shares, jobs, on, kept, per_node))
+        got = _place(snap, rest, fn, False, knodes,
+                     _after(shares, jobs, on, kept, per_node, pos))
         if isinstance(got, KeptOnNodes):
             # a job to place holds GPUs beside kept jobs: those are placed by the rule too
             # (any set of jobs kept as above gives the whole rule's answer; this one holds
@@ -234,31 +236,37 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         return out
 
 
-def _after(shares, jobs, on, kept, per_node):
+def _after(shares, jobs, on, kept, per_node, pos: list):
     """``_place``'s ``after`` for this pass: job id -> {node: GPUs of the kept sub-node jobs
     after it in the rule's order (largest share first, running jobs first, then ``shares``'
-    order)}; built when first asked (a kept job is running and holds its share on its node)."""
-    memo: list = []
+    order)}.  A kept job is running and holds its share on one node, so it comes after
+    job ``j`` exactly when its share is smaller, or equal with ``j`` running and ``j`` first
+    in ``shares``.  Built when first asked; ``pos`` (a list shared by the passes of one
+    call) gets the positions in ``shares`` when first needed."""
+    st: list = []
 
     def after(jid: str) -> dict:
-        if not memo:
-            pos = {j: i for i, j in enumerate(shares)}
+        if not st:
             subs = [(j, xs) for j, xs in on]
             if kept is not None:
                 subs += kept.on.items()
-            memo.append(pos)
-            memo.append([(-shares[j], pos[j], xs[0], shares[j]) for j, xs in subs
-                         if shares[j] < per_node])
-        pos, subs = memo
+            st.append([(shares[j], j, xs[0]) for j, xs in subs if shares[j] < per_node])
+        kj = shares[jid]
         job = jobs[jid]
-        me = (-shares[jid], job.state is not _RUNNING or job.allocation is None)
-        p = pos[jid]
+        run = job.state is _RUNNING and job.allocation is not None
         ka: dict = {}
-        for nk, q, x, n in subs:
-            if (nk, False, q) > (me[0], me[1], p):
-                ka[x] = ka.get(x, 0) + n
+        for k, q, x in st[0]:
+            if k < kj or (k == kj and run and _position(pos, shares, q)
+                          > _position(pos, shares, jid)):
+                ka[x] = ka.get(x, 0) + k
         return ka
     return after
+
+
+def _position(pos: list, shares, jid: str) -> int:
+    if not pos:
+        pos.append({j: i for i, j in enumerate(shares)})
+    return pos[0][jid]
 
 
 def _unkeep(nodes, shares, jobs, out, rest, on, back, kept, newly) -> bool:

@@ -204,18 +204,30 @@ class Themis(Policy):
         # only changes when it is picked) and is dropped; the top that may grow is the
         # minimum of the scan over all of them (tests/policies/
         # test_afs_handout_differential.py against reference_afs_handout.ThemisBefore).
-        # (no GPU left: nothing drawn)
+        # A job picked at (draw e, position i) is picked again at once while its next draw
+        # is <= e: the other entries are all above (e, i), so its next (draw, i) is the top;
+        # those GPUs are handed out without the heap.  (No GPU left: nothing drawn.)
         drawn = [(_drawn(seed, j.id, shares[j.id]), i, shares[j.id], j)
                  for i, j in enumerate(leftover)] if left > 0 else []
         heapq.heapify(drawn)
         while left > 0 and drawn:
-            _, i, k, j = drawn[0]
-            if shares[j.id] != k or not (0 < k < cap(j) and useful_share(rates, j, k)):
+            e, i, k, j = drawn[0]
+            c = cap(j)
+            if shares[j.id] != k or not (0 < k < c and useful_share(rates, j, k)):
                 heapq.heappop(drawn)  # stale (a duplicate entry) or may not grow
                 continue
-            shares[j.id] = k + 1
+            jid = j.id
+            k += 1
             left -= 1
-            heapq.heapreplace(drawn, (_drawn(seed, j.id, k + 1), i, k + 1, j))
+            d = _drawn(seed, jid, k)
+            while left > 0 and d <= e:
+                if not (k < c and useful_share(rates, j, k)):
+                    break  # may not grow: it is dropped when next on top
+                k += 1
+                left -= 1
+                d = _drawn(seed, jid, k)
+            shares[jid] = k
+            heapq.heapreplace(drawn, (d, i, k, j))
 
         return elastic_plan(snap, self.name, shares, rates, [j.id for j in jobs],
                             _numbers(target.__contains__, lambda j: target[j.id], rho,

@@ -240,6 +240,24 @@ def test_a_share_no_node_holds_unclaimed_is_placed_from_the_rules_free_counts():
     assert got["D"] == (Gpu("n1", 2),)
 
 
+def test_a_new_job_counts_a_kept_job_of_its_share_as_before_it():
+    """P (new, share 2) is first in the priority order, but the rule places running jobs
+    before new ones of the same share: the kept Q (2 GPUs on n0) took its GPUs before P's
+    turn, so n0 has 2 free GPUs there (R's, one claimed), as many as n1, and P takes n0
+    (best fit, then rank).  Counting Q's GPUs as still free would make n0 look emptier and
+    send P to n1."""
+    nodes = (Node("n0", 4), Node("n1", 4))
+    jobs = [_running("Q", [Gpu("n0", 0), Gpu("n0", 1)], 0.0),
+            _running("R", [Gpu("n0", 2), Gpu("n0", 3)], 1.0),
+            _running("S1", [Gpu("n1", 0), Gpu("n1", 1)], 2.0),
+            _running("S2", [Gpu("n1", 2)], 3.0), Job("P", 5.0, 1, "cifar10", 64)]
+    snap = _snap(nodes, jobs)
+    shares = {"S2": 2, "P": 2, "Q": 2, "R": 1, "S1": 1}
+    got = place_reduced(snap, shares)
+    assert got is not None and got == ref_place(snap, shares)
+    assert got["P"] == (Gpu("n0", 2), Gpu("n0", 3)) and got["Q"] == jobs[0].allocation.gpus
+
+
 def test_without_the_simulators_free_views_the_whole_rule_runs():
     snap, shares = _two_node_case()
     bare = dataclasses.replace(snap, free_index=None, free_buckets=None)
