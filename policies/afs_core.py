@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from typing import Callable, Optional, Sequence
 
@@ -123,20 +124,9 @@ def coin(seed: int, x: str, y: str) -> bool:
     return (h[0] & 1) == (x == lo)
 
 
-_COINS: dict = {}
-_COINS_MAX = 1 << 20
-
-
-def _coin(seed: int, x: str, y: str) -> bool:
-    """:func:`coin`, memoised (a pure function of its arguments; the memo is emptied when it
-    holds ``_COINS_MAX`` pairs, so it stays bounded over a long simulation)."""
-    key = (seed, x, y)
-    v = _COINS.get(key)
-    if v is None:
-        if len(_COINS) >= _COINS_MAX:
-            _COINS.clear()
-        v = _COINS[key] = coin(seed, x, y)
-    return v
+# :func:`coin`, memoised (a pure function of its arguments; functools' bounded cache, so it
+# stays bounded over a long simulation)
+_coin = lru_cache(maxsize=1 << 20)(coin)
 
 
 def top_priority_p(jobs: Sequence[Cand], seed: int) -> Cand:

@@ -20,6 +20,7 @@ import sys
 
 import hashlib
 import heapq
+from functools import lru_cache
 from typing import Optional
 
 from .base import Policy
@@ -35,21 +36,9 @@ def _draw(seed: int, jid: str, k: int) -> bytes:
     return hashlib.blake2b(f"{seed}|{jid}|{k}".encode(), digest_size=8).digest()
 
 
-_DRAWS: dict = {}
-_DRAWS_MAX = 1 << 20
-
-
-def _drawn(seed: int, jid: str, k: int) -> bytes:
-    """:func:`_draw`, memoised (a pure function of its arguments: a job waiting for leftovers
-    is drawn again at every call with the same count; the memo is emptied when it holds
-    ``_DRAWS_MAX`` entries, so it stays bounded over a long simulation)."""
-    key = (seed, jid, k)
-    v = _DRAWS.get(key)
-    if v is None:
-        if len(_DRAWS) >= _DRAWS_MAX:
-            _DRAWS.clear()
-        v = _DRAWS[key] = _draw(seed, jid, k)
-    return v
+# :func:`_draw`, memoised (a pure function of its arguments: a job waiting for leftovers is
+# drawn again at every call with the same count; functools' bounded cache)
+_drawn = lru_cache(maxsize=1 << 20)(_draw)
 
 
 def _comm_bound(rates: Rates, job):

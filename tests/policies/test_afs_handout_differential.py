@@ -159,7 +159,7 @@ def test_equal_jobs_share_a_large_cluster_by_coin():
 
 
 def test_coin_memo_is_the_coin():
-    afs_core._COINS.clear()
+    afs_core._coin.cache_clear()
     for seed in range(3):
         for x, y in (("a", "b"), ("b", "a"), ("j1", "j10"), ("x", "x")):
             assert afs_core._coin(seed, x, y) == ref.coin(seed, x, y)
