@@ -639,7 +639,7 @@ def _fallback(fn: _FreeNodes, ka: Mapping[str, int], mine: Mapping[str, int], k:
 
     fits = [x for x in mine if x in free and w(x) >= k]
     if fits:
-        pick = [min(fits, key=lambda x: (-mine[x], w(x), nkey[x]))]
+        x = min(fits, key=lambda x: (-mine[x], w(x), nkey[x]))
     else:
         best = None
         buckets = fn.buckets
@@ -651,10 +651,9 @@ def _fallback(fn: _FreeNodes, ka: Mapping[str, int], mine: Mapping[str, int], k:
         for x in ka:
             if w(x) >= k and (best is None or (w(x), (nkey[x], x)) < best):
                 best = (w(x), (nkey[x], x))
-        pick = [best[1][1]] if best is not None else []
-    if pick:
-        x = pick[0]
-        return KeptOnNodes(frozenset(pick)) if x in ka else [(x, k)]
+        x = best[1][1] if best is not None else None
+    if x is not None:
+        return KeptOnNodes(frozenset((x,))) if x in ka else [(x, k)]
     if fn.total + sum(ka.values()) < k:
         return []
     wide = sorted(chain(((-c, kx) for c, b in fn.buckets.items() for kx in b if kx[1] not in ka),

@@ -10,7 +10,7 @@ it on random snapshots and on every call of whole simulations.
 """
 from __future__ import annotations
 
-from itertools import filterfalse
+from itertools import chain, filterfalse
 from typing import Mapping, Optional
 
 from .elastic_place import (_EMPTY, _RUNNING, KeptOnNodes, _FreeNodes, _empty_cluster, _place,
@@ -133,28 +133,28 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
     they lie as one of the rule's shortcuts keeps them (a sub-node share on one node; a
     multi-node share on whole nodes of ``per_node`` GPUs) and they are still free at its turn.
     Every other job (``rest``) is placed here by the same rule on the cluster less the kept
-    jobs' GPUs. That is the whole rule's answer as long as no job of ``rest`` would take a kept
-    job's GPU there, which holds while each of its choices reads only *unclaimed* free GPUs,
-    the same on both clusters: a kept job not placed yet claims all its GPUs, which are free,
-    so every node's unclaimed count (free less claimed) is the same on both; one placed already
-    took exactly its own. The choices that read claimed GPUs give up here: a whole-node walk
-    past the unclaimed whole nodes (its last group, claimed nodes) and the unequal-node fill.
-    Within a node ``take`` orders unclaimed GPUs before claimed ones, so where the node has
-    enough unclaimed ones it takes the same. A sub-node share with no node of enough unclaimed
-    GPUs is the exception that does not give up (the rule's fallbacks read every free GPU
-    there): the whole rule's free count of a node at that job's turn is ours plus the GPUs of
-    the kept sub-node jobs after it in the rule's order (those before it took theirs;
-    whole-node jobs are all placed before), so its choice is made from those counts
+    jobs' GPUs.  That is the whole rule's answer as long as no job of ``rest`` would take a
+    kept job's GPU there, which holds while each of its choices reads only *unclaimed* free
+    GPUs, the same on both clusters: a kept job not placed yet claims all its GPUs, which are
+    free, so every node's unclaimed count (free less claimed) is the same on both; one placed
+    already took exactly its own.  The choices that read claimed GPUs give up here: a
+    whole-node walk past the unclaimed whole nodes (its last group, claimed nodes) and the
+    unequal-node fill.  Within a node ``take`` orders unclaimed GPUs before claimed ones, so
+    where the node has enough unclaimed ones it takes the same.  A sub-node share with no node
+    of enough unclaimed GPUs is the exception that does not give up (the rule's fallbacks read
+    every free GPU there): the whole rule's free count of a node at that job's turn is ours
+    plus the GPUs of the kept sub-node jobs after it in the rule's order (those before it took
+    theirs; whole-node jobs are all placed before), so its choice is made from those counts
     (``_fallback`` in policies/elastic_place.py); where the nodes it takes from hold none of
     those GPUs, their free GPUs, claims and holders are ours and the job takes the same GPUs
-    here; else the kept jobs there join ``rest`` and the pass runs again, as below. By
-    induction over the rule's order every kept job then finds its GPUs free and keeps them. The
-    argument holds for any set of jobs kept so (a kept job left in ``rest`` claims its GPUs
+    here; else the kept jobs there join ``rest`` and the pass runs again, as below.  By
+    induction over the rule's order every kept job then finds its GPUs free and keeps them.
+    The argument holds for any set of jobs kept so (a kept job left in ``rest`` claims its GPUs
     there as in the whole rule); so a running multi-node job whose own nodes hold a kept job's
     GPUs (its walk reads their free counts, which differ) does not end the pass: every kept job
     on those nodes joins ``rest`` and the pass runs again
-    (:class:`~policies.elastic_place.KeptOnNodes`; each run keeps fewer jobs, so it ends). Only
-    the simulator's snapshots (consistent free views, no GPU held twice) are placed so;
+    (:class:`~policies.elastic_place.KeptOnNodes`; each run keeps fewer jobs, so it ends).
+    Only the simulator's snapshots (consistent free views, no GPU held twice) are placed so;
     tests/policies/test_elastic_reduced.py checks the result against :func:`place`'s whole rule
     and the literal reference on random snapshots and on whole simulations.
 
@@ -247,9 +247,7 @@ def _after(shares, jobs, on, kept, per_node, pos: list):
 
     def after(jid: str) -> dict:
         if not st:
-            subs = [(j, xs) for j, xs in on]
-            if kept is not None:
-                subs += kept.on.items()
+            subs = chain(on, kept.on.items()) if kept is not None else on
             st.append([(shares[j], j, xs[0]) for j, xs in subs if shares[j] < per_node])
         kj = shares[jid]
         job = jobs[jid]

@@ -17,7 +17,7 @@ from gimbalctl.cluster import parse_cluster
 from gimbalctl.profiles import default_models
 from gimbalctl.sim import SimConfig, simulate
 from policies import elastic
-from policies.elastic_place import place
+from policies.elastic_place import KeptOnNodes, place
 from policies.elastic_reduced import place_reduced
 from policies.model import Allocation, ClusterSnapshot, Gpu, Job, JobState, Node
 from reference_elastic import place as ref_place
@@ -117,7 +117,6 @@ class _Counted:
         self.fn, self.seen = fn, {"node": 0, "kept": 0, "none": 0, "fill": 0}
 
     def __call__(self, *a):
-        from policies.elastic_place import KeptOnNodes
         got = self.fn(*a)
         key = ("kept" if isinstance(got, KeptOnNodes) else "none" if not got
                else "node" if len(got) == 1 else "fill")
