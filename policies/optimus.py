@@ -48,6 +48,22 @@ def _structural_stop(rates, job, cap: int, memo: dict) -> tuple:
     return hit
 
 
+def _rate_table(rates, job, cap: int, memo: dict) -> tuple:
+    """(s, P) for a profiled job: ``s`` its structural stop (:func:`_structural_stop`) and
+    ``P[k] = rate(job, k)`` for ``k <= s`` (``P[0]`` unused).  For ``k < s`` the gain is
+    ``r / P[k] - r / P[k + 1]`` (``k < cap`` and the rate rises there); at ``k = s`` it is
+    0.0 (``s >= cap``, or the rate does not rise): the same floats as ``gain`` in
+    :meth:`Optimus.schedule`, read from lists (ours: a shortcut).  Memoised with the rates
+    by (application, global batch, cap), as the stop is."""
+    key = (job.app, job.global_batch, cap)
+    hit = memo.get(key)
+    if hit is None:
+        s = _structural_stop(rates, job, cap, stop_memo(rates))[0]
+        rate = rates.rate
+        hit = memo[key] = (s, (0.0,) + tuple(rate(job, k) for k in range(1, s + 1)))
+    return hit
+
+
 def _separated(rates, job, cap: int) -> bool:
     """Whether :func:`_uncontended` reads a profiled job's stop from its structural stop
     whatever its remaining iterations in ``_SAFE``: a stop of 1, or separated rates."""
@@ -98,7 +114,8 @@ def _uncontended(rates, jobs: list, M: int, cap: dict, rem: dict, gain) -> "dict
     return out
 
 
-def _by_sorted_steps(front: list, left: int, gain, shares: dict, now: dict) -> bool:
+def _by_sorted_steps(front: list, left: int, gain, shares: dict, now: dict,
+                     tabs: "dict | None" = None) -> bool:
     """The heap's hand-out of ``left`` GPUs to ``front`` (each holding one), by one sort
     (ours: a shortcut, the same shares and gains; tests/policies/test_optimus_kept.py
     against the heap).
@@ -113,16 +130,43 @@ def _by_sorted_steps(front: list, left: int, gain, shares: dict, now: dict) -> b
     heap stops at such a head: every head is then not positive), and the pops end there or
     when the GPUs run out: the first ``left`` steps of that order.  Sets ``shares`` and
     ``now`` and returns True; False (nothing changed) where a gain read is not a number, or
-    where the jobs' positive steps are many more than the GPUs (the heap then costs less)."""
+    where the jobs' positive steps are many more than the GPUs (the heap then costs less).
+
+    ``tabs`` (optional): job id -> ``(s, P, r)``, a profiled job's :func:`_rate_table` and its
+    remaining iterations; its gains below ``s`` are then computed here from the lists (each
+    ``r / P[k]`` once, the same floats as ``gain``)."""
     steps: list = []
+    append = steps.append
     budget = 2 * left + len(front)  # (past it the heap's left pops cost less: it answers)
     for i, j in enumerate(front):
         g = e = now[j.id]
         k = 1
+        t = tabs.get(j.id) if tabs is not None else None
+        if t is not None:
+            s, P, r = t
+            q = None  # r / P[k] once read
+            while g > 0 and k <= left:
+                if len(steps) >= budget:
+                    return False
+                append((-e, i, k))
+                k += 1
+                if k < s:  # gain(j, k)
+                    if q is None:
+                        q = r / P[k]
+                    q1 = r / P[k + 1]
+                    g = q - q1
+                    q = q1
+                else:  # k == s: the stop's gain
+                    g = 0.0
+                if g < e:
+                    e = g
+            if g != g:
+                return False
+            continue
         while g > 0 and k <= left:
             if len(steps) >= budget:
                 return False
-            steps.append((-e, i, k))
+            append((-e, i, k))
             g = gain(j, k + 1)
             if g < e:
                 e = g
@@ -172,8 +216,15 @@ class Optimus(Policy):
 
         cap = {j.id: rates.cap(j, n) for j in jobs[:M]}  # gain() is asked of these only
         rate = rates.rate
+        tabs: dict = {}  # id -> (s, P, r): the contended hand-out's rate tables
 
         def gain(j, k):
+            t = tabs.get(j.id)
+            if t is not None and k <= t[0]:  # (_rate_table: the same floats)
+                if k == t[0]:
+                    return 0.0
+                r, P = t[2], t[1]
+                return r / P[k] - r / P[k + 1]
             if k >= cap[j.id]:
                 return 0.0
             p, p1 = rate(j, k), rate(j, k + 1)
@@ -189,8 +240,13 @@ class Optimus(Policy):
                 shares[jid] = k
             now = {jid: g for jid, (_, g) in now.items()}
         else:
+            memo = rates.kept.setdefault("optimus-rates", {})
+            profiled = rates.profiled
+            for j in jobs[:M]:
+                if profiled(j):
+                    tabs[j.id] = _rate_table(rates, j, cap[j.id], memo) + (rem[j.id],)
             now = {j.id: gain(j, 1) for j in jobs[:M]}
-            if _by_sorted_steps(jobs[:M], M - min(n, M), gain, shares, now):
+            if _by_sorted_steps(jobs[:M], M - min(n, M), gain, shares, now, tabs):
                 heap = []  # (the heap's answer: shares and now set)
             else:
                 heap = [(-now[j.id], i, j) for i, j in enumerate(jobs[:M])]

@@ -160,6 +160,94 @@ def test_sorted_steps_hand_out_as_the_heap(data):
         assert got_s == {j.id: 1 for j in front}  # nothing changed
 
 
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_sorted_steps_from_rate_tables_hand_out_as_the_heap(data):
+    """The rate tables' path (``tabs``: a job's gains ``r / P[k] - r / P[k + 1]`` below its
+    stop, 0.0 at it) hands out as the heap does with ``gain`` read the rates' way: rates
+    rising by tiny and large steps (equal gains between jobs), remaining iterations from 0
+    to huge and infinite (NaN gains: no answer), jobs without a table beside them."""
+    from types import SimpleNamespace
+
+    from policies.optimus import _by_sorted_steps
+
+    n = data.draw(st.integers(1, 8))
+    rises = st.sampled_from([1.0, 1.0 + 1e-15, 1.0 + 1e-12, 1.01, 1.5, 2.0])
+    rems = st.sampled_from([0.0, 1e-300, 1.0, 3.0, 7.5e3, 1e12, 1e300, float("inf")])
+    front = [SimpleNamespace(id=f"j{i}") for i in range(n)]
+    rate, cap, rem, tabs = {}, {}, {}, {}
+    for j in front:
+        p = [0.0, data.draw(st.sampled_from([0.5, 1.0, 3.0]))]
+        for m in data.draw(st.lists(rises, max_size=12)):
+            p.append(p[-1] * m)
+        p.append(p[-1] * data.draw(st.sampled_from([1.0, 0.9])))  # then flat or falling
+        rate[j.id], cap[j.id] = p, data.draw(st.integers(1, len(p)))
+        rem[j.id] = data.draw(rems)
+
+    def gain(j, k):  # Optimus.schedule's gain, the rates' way
+        if k >= cap[j.id]:
+            return 0.0
+        p = rate[j.id]
+        p0, p1 = (p[k], p[k + 1]) if k + 1 < len(p) else (p[-1], p[-1])
+        if p1 > p0:
+            r = rem[j.id]
+            return r / p0 - r / p1
+        return 0.0
+    for j in front:
+        if data.draw(st.booleans()):  # _rate_table's (s, P) with its remaining iterations
+            p, s = rate[j.id], 1
+            while s < cap[j.id] and s + 1 < len(p) and p[s + 1] > p[s]:
+                s += 1
+            tabs[j.id] = (s, tuple(p[:s + 1]), rem[j.id])
+    left = data.draw(st.integers(0, 40))
+    want_s, want_n = {j.id: 1 for j in front}, {j.id: gain(j, 1) for j in front}
+    _heap_hand_out(front, left, gain, want_s, want_n)
+    got_s, got_n = {j.id: 1 for j in front}, {j.id: gain(j, 1) for j in front}
+    plain_s, plain_n = dict(got_s), dict(got_n)
+    ok = _by_sorted_steps(front, left, gain, got_s, got_n, tabs)
+    assert ok == _by_sorted_steps(front, left, gain, plain_s, plain_n)
+    if ok:
+        assert got_s == want_s == plain_s
+        assert repr(got_n) == repr(want_n) == repr(plain_n)
+    else:
+        assert got_s == {j.id: 1 for j in front}
+
+
+def test_rate_tables_give_the_rates_gains():
+    """_rate_table's lists give gain(j, k) of the rates for every k up to the stop, for
+    every application and batch of the bundled models (on 4- and 8-GPU nodes, capped and
+    not)."""
+    from policies.optimus import _rate_table, _structural_stop
+    from policies.optimus_kept import stop_memo
+    from test_elastic_differential import _jobs as jobs_of
+
+    for cluster in ("16x8", "8x4"):
+        nodes = parse_cluster(cluster)
+        for cap in (3, 64):
+            seen = 0
+            for job in jobs_of(60, seed=3):
+                snap = _snapshot_of(job, nodes)
+                rates = Rates(snap)
+                s, P = _rate_table(rates, job, cap, {})
+                assert s == _structural_stop(rates, job, cap, stop_memo(rates))[0]
+                assert P[1:] == tuple(rates.rate(job, k) for k in range(1, s + 1))
+                for r in (0.0, 1.0, 12345.678, 1e15):
+                    for k in range(1, s + 1):
+                        p, p1 = rates.rate(job, k), rates.rate(job, k + 1)
+                        want = r / p - r / p1 if k < cap and p1 > p else 0.0
+                        got = r / P[k] - r / P[k + 1] if k < s else 0.0
+                        assert repr(got) == repr(want)
+                seen += s > 1
+            assert seen > 0
+
+
+def _snapshot_of(job, nodes):
+    from policies.model import ClusterSnapshot
+    free = tuple(g for x in nodes for g in x.gpus())
+    return ClusterSnapshot(0.0, nodes, MappingProxyType({job.id: job}), {}, free,
+                           profiles=MODELS.profiles, memory=MODELS.memory)
+
+
 @pytest.mark.parametrize("cluster,n", [("4x8", 60), ("3x8", 40), ("2x4", 30)])
 def test_contended_optimus_plans_as_with_the_heap(cluster, n):
     """Whole simulations where the GPUs run out: every call's Plan with the sorted steps is
