@@ -369,14 +369,19 @@ def place(snap: ClusterSnapshot, shares: Mapping[str, int],
 
 
 def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", shared: bool,
-           knodes: Optional[set], after=None):
+           knodes: Optional[set], after=None, rejoin=None):
     """:func:`place`'s rule on the free GPUs ``fn``.  ``knodes`` (strict mode, from
     :func:`place_reduced`): the nodes where a kept job left out of ``shares`` holds GPUs; the
     placement then gives up (``None``) at every step whose choice could read those GPUs, or
     returns :class:`KeptOnNodes` where a job's own nodes are among them.  ``after`` (strict
     mode): job id -> {node: GPUs of the kept sub-node jobs after it in the rule's order}, the
     GPUs the whole rule still has free there at that job's turn; with it a sub-node share's
-    fallbacks are the whole rule's (:func:`_fallback`)."""
+    fallbacks are the whole rule's (:func:`_fallback`).  ``rejoin`` (strict mode, with
+    ``after``): ``rejoin(job, nodes)`` where a sub-node share's fallback chooses nodes holding
+    kept jobs' GPUs: those kept jobs after it in the rule's order leave the kept ones and join
+    ``shares`` (in place), and it returns ``[(id, its rule key, its GPUs)]`` of them (empty:
+    none, the placement returns :class:`KeptOnNodes`); the pass goes on with them
+    (:func:`_rejoined`)."""
     per_node = snap.max_gpus_per_node or 1
     free, nkey = fn.free, fn.key
     jobs = snap.jobs
@@ -544,10 +549,12 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
             give_back(gpus)
             continue
         out[jid] = tuple(sorted(gpus))
-    for jid in order:
+    subs = [jid for jid in order if 0 < shares[jid] < per_node]
+    at = 0
+    while at < len(subs):
+        jid = subs[at]
+        at += 1
         k = shares[jid]
-        if k >= per_node or k <= 0:
-            continue
         placed.add(jid)
         job = jobs[jid]
         now = job.allocation.gpus if job.running and job.allocation is not None else ()
@@ -600,8 +607,15 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
                 if after is None:
                     return None
                 how = _fallback(fn, after(jid), mine, k)
-                if isinstance(how, KeptOnNodes):
-                    return how
+                while isinstance(how, KeptOnNodes):
+                    # the kept jobs after it on those nodes join the pass here (``rejoin``):
+                    # the whole rule's free GPUs there, claimed by them, placed at their turn
+                    back = rejoin(jid, how.nodes) if rejoin is not None else None
+                    if not back or not back[0]:
+                        return how
+                    _rejoined(back[0], back[1], subs, at, fn, cl, setf,
+                              held_now if held_built else None)
+                    how = _fallback(fn, after(jid), mine, k)
                 gpus = []
                 for x, n in how:
                     gpus += take(jid, x, n)
@@ -622,6 +636,33 @@ def _place(snap: ClusterSnapshot, shares: Mapping[str, int], fn: "_FreeNodes", s
             gpus += take(jid, x, min(len(free[x]), k - len(gpus)))
         out[jid] = tuple(sorted(gpus))
     return out
+
+
+def _rejoined(back: list, rank, subs: list, at: int, fn: _FreeNodes, cl: _Claims, setf,
+              held_now: Optional[set]) -> None:
+    """Kept sub-node jobs ``back`` (``(id, rule key, GPUs)``, each after the job placed now in
+    the rule's order) join the pass at its sub-node job ``subs[at - 1]``'s turn: as a pass
+    with them not kept would have them here (the multi-node jobs and the sub-node jobs before
+    this one chose from unclaimed free counts and the same fallback counts, and took none of
+    their GPUs: docs in policies/elastic_reduced.py), their GPUs are free and claimed by them
+    (unclaimed counts unchanged), they hold them (``held_now``, where built), and they wait in
+    ``subs`` at their place in the rule's order (``rank(id)``: a job's key in it, (-share,
+    not running, position in the policy's order))."""
+    free = fn.free
+    c = cl.c
+    for jid, key, gpus in back:
+        by: dict[str, list[int]] = {}
+        for g in gpus:
+            by.setdefault(g.node, []).append(g.index)
+        for x, idx in by.items():
+            setf(x, free[x] + idx)
+            c[x] = c.get(x, 0) + len(idx)
+        if held_now is not None:
+            held_now.update(gpus)
+        i = at
+        while i < len(subs) and rank(subs[i]) < key:
+            i += 1
+        subs.insert(i, jid)
 
 
 def _fallback(fn: _FreeNodes, ka: Mapping[str, int], mine: Mapping[str, int], k: int):

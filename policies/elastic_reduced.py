@@ -212,6 +212,24 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
                 back.append(job.allocation.gpus)
     if not rest:
         return out
+    # a running multi-node job to place whose own nodes hold a kept job's GPUs stops every
+    # pass that reaches it (KeptOnNodes: it keeps no whole nodes there, as a kept job holds
+    # one of their GPUs); the kept jobs on its nodes join ``rest`` before the first pass
+    # (sub-node jobs, which stop no pass so: the passes after would unkeep the same)
+    if (on or (kept is not None and kept.node_count)) \
+            and any(k >= per_node for k in rest.values()):
+        knodes = {x for _, xs in on for x in xs}
+        if kept is not None:
+            knodes.update(kept.node_count)
+        hit: set = set()
+        for jid, k in rest.items():
+            job = jobs[jid]
+            if k >= per_node and job.state is _RUNNING and job.allocation is not None:
+                mine = held_facts(job.allocation, nodes, tfree)[1]
+                if not knodes.isdisjoint(mine):
+                    hit.update(mine)
+        if hit and _unkeep(hit, shares, jobs, out, rest, on, back, kept, newly):
+            rest = {j: shares[j] for j in shares if j in rest}  # (the rule's order)
     pos: list = []  # (_after: the positions in ``shares``, when first needed)
     while True:
         fn = _reduced_free(snap, back)
@@ -220,8 +238,27 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
         knodes = {x for _, xs in on for x in xs}
         if kept is not None:
             knodes.update(kept.node_count)
-        got = _place(snap, rest, fn, False, knodes,
-                     _after(shares, jobs, on, kept, per_node, pos))
+        after = _after(shares, jobs, on, kept, per_node, pos)
+
+        def rejoin(jid: str, xs, after=after) -> Optional[tuple]:
+            # the kept jobs after ``jid`` with GPUs on ``xs`` leave the kept ones and join the
+            # pass (policies.elastic_place._rejoined); ``rest`` is the pass's ``shares``
+            gone = after.on_nodes(jid, xs)
+            if not gone:
+                return None
+            drop = set(gone)
+            for j in gone:
+                del out[j]
+                rest[j] = shares[j]
+                back.append(jobs[j].allocation.gpus)  # (for a pass after this one)
+                if kept is not None:
+                    kept.drop(j)
+            on[:] = [(j, xs) for j, xs in on if j not in drop]
+            if newly is not None:
+                newly[:] = [(j, kind) for j, kind in newly if j not in drop]
+            after.reset()
+            return ([(j, after.rank(j), jobs[j].allocation.gpus) for j in gone], after.rank)
+        got = _place(snap, rest, fn, False, knodes, after, rejoin)
         if isinstance(got, KeptOnNodes):
             # a job to place holds GPUs beside kept jobs: those are placed by the rule too
             # (any set of jobs kept as above gives the whole rule's answer; this one holds
@@ -245,19 +282,39 @@ def _after(shares, jobs, on, kept, per_node, pos: list):
     call) gets the positions in ``shares`` when first needed."""
     st: list = []
 
-    def after(jid: str) -> dict:
+    def kept_subs() -> list:
         if not st:
             subs = chain(on, kept.on.items()) if kept is not None else on
             st.append([(shares[j], j, xs[0]) for j, xs in subs if shares[j] < per_node])
+        return st[0]
+
+    def later(jid: str):
+        """The (share, id, node) of the kept sub-node jobs after ``jid``."""
         kj = shares[jid]
         job = jobs[jid]
         run = job.state is _RUNNING and job.allocation is not None
-        ka: dict = {}
-        for k, q, x in st[0]:
-            if k < kj or (k == kj and run and _position(pos, shares, q)
+        for t in kept_subs():
+            k = t[0]
+            if k < kj or (k == kj and run and _position(pos, shares, t[1])
                           > _position(pos, shares, jid)):
-                ka[x] = ka.get(x, 0) + k
+                yield t
+
+    def after(jid: str) -> dict:
+        ka: dict = {}
+        for k, _, x in later(jid):
+            ka[x] = ka.get(x, 0) + k
         return ka
+
+    def on_nodes(jid: str, xs) -> list:
+        """The kept sub-node jobs after ``jid`` on nodes ``xs``, in the kept ones' order."""
+        return [q for _, q, x in later(jid) if x in xs]
+
+    def rank(jid: str) -> tuple:
+        """A job's key in the rule's order (the pass's ``shares`` follow ``shares``)."""
+        job = jobs[jid]
+        return (-shares[jid], job.state is not _RUNNING or job.allocation is None,
+                _position(pos, shares, jid))
+    after.on_nodes, after.rank, after.reset = on_nodes, rank, st.clear
     return after
 
 

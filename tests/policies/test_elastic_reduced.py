@@ -158,13 +158,33 @@ def test_reduced_placement_is_the_whole_rules():
             assert got == whole
         assert place(snap, shares, reduced=True) == whole
 
-    from policies import elastic_place
+    from policies import elastic_place, elastic_reduced
     fb = mock.patch.object(elastic_place, "_fallback", _Counted(elastic_place._fallback))
-    with fb as counted:
+    rejoined = _Calls(elastic_place._rejoined)
+    passes = _Calls(elastic_reduced._place)
+    with fb as counted, mock.patch.object(elastic_place, "_rejoined", rejoined), \
+            mock.patch.object(elastic_reduced, "_place", passes):
         prop()
     assert hits["reduced"] >= 120 and hits["whole"] > 0, hits
     # the fallbacks made from the rule's free counts: each outcome is reached and compared
     assert all(counted.seen[k] >= 20 for k in ("node", "kept", "none", "fill")), counted.seen
+    # kept jobs joined passes under way, which then answered or gave up; no pass ran again
+    # (the kept jobs beside a multi-node job to place join before the first)
+    assert rejoined.n >= 20, rejoined.n
+    assert not any(isinstance(r, KeptOnNodes) for r in passes.out), "a pass ran again"
+
+
+class _Calls:
+    """Wraps a function, counting its calls and keeping what it returned."""
+
+    def __init__(self, fn):
+        self.fn, self.n, self.out = fn, 0, []
+
+    def __call__(self, *a, **kw):
+        self.n += 1
+        got = self.fn(*a, **kw)
+        self.out.append(got)
+        return got
 
 
 def test_by_hand_case_keeps_the_kept_and_places_the_rest():
@@ -194,8 +214,12 @@ def test_a_job_beside_kept_jobs_has_them_placed_by_the_rule_too():
     snap = _snap(nodes, jobs)
     shares = {"A": 16, "B": 4, "C": 2}
     whole = ref_place(snap, shares)
-    got = place_reduced(snap, shares)
+    from policies import elastic_reduced
+    passes = _Calls(elastic_reduced._place)
+    with mock.patch.object(elastic_reduced, "_place", passes):
+        got = place_reduced(snap, shares)
     assert got is not None and got == whole
+    assert passes.n == 1  # B joined before the pass: A's nodes hold its GPUs
     # the rule gives A the whole of n1 (its own), so B moves: it could not have been kept
     assert set(got["A"]) >= set(a) and got["B"] != snap.jobs["B"].allocation.gpus
     newly: list = []
@@ -233,10 +257,14 @@ def test_a_share_no_node_holds_unclaimed_is_placed_from_the_rules_free_counts():
     snap = _snap(nodes, jobs)
     shares = {"A": 2, "B": 2, "C": 1, "D": 1, "P": 2}
     whole = ref_place(snap, shares)
-    got = place_reduced(snap, shares)
+    from policies import elastic_reduced
+    passes = _Calls(elastic_reduced._place)
+    with mock.patch.object(elastic_reduced, "_place", passes):
+        got = place_reduced(snap, shares)
     assert got is not None and got == whole
     assert got["P"] == (Gpu("n0", 2), Gpu("n0", 3)) and got["C"] == (Gpu("n1", 3),)
     assert got["D"] == (Gpu("n1", 2),)
+    assert passes.n == 1  # C joined the pass at P's turn (D, on n1, stayed kept)
 
 
 def test_a_new_job_counts_a_kept_job_of_its_share_as_before_it():
