@@ -28,6 +28,7 @@ from .elastic import Rates, elastic_plan, no_numbers, useful_share
 from .max_min import _demand
 from .max_min_kept import KeptDemands
 from .registry import register
+from .themis_leftover import KeptLeftovers
 
 INF = float("inf")
 
@@ -64,6 +65,30 @@ def _comm_bound(rates: Rates, job):
         tm = p.t_comm(k, 2)
         return tm if tm ** d >= tiny else 0.0
     return bound
+
+
+def _stops(rates: Rates, cap):
+    """``stop(job, k0)``: the first share ``k >= k0`` where the leftover hand-out drops the job
+    (``k = 0``, ``k >= cap(job)`` or one more GPU not useful); for a profiled job a function
+    of (application, global batch, cap, k0), memoised with the rates."""
+    memo = rates.kept.setdefault("themis-stop", {})
+    profiled = rates.profiled
+
+    def walk(j, k: int) -> int:
+        c = cap(j)
+        while 0 < k < c and useful_share(rates, j, k):
+            k += 1
+        return k
+
+    def stop(j, k0: int) -> int:
+        if not profiled(j):
+            return walk(j, k0)
+        key = (j.app, j.global_batch, cap(j), k0)
+        s = memo.get(key)
+        if s is None:
+            s = memo[key] = walk(j, k0)
+        return s
+    return stop
 
 
 def _uncontended(rates: Rates, front: list, M: int, rho, cap) -> Optional[dict]:
@@ -114,6 +139,7 @@ class Themis(Policy):
     def __init__(self, packing: bool = True):
         self.packing = bool(packing)
         self._kept = KeptDemands(_demand, strict=True)
+        self._left = KeptLeftovers(_drawn)
 
     def peak(self, rates: Rates, job, limit: int, memo: Optional[dict] = None) -> int:
         """``m``: the GPU count up to ``limit`` with the highest modelled throughput.  A
@@ -196,6 +222,13 @@ class Themis(Policy):
         # A job picked at (draw e, position i) is picked again at once while its next draw
         # is <= e: the other entries are all above (e, i), so its next (draw, i) is the top;
         # those GPUs are handed out without the heap.  (No GPU left: nothing drawn.)
+        # The same from the jobs' steps kept across calls where no tie at the cut needs the
+        # leftover list's order (policies.themis_leftover; the heap below otherwise).
+        got = (self._left.hand_out(seed, leftover, shares, left, _stops(rates, cap))
+               if left > 0 and leftover else None)
+        if got is not None:
+            shares.update(got)
+            left = 0
         drawn = [(_drawn(seed, j.id, shares[j.id]), i, shares[j.id], j)
                  for i, j in enumerate(leftover)] if left > 0 else []
         heapq.heapify(drawn)
