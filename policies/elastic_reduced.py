@@ -246,16 +246,7 @@ def place_reduced(snap: ClusterSnapshot, shares: Mapping[str, int], kept=None,
             gone = after.on_nodes(jid, xs)
             if not gone:
                 return None
-            drop = set(gone)
-            for j in gone:
-                del out[j]
-                rest[j] = shares[j]
-                back.append(jobs[j].allocation.gpus)  # (for a pass after this one)
-                if kept is not None:
-                    kept.drop(j)
-            on[:] = [(j, xs) for j, xs in on if j not in drop]
-            if newly is not None:
-                newly[:] = [(j, kind) for j, kind in newly if j not in drop]
+            _unkept(set(gone), shares, jobs, out, rest, on, back, kept, newly)
             after.reset()
             return ([(j, after.rank(j), jobs[j].allocation.gpus) for j in gone], after.rank)
         got = _place(snap, rest, fn, False, knodes, after, rejoin)
@@ -332,6 +323,12 @@ def _unkeep(nodes, shares, jobs, out, rest, on, back, kept, newly) -> bool:
         gone.update(j for j, xs in kept.on.items() if not nodes.isdisjoint(xs))
     if not gone:
         return False
+    _unkept(gone, shares, jobs, out, rest, on, back, kept, newly)
+    return True
+
+
+def _unkept(gone: set, shares, jobs, out, rest, on, back, kept, newly) -> None:
+    """Move the kept jobs ``gone`` to ``rest`` (their GPUs to ``back``, for a pass after)."""
     for jid in gone:
         del out[jid]
         rest[jid] = shares[jid]
@@ -341,4 +338,3 @@ def _unkeep(nodes, shares, jobs, out, rest, on, back, kept, newly) -> bool:
     on[:] = [(j, xs) for j, xs in on if j not in gone]
     if newly is not None:
         newly[:] = [(j, kind) for j, kind in newly if j not in gone]
-    return True
