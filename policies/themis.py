@@ -199,19 +199,10 @@ class Themis(Policy):
         if ends is not None:  # every job ends both hand-outs at its own stop
             shares.update(ends)
             front = ()
-        heap = [(-INF, i, j) for i, j in enumerate(front)]
-        left = M
-        leftover: list = []
-        while left > 0 and heap:
-            r, i, j = heapq.heappop(heap)
-            k = shares[j.id]
-            if -r <= 1.0 or (k > 0 and not useful_share(rates, j, k)):
-                leftover.append(j)
-                continue
-            shares[j.id] = k + 1
-            left -= 1
-            heapq.heappush(heap, (-rho(j, k + 1), i, j))
-        leftover += [j for _, _, j in heap]
+        first = _first_sorted(rates, front, M, rho, cap, shares) if front else None
+        if first is None:
+            first = _first_heap(rates, front, M, rho, shares)
+        left, leftover = first
         # Leftover GPUs one at a time, each to the job with the smallest draw among those
         # one more GPU helps (first in ``leftover`` on equal draws).  A job's draw and
         # whether it may grow depend on its own share only, so the jobs wait in a heap by
@@ -286,6 +277,92 @@ class Themis(Policy):
         return elastic_plan(snap, self.name, shares, rates, list(shares),
                             _numbers(lambda jid: True, tgt, rho, shares),
                             packing=self.packing)
+
+
+def _first_heap(rates: Rates, front, M: int, rho, shares: dict) -> tuple[int, list]:
+    """The first hand-out: GPUs one at a time to the job with the largest ``rho`` above 1
+    (ties: position in ``front``), each job leaving at its first count with ``rho <= 1`` or
+    one more GPU not useful.  Sets ``shares``; returns (GPUs left, the jobs for the
+    leftovers: those that left, in that order, then those still in the heap)."""
+    heap = [(-INF, i, j) for i, j in enumerate(front)]
+    left = M
+    leftover: list = []
+    while left > 0 and heap:
+        r, i, j = heapq.heappop(heap)
+        k = shares[j.id]
+        if -r <= 1.0 or (k > 0 and not useful_share(rates, j, k)):
+            leftover.append(j)
+            continue
+        shares[j.id] = k + 1
+        left -= 1
+        heapq.heappush(heap, (-rho(j, k + 1), i, j))
+    leftover += [j for _, _, j in heap]
+    return left, leftover
+
+
+def _first_sorted(rates: Rates, front, M: int, rho, cap, shares: dict):
+    """:func:`_first_heap`'s shares and GPUs left, as one sort (ours: a shortcut); None where
+    it does not apply (the heap then runs).
+
+    A job's pops from the heap are its steps in turn: a grant at count 0 (key -inf), at each
+    count ``k`` with ``rho(k) > 1`` and one more GPU useful (key ``-rho(k)``), and its exit
+    (key ``-rho(s)`` at the first count ``s`` that fails).  Where each job's keys do not
+    decrease from step to step (checked; no NaN), the heap's pops are the merge of the jobs'
+    steps in (key, position, step) order: the popped key never decreases, and a job's next
+    step is pushed only when the one before is popped.  That merge is a stable sort of all
+    steps by key, made in (position, step) order; the grants then go in that order until the
+    GPUs run out.  A job can be granted at most ``M`` GPUs, so its steps are listed up to
+    count ``M - 1``.  The leftovers' list is what the heap gives where GPUs are left (every
+    job then left the heap: the exits in pop order); with none left nothing reads it.
+    For a profiled job the steps depend on (application, global batch, cap) for the call
+    (rho's target and rates, and useful_share): listed once per call for each
+    (tests/policies/test_afs_handout_differential.py against :func:`_first_heap`)."""
+    if M <= 0:
+        return None
+    memo: dict = {}
+    profiled = rates.profiled
+    keys: list = []
+    tags: list = []  # a grant at count k: k; an exit at count s: ~s (negative)
+    owner: list = []
+    for i, j in enumerate(front):
+        key = (j.app, j.global_batch, cap(j)) if profiled(j) else None
+        got = memo.get(key) if key is not None else None
+        if got is None:
+            ks, ts = [-INF], [0]
+            last = -INF
+            k = 1
+            while k < M:
+                r = rho(j, k)
+                x = -r
+                if not x >= last:  # (a key that falls, or NaN)
+                    return None
+                last = x
+                if r <= 1.0 or not useful_share(rates, j, k):
+                    ks.append(x)
+                    ts.append(~k)
+                    break
+                ks.append(x)
+                ts.append(k)
+                k += 1
+            got = (ks, ts)
+            if key is not None:
+                memo[key] = got
+        keys += got[0]
+        tags += got[1]
+        owner += [i] * len(got[0])
+    left = M
+    leftover: list = []
+    for e in sorted(range(len(keys)), key=keys.__getitem__):
+        t = tags[e]
+        j = front[owner[e]]
+        if t >= 0:
+            shares[j.id] = t + 1
+            left -= 1
+            if not left:
+                break
+        else:
+            leftover.append(j)
+    return left, leftover
 
 
 def _numbers(has, of, rho, shares):

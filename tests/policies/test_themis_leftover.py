@@ -163,3 +163,71 @@ def test_stops_are_the_first_share_the_heap_drops_at_for_any_start():
                 assert stop(j, k0) == k
                 moved += k > k0 > 1
     assert moved > 0  # (starts above 1 that still grow: the memo's key holds the start)
+
+
+class _FirstChecked(PolicyProbe):
+    """Every call's first hand-out made by the sort and by the heap: the same shares and
+    GPUs left, and (where GPUs are left, the only case that reads it) the same leftovers'
+    list; counts the calls the sort answered, those with the GPUs running out within the
+    steps and those with GPUs left over."""
+
+    def __init__(self):
+        super().__init__("themis")
+        self.seen = {"sorted": 0, "cut": 0, "left": 0, "heap": 0}
+
+    def schedule(self, snap):
+        real = themis._first_sorted
+
+        def both(rates, front, M, rho, cap, shares):
+            before = dict(shares)
+            got = real(rates, front, M, rho, cap, shares)
+            if got is None:
+                self.seen["heap"] += 1
+                return None
+            mine = dict(shares)
+            shares.clear()
+            shares.update(before)
+            want = themis._first_heap(rates, front, M, rho, shares)
+            assert mine == shares and got[0] == want[0]
+            if got[0] > 0:
+                assert [j.id for j in got[1]] == [j.id for j in want[1]]
+                self.seen["left"] += 1
+            else:
+                self.seen["cut"] += 1
+            self.seen["sorted"] += 1
+            return got
+        with mock.patch.object(themis, "_first_sorted", both):
+            return self.inner.schedule(snap)
+
+
+@pytest.mark.parametrize("cluster,n,case", [("4x8", 60, "left"), ("2x8", 40, "left"),
+                                            ("6x4", 60, "left"), ("1x8", 30, "cut")])
+def test_first_hand_out_sorted_is_the_heaps(cluster, n, case):
+    """At every call of whole simulations; on 1x8 the GPUs run out within the steps at every
+    call, elsewhere GPUs are left for the leftovers' draws at most calls."""
+    pol = _FirstChecked()
+    res = simulate(_jobs(n, seed=7), parse_cluster(cluster), pol, MODELS, SimConfig())
+    assert len(res._rows) == n
+    assert pol.seen[case] >= 60 and pol.seen["sorted"] >= 70, pol.seen
+
+
+def test_first_hand_out_falls_back_where_a_key_falls():
+    """rho rising with the count (a key that falls), or NaN: no sort (the heap decides)."""
+    from policies.elastic import Rates
+    from policy_probe import Recorder
+
+    rec = Recorder("themis")
+    simulate(_jobs(12, seed=7), parse_cluster("2x8"), rec, MODELS, SimConfig())
+    snap = next(s for s in rec.seen if len(s.jobs) >= 3)
+    rates = Rates(snap)
+    front = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+    shares = {j.id: 0 for j in front}
+    cap = lambda j: 16  # noqa: E731
+    for bad in (lambda j, k: 1.5 + k, lambda j, k: float("nan")):
+        assert themis._first_sorted(rates, front, 16, bad, cap, dict(shares)) is None
+    # a falling rho, above 1 at count 1 only: sorted, as the heap (at most two GPUs each)
+    got, want = dict(shares), dict(shares)
+    ok = themis._first_sorted(rates, front[:3], 12, lambda j, k: 2.0 / k, cap, got)
+    heap = themis._first_heap(rates, front[:3], 12, lambda j, k: 2.0 / k, want)
+    assert ok is not None and got == want and ok[0] == heap[0] >= 12 - 2 * 3
+    assert [j.id for j in ok[1]] == [j.id for j in heap[1]] and len(ok[1]) == 3
