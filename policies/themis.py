@@ -21,12 +21,14 @@ import sys
 import hashlib
 import heapq
 from functools import lru_cache
+from operator import itemgetter
 from typing import Optional
 
 from .base import Policy
 from .elastic import Rates, elastic_plan, no_numbers, useful_share
 from .max_min import _demand
 from .max_min_kept import KeptDemands
+from .model import SUBMIT_ORDER
 from .registry import register
 from .themis_leftover import KeptLeftovers
 
@@ -170,14 +172,34 @@ class Themis(Policy):
         kept = self._kept.shares(snap, rates)
         if kept is not None:
             return self._uncontended_plan(snap, rates, kept)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
+        jobs = sorted(snap.jobs.values(), key=SUBMIT_ORDER)
         M = snap.total_gpus
         n = len(jobs)
         shares = {j.id: 0 for j in jobs}
         front = jobs[:M]  # with more jobs than GPUs only the oldest M can get one
         target, one = {}, {}
+        caps: dict = {}  # a job's cap, once per call
         memo = rates.kept.setdefault("themis-peak", {})
-        for j in front:
+        # a profiled job's cap, peak and rate on one GPU depend on (application, global
+        # batch, GPU range) for the call (Rates.cap, Themis.peak's memo, Rates.rate): found
+        # once for each; so do its first hand-out's steps (``groups``: the positions in
+        # ``front`` of each such key's jobs; each unprofiled job a group of its own)
+        same: dict = {}
+        groups: list = []
+        profiled = rates.profiled
+        for i, j in enumerate(front):
+            if profiled(j):
+                key = (j.app, j.global_batch, j.gpu_range)
+                hit = same.get(key)
+                if hit is None:
+                    c = rates.cap(j, n)
+                    hit = same[key] = (c, self.peak(rates, j, min(M, c), memo) / n,
+                                       rates.rate(j, 1), [])
+                    groups.append(hit[3])
+                caps[j.id], target[j.id], one[j.id], at = hit
+                at.append(i)
+                continue
+            groups.append([i])
             m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
             target[j.id] = m / n
             one[j.id] = rates.rate(j, 1)
@@ -188,7 +210,6 @@ class Themis(Policy):
             return target[j.id] / (rates.rate(j, k) / one[j.id])
 
         seed = snap.seed
-        caps: dict = {}  # a job's cap, once per call
 
         def cap(j):
             c = caps.get(j.id)
@@ -199,7 +220,7 @@ class Themis(Policy):
         if ends is not None:  # every job ends both hand-outs at its own stop
             shares.update(ends)
             front = ()
-        first = _first_sorted(rates, front, M, rho, cap, shares) if front else None
+        first = _first_sorted(rates, front, M, rho, groups, shares) if front else None
         if first is None:
             first = _first_heap(rates, front, M, rho, shares)
         left, leftover = first
@@ -300,8 +321,8 @@ def _first_heap(rates: Rates, front, M: int, rho, shares: dict) -> tuple[int, li
     return left, leftover
 
 
-def _first_sorted(rates: Rates, front, M: int, rho, cap, shares: dict):
-    """:func:`_first_heap`'s shares and GPUs left, as one sort (ours: a shortcut); None where
+def _first_sorted(rates: Rates, front, M: int, rho, groups: list, shares: dict):
+    """:func:`_first_heap`'s shares and GPUs left, from a sort (ours: a shortcut); None where
     it does not apply (the heap then runs).
 
     A job's pops from the heap are its steps in turn: a grant at count 0 (key -inf), at each
@@ -309,60 +330,69 @@ def _first_sorted(rates: Rates, front, M: int, rho, cap, shares: dict):
     (key ``-rho(s)`` at the first count ``s`` that fails).  Where each job's keys do not
     decrease from step to step (checked; no NaN), the heap's pops are the merge of the jobs'
     steps in (key, position, step) order: the popped key never decreases, and a job's next
-    step is pushed only when the one before is popped.  That merge is a stable sort of all
-    steps by key, made in (position, step) order; the grants then go in that order until the
-    GPUs run out.  A job can be granted at most ``M`` GPUs, so its steps are listed up to
+    step is pushed only when the one before is popped.  The grants go in that order until
+    the GPUs run out.  A job can be granted at most ``M`` GPUs, so its steps are listed up to
     count ``M - 1``.  The leftovers' list is what the heap gives where GPUs are left (every
     job then left the heap: the exits in pop order); with none left nothing reads it.
-    For a profiled job the steps depend on (application, global batch, cap) for the call
-    (rho's target and rates, and useful_share): listed once per call for each
-    (tests/policies/test_afs_handout_differential.py against :func:`_first_heap`)."""
-    if M <= 0:
+
+    ``groups``: lists of positions in ``front`` (ascending, together every position once)
+    whose jobs have the same steps (for a profiled job they depend on its application,
+    global batch and GPU range for the call: rho's target and rates, useful_share).  The
+    steps are listed once per group and sorted by key; a key held by one group's step alone
+    goes to its jobs in position order, keys held by several steps to theirs in (position,
+    step) order.  Every job takes count 0's grant first (its key is the least; no later key
+    may be -inf here).  (tests/policies/test_themis_leftover.py against :func:`_first_heap`
+    at every call of whole simulations.)"""
+    if M <= 0 or len(front) > M:
         return None
-    memo: dict = {}
-    profiled = rates.profiled
-    keys: list = []
-    tags: list = []  # a grant at count k: k; an exit at count s: ~s (negative)
-    owner: list = []
-    for i, j in enumerate(front):
-        key = (j.app, j.global_batch, cap(j)) if profiled(j) else None
-        got = memo.get(key) if key is not None else None
-        if got is None:
-            ks, ts = [-INF], [0]
-            last = -INF
-            k = 1
-            while k < M:
-                r = rho(j, k)
-                x = -r
-                if not x >= last:  # (a key that falls, or NaN)
-                    return None
-                last = x
-                if r <= 1.0 or not useful_share(rates, j, k):
-                    ks.append(x)
-                    ts.append(~k)
-                    break
-                ks.append(x)
-                ts.append(k)
-                k += 1
-            got = (ks, ts)
-            if key is not None:
-                memo[key] = got
-        keys += got[0]
-        tags += got[1]
-        owner += [i] * len(got[0])
-    left = M
-    leftover: list = []
-    for e in sorted(range(len(keys)), key=keys.__getitem__):
-        t = tags[e]
-        j = front[owner[e]]
-        if t >= 0:
-            shares[j.id] = t + 1
-            left -= 1
-            if not left:
+    steps: list = []  # (key, group, count, exit?)
+    for g, pos in enumerate(groups):
+        j = front[pos[0]]
+        last = -INF
+        k = 1
+        while k < M:
+            r = rho(j, k)
+            x = -r
+            if not x > -INF or not x >= last:  # (-inf, a key that falls, or NaN)
+                return None
+            last = x
+            if r <= 1.0 or not useful_share(rates, j, k):
+                steps.append((x, g, k, True))
                 break
+            steps.append((x, g, k, False))
+            k += 1
+    for j in front:  # count 0's grants, in position order
+        shares[j.id] = 1
+    left = M - len(front)
+    leftover: list = []
+    if not left:
+        return left, leftover
+    steps.sort(key=_KEY)  # (stable: a group's counts stay in order within a key)
+    n = len(steps)
+    a = 0
+    while a < n:
+        b = a + 1
+        while b < n and steps[b][0] == steps[a][0]:
+            b += 1
+        if b == a + 1:
+            _, g, k, out = steps[a]
+            run = [(p, k, out) for p in groups[g]]
         else:
-            leftover.append(j)
+            run = sorted((p, k, out) for _, g, k, out in steps[a:b] for p in groups[g])
+        for p, k, out in run:
+            j = front[p]
+            if out:
+                leftover.append(j)
+            else:
+                shares[j.id] = k + 1
+                left -= 1
+                if not left:
+                    return left, leftover
+        a = b
     return left, leftover
+
+
+_KEY = itemgetter(0)
 
 
 def _numbers(has, of, rho, shares):

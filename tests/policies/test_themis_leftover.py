@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from types import SimpleNamespace
 from unittest import mock
 
@@ -178,9 +179,10 @@ class _FirstChecked(PolicyProbe):
     def schedule(self, snap):
         real = themis._first_sorted
 
-        def both(rates, front, M, rho, cap, shares):
+        def both(rates, front, M, rho, groups, shares):
+            assert sorted(p for g in groups for p in g) == list(range(len(front)))
             before = dict(shares)
-            got = real(rates, front, M, rho, cap, shares)
+            got = real(rates, front, M, rho, groups, shares)
             if got is None:
                 self.seen["heap"] += 1
                 return None
@@ -212,7 +214,8 @@ def test_first_hand_out_sorted_is_the_heaps(cluster, n, case):
 
 
 def test_first_hand_out_falls_back_where_a_key_falls():
-    """rho rising with the count (a key that falls), or NaN: no sort (the heap decides)."""
+    """rho rising with the count (a key that falls), NaN, or infinite past count 0: no sort
+    (the heap decides), and the shares are left as they were."""
     from policies.elastic import Rates
     from policy_probe import Recorder
 
@@ -222,12 +225,47 @@ def test_first_hand_out_falls_back_where_a_key_falls():
     rates = Rates(snap)
     front = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))
     shares = {j.id: 0 for j in front}
-    cap = lambda j: 16  # noqa: E731
-    for bad in (lambda j, k: 1.5 + k, lambda j, k: float("nan")):
-        assert themis._first_sorted(rates, front, 16, bad, cap, dict(shares)) is None
+    one = [[i] for i in range(len(front))]
+    for bad in (lambda j, k: 1.5 + k, lambda j, k: float("nan"), lambda j, k: math.inf):
+        got = dict(shares)
+        assert themis._first_sorted(rates, front, 16, bad, one, got) is None
+        assert got == shares
     # a falling rho, above 1 at count 1 only: sorted, as the heap (at most two GPUs each)
     got, want = dict(shares), dict(shares)
-    ok = themis._first_sorted(rates, front[:3], 12, lambda j, k: 2.0 / k, cap, got)
+    ok = themis._first_sorted(rates, front[:3], 12, lambda j, k: 2.0 / k, one[:3], got)
     heap = themis._first_heap(rates, front[:3], 12, lambda j, k: 2.0 / k, want)
     assert ok is not None and got == want and ok[0] == heap[0] >= 12 - 2 * 3
     assert [j.id for j in ok[1]] == [j.id for j in heap[1]] and len(ok[1]) == 3
+
+
+def test_first_hand_out_sorted_ties_across_groups_and_counts(monkeypatch):
+    """Keys held by several groups' steps and by one group's consecutive counts (rho flat),
+    cut at every GPU count: the heap's (key, position, step) order, the same shares, GPUs
+    left and leftovers' list."""
+    from policies.elastic import Rates
+    from policy_probe import Recorder
+
+    rec = Recorder("themis")
+    simulate(_jobs(30, seed=7), parse_cluster("1x8"), rec, MODELS, SimConfig())
+    snap = next(s for s in rec.seen if len(s.jobs) >= 6)
+    rates = Rates(snap)
+    front = sorted(snap.jobs.values(), key=lambda j: (j.submit_time, j.id))[:6]
+    groups = [[0, 2, 4], [1, 3], [5]]
+    of = {front[p].id: g for g, ps in enumerate(groups) for p in ps}
+    table = [{1: 3.0, 2: 2.0, 3: 2.0, 4: 0.5}, {1: 2.0, 2: 2.0, 3: 1.5, 4: 1.0},
+             {1: 2.0, 2: 0.9}]
+
+    def rho(j, k):
+        return math.inf if k == 0 else table[of[j.id]].get(k, 0.5)
+    monkeypatch.setattr(themis, "useful_share", lambda rates, j, k: True)
+    cuts = 0
+    for M in range(6, 26):
+        zero = {j.id: 0 for j in front}
+        got, want = dict(zero), dict(zero)
+        ok = themis._first_sorted(rates, front, M, rho, groups, got)
+        heap = themis._first_heap(rates, front, M, rho, want)
+        assert ok is not None and got == want and ok[0] == heap[0], M
+        if ok[0]:
+            assert [j.id for j in ok[1]] == [j.id for j in heap[1]], M
+        cuts += not ok[0]
+    assert 5 <= cuts < 20
