@@ -93,41 +93,43 @@ def _stops(rates: Rates, cap):
     return stop
 
 
-def _uncontended(rates: Rates, front: list, M: int, rho, cap) -> Optional[dict]:
+def _uncontended(rates: Rates, front: list, M: int, rho, cap, groups: list,
+                 unprofiled: bool) -> Optional[dict]:
     """Each job's share when both hand-outs end with every job at its own stop and GPUs to
     spare, else ``None`` (ours: a shortcut, the same shares; tests/policies/
     test_elastic_uncontended.py against the heaps).  A job's stop in the first hand-out is
     the first count ``p1 >= 1`` with ``rho <= 1`` or one more GPU not useful; in the
     leftover hand-out it then grows while below its cap and useful.  When the stops sum to
     at most ``M`` the GPUs never run out, so neither the rho order nor the draws decide
-    anything.  Profiled jobs only (their rates are positive and finite); with the job count
-    fixed for the call (``rho``'s target, ``cap``) a stop depends on (application, global
-    batch, cap) alone: found once per call for each."""
-    memo: dict = {}
-    out: dict = {}
+    anything.  Profiled jobs only (their rates are positive and finite; ``unprofiled``: some
+    job of ``front`` is not); with the job count fixed for the call (``rho``'s target,
+    ``cap``) a stop depends on (application, global batch, cap) alone: found once per group
+    of ``groups`` (positions in ``front`` of jobs with the same application, global batch
+    and GPU range, as :meth:`Themis.schedule` makes them)."""
+    if unprofiled:
+        return None
     total = 0
-    for j in front:
-        if not rates.profiled(j):
-            return None
+    stops = []
+    for pos in groups:
+        j = front[pos[0]]
         c = cap(j)
-        key = (j.app, j.global_batch, c)
-        k = memo.get(key)
-        if k is None:
-            k = 1
-            while k <= M:  # the first hand-out (the heap's test, the same floats)
-                r = rho(j, k)
-                if r != r:
-                    return None
-                if r <= 1.0 or not useful_share(rates, j, k):
-                    break
-                k += 1
-            while k <= M and k < c and useful_share(rates, j, k):  # the leftovers
-                k += 1
-            memo[key] = k
-        total += k
+        k = 1
+        while k <= M:  # the first hand-out (the heap's test, the same floats)
+            r = rho(j, k)
+            if r != r:
+                return None
+            if r <= 1.0 or not useful_share(rates, j, k):
+                break
+            k += 1
+        while k <= M and k < c and useful_share(rates, j, k):  # the leftovers
+            k += 1
+        total += k * len(pos)
         if total > M:
             return None
-        out[j.id] = k
+        stops.append(k)
+    out: dict = {}
+    for pos, k in zip(groups, stops):
+        out.update(dict.fromkeys([front[p].id for p in pos], k))
     return out
 
 
@@ -186,6 +188,7 @@ class Themis(Policy):
         # ``front`` of each such key's jobs; each unprofiled job a group of its own)
         same: dict = {}
         groups: list = []
+        unprofiled = False
         profiled = rates.profiled
         for i, j in enumerate(front):
             if profiled(j):
@@ -200,6 +203,7 @@ class Themis(Policy):
                 at.append(i)
                 continue
             groups.append([i])
+            unprofiled = True
             m = self.peak(rates, j, min(M, rates.cap(j, n)), memo)
             target[j.id] = m / n
             one[j.id] = rates.rate(j, 1)
@@ -216,7 +220,7 @@ class Themis(Policy):
             if c is None:
                 c = caps[j.id] = rates.cap(j, n)
             return c
-        ends = _uncontended(rates, front, M, rho, cap) if n <= M else None
+        ends = _uncontended(rates, front, M, rho, cap, groups, unprofiled) if n <= M else None
         if ends is not None:  # every job ends both hand-outs at its own stop
             shares.update(ends)
             front = ()
