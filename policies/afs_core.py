@@ -184,26 +184,6 @@ def _reset(jobs: Sequence[Cand]) -> None:
         c.cnt, c.pick = 0, -1
 
 
-def _grown(c: Cand) -> Optional[tuple]:
-    """``_state(c)`` where ``c.can_grow()``, else None: the same tests and floats, reading
-    ``p(cnt)`` and ``p(cnt + 1)`` once (from the memo where it has them)."""
-    k = c.cnt
-    if not k < c.cap:
-        return None
-    memo = c._p
-    if memo is not None and k + 1 < len(memo):
-        p, p1 = memo[k], memo[k + 1]
-    else:
-        p, p1 = c.p(k), c.p(k + 1)
-    if not p1 > p * (1 + 1e-9):
-        return None
-    rem = c.rem
-    if k <= 0:  # (p = p(0) = 0.0 and p1 = p(1) > 0 here: len(1) = rem / p1, len(0) inf)
-        return (True, rem / p1, INF, (p1 - p) / p1, INF)
-    return (False, 0.0, rem / p if p > 0 else INF, (p1 - p) / p1 if p1 > 0 else 0.0,
-            (p1 - p) / p if p > 0 else INF)
-
-
 def _state(c: Cand) -> tuple:
     """What one comparison reads of a job: (count is 0, len(1), len(cnt), its (3) side as
     the longer job (p'-p)/p', its side as the shorter job (p'-p)/p)."""
@@ -320,14 +300,10 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
     test_afs_handout_differential.py against reference_afs_handout.py)."""
     if m <= 0:
         return
-    live, st = [], []
-    for c in jobs:
-        x = _grown(c)
-        if x is not None:
-            live.append(c)
-            st.append(x)
+    live = [c for c in jobs if c.can_grow()]
     if _to_stops(live, m):
         return
+    st = [_state(c) for c in live]
     ids = [c.id for c in live]
     traj = [0] * len(live)
     # each block's bounds for :func:`_stays` (and :func:`_stays_l` with ``lengths``),
@@ -348,9 +324,8 @@ def _hand_out(jobs: Sequence[Cand], m: int, step: int, walk, lengths: bool = Fal
         step += 1
         m -= 1  # line 21
         k0 = k
-        x = _grown(c)
-        if x is not None:
-            st[k] = x
+        if c.can_grow():
+            x = st[k] = _state(c)
             if blk is None:
                 continue
             if _clean(x):

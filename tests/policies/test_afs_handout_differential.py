@@ -34,8 +34,7 @@ from test_elastic_differential import MODELS, Differential, _jobs
 from test_sjf_differential import assert_same
 
 # throughput shapes: k -> iterations/s
-SHAPES = ("concave", "linear", "plateau", "fall", "jump", "zero", "negative", "inf", "flat",
-          "creep")
+SHAPES = ("concave", "linear", "plateau", "fall", "jump", "zero", "negative", "inf", "flat")
 
 
 def _rate(shape: str, a: float, b: float, knee: int):
@@ -59,8 +58,6 @@ def _rate(shape: str, a: float, b: float, knee: int):
             return -a * k if k > knee else a * k
         if shape == "inf":
             return math.inf if k == knee else a * k / (1.0 + b * k)
-        if shape == "creep":  # each GPU adds 5e-9 of the rate: useful by 1e-9, not by 1e-8
-            return a * (1.0 + 5e-9 * min(k, knee))
         return a  # flat: one more GPU never helps
     return rate
 
@@ -306,20 +303,3 @@ def test_regulate_many_jobs_on_few_shares_matches_reference():
 
         assert list(regulate(shares, per, total, useful).items()) == \
             list(ref.regulate(shares, per, total, useful).items())
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cand_sets(), counts=st.lists(st.integers(0, 45), min_size=9, max_size=9),
-       warm=st.sampled_from([None, -1, 0, 1, 3]))
-def test_grown_is_can_grow_then_state(case, counts, warm):
-    """``_grown`` (the hand-out's one-pass state) gives exactly ``_state`` where ``can_grow``
-    holds and None elsewhere, at any count (0 included), with the memo empty or filled to
-    just below, at or past the counts it reads (the same floats: compared by repr, so NaN
-    and -0.0 count)."""
-    proto, _, _ = case
-    for c, k in zip(_cands(proto), counts):
-        if warm is not None and k + warm >= 0:
-            c.p(k + warm)  # (the memo then holds p up to k + warm)
-        c.cnt = k
-        got = afs_core._grown(c)  # (first: the memo as left above)
-        assert repr(got) == repr(afs_core._state(c) if c.can_grow() else None)
