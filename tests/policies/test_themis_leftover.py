@@ -1,7 +1,10 @@
 """Themis's leftover hand-out from kept steps (policies.themis_leftover): on sequences of random
 calls (jobs coming and going, first-hand-out shares and stops moving, draws from a tiny range
 so that keys tie) the kept steps give the heap's shares or ``None`` (a tie at the cut); at
-every call of whole contended simulations Themis plans with them as with the heap alone."""
+every call of whole contended simulations Themis plans with them as with the heap alone.
+The first hand-out as a sort (``themis._first_sorted``) against its heap (``_first_heap``): at
+every call of whole simulations, on keys tied across groups and counts cut at every GPU
+count, for one job given every GPU, and where it must decline (a falling key, NaN, -inf)."""
 from __future__ import annotations
 
 import hashlib
@@ -269,3 +272,9 @@ def test_first_hand_out_sorted_ties_across_groups_and_counts(monkeypatch):
             assert [j.id for j in ok[1]] == [j.id for j in heap[1]], M
         cuts += not ok[0]
     assert 5 <= cuts < 20
+    # one job whose rho stays above 1: the heap hands it every GPU (counts up to M - 1)
+    for M in (1, 2, 5):
+        got, want = {front[0].id: 0}, {front[0].id: 0}
+        ok = themis._first_sorted(rates, front[:1], M, lambda j, k: 2.0, [[0]], got)
+        heap = themis._first_heap(rates, front[:1], M, lambda j, k: 2.0, want)
+        assert ok is not None and ok[0] == heap[0] == 0 and got == want == {front[0].id: M}
